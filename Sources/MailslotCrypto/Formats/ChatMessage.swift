@@ -1,0 +1,289 @@
+import Foundation
+
+/// The chat message carried inside an envelope (its signed body), in the layout chat apps know:
+/// `timestamp`, `type`, `sender {id, name, profile_image}`, `payload {text, attachments, …}`.
+///
+/// Fields and types this version does not know are kept and written back unchanged, so clients
+/// of different versions can talk. spec/envelope.md §Body defines every field.
+public struct ChatMessage: Sendable, Equatable, Codable {
+    /// When the sender composed it, in milliseconds since the Unix epoch (sender's clock).
+    public var timestamp: Int64
+    /// What kind of message this is; see ``MessageType``.
+    public var type: MessageType
+    /// Who sent it. `sender.id` must equal the uid that signed the envelope.
+    public var sender: Sender
+    /// The content.
+    public var payload: Payload
+    /// Top-level fields this version does not know, kept for round trips.
+    public var unknownFields: [String: JSONValue] = [:]
+
+    /// A message of `type` from `sender`, composed at `timestamp` (milliseconds).
+    public init(type: MessageType, sender: Sender, payload: Payload, timestamp: Int64) {
+        self.type = type
+        self.sender = sender
+        self.payload = payload
+        self.timestamp = timestamp
+    }
+
+    private static let known: Set<String> = ["timestamp", "type", "sender", "payload"]
+
+    /// Decodes a message, keeping unknown fields.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: AnyCodingKey.self)
+        timestamp = try container.decode(Int64.self, forKey: AnyCodingKey("timestamp"))
+        type = try container.decode(MessageType.self, forKey: AnyCodingKey("type"))
+        sender = try container.decode(Sender.self, forKey: AnyCodingKey("sender"))
+        payload = try container.decode(Payload.self, forKey: AnyCodingKey("payload"))
+        unknownFields = try container.unknownFields(excluding: Self.known)
+    }
+
+    /// Encodes the message with its unknown fields.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: AnyCodingKey.self)
+        try container.encode(timestamp, forKey: AnyCodingKey("timestamp"))
+        try container.encode(type, forKey: AnyCodingKey("type"))
+        try container.encode(sender, forKey: AnyCodingKey("sender"))
+        try container.encode(payload, forKey: AnyCodingKey("payload"))
+        try container.encodeUnknownFields(unknownFields)
+    }
+
+    /// The message as compact JSON with sorted keys: the bytes that get signed and sealed.
+    public func encoded() -> [UInt8] {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        // Encoding these value types cannot fail: no floats that are NaN/infinite are accepted
+        // (Location refuses them), and every container is string-keyed.
+        return Array((try? encoder.encode(self)) ?? Data())
+    }
+
+    /// Decodes and checks a body: the fields each known type needs, and their ranges.
+    public static func decode(_ body: [UInt8]) throws(EnvelopeError) -> ChatMessage {
+        let message: ChatMessage
+        do { message = try JSONDecoder().decode(ChatMessage.self, from: Data(body)) } catch {
+            throw .invalidBody("the body is not a chat message in JSON")
+        }
+        try message.validate()
+        return message
+    }
+
+    /// Throws ``EnvelopeError/invalidBody(_:)`` unless the message has what its type needs.
+    public func validate() throws(EnvelopeError) {
+        guard Identifier.isValidUID(sender.id) else { throw .invalidBody("sender.id is not a valid uid") }
+        guard !type.rawValue.isEmpty, type.rawValue.utf8.count <= 64 else { throw .invalidBody("type must be 1 to 64 bytes") }
+        switch type {
+        case .text:
+            guard let text = payload.text, !text.isEmpty else { throw .invalidBody("a text message needs payload.text") }
+        case .picture:
+            guard let attachments = payload.attachments, !attachments.isEmpty else {
+                throw .invalidBody("a picture needs payload.attachments")
+            }
+            for attachment in attachments where !attachment.mediaType.hasPrefix("image/") {
+                throw .invalidBody("a picture's attachments must have an image/* media_type")
+            }
+        case .location:
+            guard let location = payload.location, (-90...90).contains(location.latitude),
+                  (-180...180).contains(location.longitude) else {
+                throw .invalidBody("a location needs payload.location with latitude -90…90 and longitude -180…180")
+            }
+        case .receipt:
+            guard let receipt = payload.receipt, !receipt.messageIDs.isEmpty,
+                  receipt.messageIDs.allSatisfy(Identifier.isValidMessageID) else {
+                throw .invalidBody("a receipt needs payload.receipt with valid message_ids")
+            }
+        case .typing:
+            guard payload.typing != nil else { throw .invalidBody("a typing indicator needs payload.typing") }
+        default:
+            break  // a type from a newer client: carried as it is
+        }
+    }
+}
+
+/// The kind of a chat message. Unknown kinds are valid and carried unchanged.
+public struct MessageType: RawRepresentable, Sendable, Hashable, Codable, ExpressibleByStringLiteral {
+    /// The kind as written on the wire.
+    public let rawValue: String
+    /// Wraps a kind as written on the wire.
+    public init(rawValue: String) { self.rawValue = rawValue }
+    /// Wraps a kind literal.
+    public init(stringLiteral value: String) { rawValue = value }
+    /// Decodes the kind from a JSON string.
+    public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(String.self) }
+    /// Encodes the kind as a JSON string.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
+
+    /// Plain text in `payload.text`.
+    public static let text: MessageType = "text"
+    /// One or more images inline in `payload.attachments`, an optional caption in `payload.text`.
+    public static let picture: MessageType = "picture"
+    /// A point in `payload.location`.
+    public static let location: MessageType = "location"
+    /// A delivery or read receipt for earlier messages, in `payload.receipt`.
+    public static let receipt: MessageType = "receipt"
+    /// A typing indicator in `payload.typing`; clients show it and do not store it.
+    public static let typing: MessageType = "typing"
+}
+
+/// Who sent a message, as the sender describes themselves. Only `id` is verified.
+public struct Sender: Sendable, Equatable, Codable {
+    /// The sender's uid; must equal the uid that signed the envelope.
+    public var id: String
+    /// A display name, as the sender chose it.
+    public var name: String?
+    /// A URL of the sender's picture, as the sender chose it.
+    public var profileImage: String?
+
+    /// A sender with a uid and optional display fields.
+    public init(id: String, name: String? = nil, profileImage: String? = nil) {
+        self.id = id
+        self.name = name
+        self.profileImage = profileImage
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id, name
+        case profileImage = "profile_image"
+    }
+}
+
+/// The content of a chat message. Which fields are present depends on the type.
+public struct Payload: Sendable, Equatable, Codable {
+    /// Text, or a caption for a picture.
+    public var text: String?
+    /// Inline files (pictures).
+    public var attachments: [Attachment]?
+    /// A point on the map.
+    public var location: Location?
+    /// A receipt for earlier messages.
+    public var receipt: Receipt?
+    /// A typing indicator.
+    public var typing: Typing?
+    /// Payload fields this version does not know, kept for round trips.
+    public var unknownFields: [String: JSONValue] = [:]
+
+    /// A payload with the given fields.
+    public init(text: String? = nil, attachments: [Attachment]? = nil, location: Location? = nil,
+                receipt: Receipt? = nil, typing: Typing? = nil) {
+        self.text = text
+        self.attachments = attachments
+        self.location = location
+        self.receipt = receipt
+        self.typing = typing
+    }
+
+    private static let known: Set<String> = ["text", "attachments", "location", "receipt", "typing"]
+
+    /// Decodes a payload, keeping unknown fields.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: AnyCodingKey.self)
+        text = try container.decodeIfPresent(String.self, forKey: AnyCodingKey("text"))
+        attachments = try container.decodeIfPresent([Attachment].self, forKey: AnyCodingKey("attachments"))
+        location = try container.decodeIfPresent(Location.self, forKey: AnyCodingKey("location"))
+        receipt = try container.decodeIfPresent(Receipt.self, forKey: AnyCodingKey("receipt"))
+        typing = try container.decodeIfPresent(Typing.self, forKey: AnyCodingKey("typing"))
+        unknownFields = try container.unknownFields(excluding: Self.known)
+    }
+
+    /// Encodes the payload with its unknown fields.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: AnyCodingKey.self)
+        try container.encodeIfPresent(text, forKey: AnyCodingKey("text"))
+        try container.encodeIfPresent(attachments, forKey: AnyCodingKey("attachments"))
+        try container.encodeIfPresent(location, forKey: AnyCodingKey("location"))
+        try container.encodeIfPresent(receipt, forKey: AnyCodingKey("receipt"))
+        try container.encodeIfPresent(typing, forKey: AnyCodingKey("typing"))
+        try container.encodeUnknownFields(unknownFields)
+    }
+}
+
+/// A file carried inline in the message, e.g. a picture.
+public struct Attachment: Sendable, Equatable, Codable {
+    /// The media type, e.g. `image/jpeg`.
+    public var mediaType: String
+    /// The file's bytes (base64url on the wire).
+    public var data: [UInt8]
+    /// A file name, if the sender gave one.
+    public var name: String?
+
+    /// An attachment of `mediaType` with the given bytes.
+    public init(mediaType: String, data: [UInt8], name: String? = nil) {
+        self.mediaType = mediaType
+        self.data = data
+        self.name = name
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case mediaType = "media_type", data, name
+    }
+
+    /// Decodes an attachment whose data is unpadded base64url.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        mediaType = try container.decode(String.self, forKey: .mediaType)
+        name = try container.decodeIfPresent(String.self, forKey: .name)
+        guard let bytes = Base64URL.decode(try container.decode(String.self, forKey: .data)) else {
+            throw DecodingError.dataCorruptedError(forKey: .data, in: container, debugDescription: "not base64url")
+        }
+        data = bytes
+    }
+
+    /// Encodes the attachment with its data as unpadded base64url.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(mediaType, forKey: .mediaType)
+        try container.encode(Base64URL.encode(data), forKey: .data)
+        try container.encodeIfPresent(name, forKey: .name)
+    }
+}
+
+/// A point on the map, in WGS 84 degrees.
+public struct Location: Sendable, Equatable, Codable {
+    /// -90…90.
+    public var latitude: Double
+    /// -180…180.
+    public var longitude: Double
+
+    /// A location at `latitude`, `longitude` (degrees).
+    public init(latitude: Double, longitude: Double) {
+        self.latitude = latitude
+        self.longitude = longitude
+    }
+}
+
+/// A delivery or read receipt: sent as a message of its own to the other side's mailbox, so the
+/// relay never learns who read what.
+public struct Receipt: Sendable, Equatable, Codable {
+    /// What the receipt acknowledges.
+    public enum Kind: String, Sendable, Codable {
+        /// The messages reached the recipient's device.
+        case delivered
+        /// The recipient has seen them.
+        case read
+    }
+    /// Delivered or read.
+    public var kind: Kind
+    /// The ids of the messages acknowledged.
+    public var messageIDs: [String]
+
+    /// A receipt of `kind` for `messageIDs`.
+    public init(kind: Kind, messageIDs: [String]) {
+        self.kind = kind
+        self.messageIDs = messageIDs
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case kind
+        case messageIDs = "message_ids"
+    }
+}
+
+/// A typing indicator.
+public struct Typing: Sendable, Equatable, Codable {
+    /// True while the sender is typing, false when they stopped.
+    public var active: Bool
+
+    /// An indicator that the sender is (or stopped) typing.
+    public init(active: Bool) { self.active = active }
+}

@@ -1,0 +1,39 @@
+import CSodium
+
+/// Unpadded base64url (RFC 4648 §5), the encoding of PASETO, PASERK and every binary field
+/// on Mailslot's wire. Decoding is strict: no padding, no whitespace, no stray bits.
+public enum Base64URL {
+    /// Encodes `bytes` as unpadded base64url.
+    public static func encode(_ bytes: some Collection<UInt8>) -> String {
+        Sodium.ready()
+        let input = Array(bytes)
+        let variant = sodium_base64_VARIANT_URLSAFE_NO_PADDING
+        let length = sodium_base64_encoded_len(input.count, variant)  // includes the NUL
+        var output = [CChar](repeating: 0, count: length)
+        input.withUnsafeBufferPointer { bin in
+            _ = sodium_bin2base64(&output, length, bin.baseAddress, bin.count, variant)
+        }
+        return output.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
+    }
+
+    /// Decodes unpadded base64url, or returns nil for anything that is not its canonical form.
+    public static func decode(_ text: some StringProtocol) -> [UInt8]? {
+        Sodium.ready()
+        let utf8 = Array(text.utf8)
+        // Unused low bits of the last character must be zero (libsodium checks), and a length
+        // of 1 mod 4 can never be produced by an encoder.
+        guard utf8.count % 4 != 1 else { return nil }
+        var output = [UInt8](repeating: 0, count: utf8.count * 3 / 4 + 1)
+        var written = 0
+        let status = utf8.withUnsafeBufferPointer { b64 in
+            b64.withMemoryRebound(to: CChar.self) { chars in
+                // b64_end == nil: libsodium fails unless it consumed the whole input.
+                sodium_base642bin(&output, output.count, chars.baseAddress, chars.count,
+                                  nil, &written, nil, sodium_base64_VARIANT_URLSAFE_NO_PADDING)
+            }
+        }
+        guard status == 0 else { return nil }
+        output.removeSubrange(written...)
+        return output
+    }
+}
