@@ -148,7 +148,13 @@ public struct TokenVerifier: Sendable {
         guard let key = keysByID[kid] else { throw .unknownKey }
 
         let message: [UInt8]
-        do { message = try PasetoV4Public.verify(parsed, with: key) } catch { throw .badSignature }
+        do {
+            message = try PasetoV4Public.verify(parsed, with: key)
+        } catch .malformed(let reason) {
+            throw .malformed(reason)
+        } catch {
+            throw .badSignature
+        }
 
         guard let claims = Self.object(message) else { throw .malformed("the claims are not a JSON object") }
         guard let uid = claims["sub"] as? String, Identifier.isValidUID(uid) else { throw .invalidSubject }

@@ -2,7 +2,7 @@
 // message. Specified byte for byte in spec/envelope.md.
 //
 //   envelope = crypto_box_seal(padded, recipient mailbox key)            (X25519, 48 bytes overhead)
-//   padded   = record || 0x80 || 0x00…   so that the envelope is 2^k bytes, 256 ≤ 2^k ≤ 1 MiB
+//   padded   = record || 0x80 || 0x00…   so that the envelope is 2^k bytes, 512 ≤ 2^k ≤ 1 MiB
 //   record   = 0x01                                    version
 //              u8 len || sender uid
 //              32     sender identity key (Ed25519)
@@ -16,7 +16,7 @@
 /// Why an envelope was refused. Each case has a stable ``code``, which clients store with a
 /// rejected message.
 public enum EnvelopeError: Error, Equatable, Sendable {
-    /// The envelope's length is not one of the size classes (256 bytes … 1 MiB, powers of two).
+    /// The envelope's length is not one of the size classes (512 bytes … 1 MiB, powers of two).
     case invalidSize
     /// The sealed box does not open with this mailbox key: sealed to another key, or altered.
     case cannotDecrypt
@@ -76,7 +76,7 @@ public enum Envelope {
     /// The record version this implementation writes and reads.
     public static let version: UInt8 = 1
     /// The smallest envelope, in bytes.
-    public static let minimumSize = 256
+    public static let minimumSize = 512
     /// The largest envelope, in bytes (the relay may set a lower limit; 64 KiB by default).
     public static let maximumSize = 1 << 20
     /// The domain-separation label that starts every signed record.
@@ -84,7 +84,7 @@ public enum Envelope {
     static let sealOverhead = 48, signatureBytes = 64
 
     /// The envelope size a record of `recordLength` bytes is padded to: the smallest power of two
-    /// ≥ 256 with room for the record, one padding byte and the sealed box's 48 bytes.
+    /// ≥ 512 with room for the record, one padding byte and the sealed box's 48 bytes.
     public static func sizeClass(forRecordLength recordLength: Int) -> Int? {
         var size = minimumSize
         while size < recordLength + 1 + sealOverhead {
@@ -115,23 +115,37 @@ public enum Envelope {
         let signature = identity.sign(signedBytes(sender: senderUID, senderKey: identity.publicKey.bytes,
                                                   recipient: recipientUID, mailboxKey: mailboxKey.bytes,
                                                   messageID: messageID, body: body))
-        var record: [UInt8] = [version]
-        record.append(UInt8(senderUID.count)); record += senderUID
-        record += identity.publicKey.bytes
-        record.append(UInt8(recipientUID.count)); record += recipientUID
-        record.append(UInt8(messageID.count)); record += messageID
-        let bodyLength = UInt32(clamping: body.count)
-        record += [UInt8(bodyLength >> 24), UInt8(bodyLength >> 16 & 0xFF), UInt8(bodyLength >> 8 & 0xFF), UInt8(bodyLength & 0xFF)]
-        record += body
-        record += signature
-        defer { wipe(&record) }
-
-        guard let size = sizeClass(forRecordLength: record.count) else { throw .tooLarge }
-        var padded = record
-        padded.append(0x80)
-        padded += [UInt8](repeating: 0, count: size - sealOverhead - padded.count)
+        var padded = try pad(record(version: version, sender: senderUID, senderKey: identity.publicKey.bytes,
+                                    recipient: recipientUID, messageID: messageID, body: body, signature: signature))
         defer { wipe(&padded) }
         return mailboxKey.seal(padded)
+    }
+
+    /// Lays out the record's fields (see the table at the top of this file).
+    static func record(version: UInt8, sender: [UInt8], senderKey: [UInt8], recipient: [UInt8], messageID: [UInt8],
+                       body: [UInt8], signature: [UInt8]) -> [UInt8] {
+        var record: [UInt8] = [version]
+        record.append(UInt8(sender.count)); record += sender
+        record += senderKey
+        record.append(UInt8(recipient.count)); record += recipient
+        record.append(UInt8(messageID.count)); record += messageID
+        let length = UInt32(clamping: body.count)
+        record += [UInt8(length >> 24), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)]
+        record += body
+        record += signature
+        return record
+    }
+
+    /// Pads `record` to its size class, less the sealed box's overhead, and wipes the record.
+    static func pad(_ record: consuming [UInt8]) throws(EnvelopeError) -> [UInt8] {
+        var input = record
+        defer { wipe(&input) }
+        guard let size = sizeClass(forRecordLength: input.count) else { throw .tooLarge }
+        // One allocation of the final size, so no unwiped intermediate copy is left behind.
+        var padded = [UInt8](repeating: 0, count: size - sealOverhead)
+        padded.replaceSubrange(0..<input.count, with: input)  // same length: in place
+        padded[input.count] = 0x80
+        return padded
     }
 
     /// Opens `envelope` with the recipient's `keys` and checks everything: that it was sealed to
