@@ -25,15 +25,9 @@ import Testing
     /// Seals a hand-made record, to reach the checks behind the sealed box.
     func craft(version: UInt8 = 1, sender: String = "alice", senderKey: IdentityKeyPair? = nil, recipient: String = "bob",
                id: String? = nil, body: [UInt8]? = nil, signature: [UInt8]? = nil, trailing: [UInt8] = []) throws -> [UInt8] {
-        let key = senderKey ?? alice
-        let body = body ?? text("hello").encoded()
-        let messageID = Array((id ?? self.id).utf8)
-        let signed = preAuthenticationEncoding([Array("mailslot-envelope-v1".utf8), Array(sender.utf8), key.publicKey.bytes,
-                                                Array(recipient.utf8), bobMailbox.publicKey.bytes, messageID, body])
-        let record = Envelope.record(version: version, sender: Array(sender.utf8), senderKey: key.publicKey.bytes,
-                                     recipient: Array(recipient.utf8), messageID: messageID, body: body,
-                                     signature: signature ?? key.sign(signed)) + trailing
-        return bobMailbox.publicKey.seal(try Envelope.pad(record))
+        try EnvelopeCrafter(senderUID: "alice", identity: alice, mailbox: bobMailbox.publicKey)
+            .craft(version: version, sender: sender, key: senderKey, recipient: recipient, id: id ?? self.id,
+                   body: body ?? text("hello").encoded(), signature: signature, trailing: trailing)
     }
 
     @Test func roundTripOfEveryKnownType() throws {
