@@ -1,0 +1,70 @@
+import ArgumentParser
+import Foundation
+import MailslotWire
+
+/// `mailslot-relay token`: custom tokens, as an app's backend would mint them.
+struct TokenCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "token",
+        abstract: "Work with custom sign-in tokens.",
+        subcommands: [Mint.self]
+    )
+
+    /// `mailslot-relay token mint`: one signed token on stdout.
+    struct Mint: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Mint a custom token (PASETO v4.public) that signs UID in at a relay.",
+            discussion: """
+                The token is printed on stdout, nothing else. It is a bearer credential until it expires: \
+                hand it to the user's client, do not log it.
+                """
+        )
+
+        @Option(name: .long, help: "The user the token signs in: 1 to 128 of A-Z a-z 0-9 . _ -")
+        var uid: String
+
+        @Option(name: .long, help: ArgumentHelp("Lifetime in seconds, 1 to 3600.", valueName: "SECONDS"))
+        var ttl: Int64 = Defaults.tokenLifetime
+
+        @Option(name: .long, help: ArgumentHelp("The relay's id (`aud`); must match the relay's --audience.", valueName: "ID"))
+        var audience: String = Defaults.audience
+
+        @Option(name: .long, help: ArgumentHelp("A token id (`jti`), if the relay should see one.", valueName: "ID"))
+        var jti: String?
+
+        @Option(name: .long, help: ArgumentHelp("The file holding the issuer secret key (one line, k4.secret.…).", valueName: "FILE"))
+        var issuerSecretKey: String
+
+        func validate() throws {
+            guard Identifier.isValidUID(uid) else {
+                throw ValidationError("'\(uid)' is not a valid uid: use 1 to 128 of A-Z a-z 0-9 . _ - (and not '.' or '..')")
+            }
+            guard (1...CustomToken.maxLifetime).contains(ttl) else {
+                throw ValidationError("--ttl must be between 1 and \(CustomToken.maxLifetime) seconds (custom tokens live at most one hour)")
+            }
+            guard !audience.isEmpty, audience.utf8.count <= CustomToken.maxClaimBytes else {
+                throw ValidationError("--audience must be 1 to \(CustomToken.maxClaimBytes) bytes")
+            }
+            if let jti, jti.isEmpty || jti.utf8.count > CustomToken.maxClaimBytes {
+                throw ValidationError("--jti must be 1 to \(CustomToken.maxClaimBytes) bytes")
+            }
+        }
+
+        func run() throws {
+            try reportingFailures {
+                let key = try IssuerKeyFile.read(issuerSecretKey)
+                if let mode = try? FileManager.default.attributesOfItem(atPath: issuerSecretKey)[.posixPermissions] as? Int,
+                   mode & 0o077 != 0 {
+                    FileHandle.standardError.write(Data(
+                        "mailslot-relay: warning: '\(issuerSecretKey)' is readable by other users; run `chmod 600 \(issuerSecretKey)`\n".utf8))
+                }
+                do {
+                    print(try TokenIssuer(key: key, audience: audience).mint(uid: uid, lifetime: ttl, tokenID: jti))
+                } catch {
+                    // validate() has already refused every input the issuer can refuse.
+                    throw CLIFailure.usage("cannot mint: \((error as? TokenError)?.code ?? "\(error)")")
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,121 @@
+import Foundation
+import MailslotCrypto
+import Testing
+
+/// Runs the built `mailslot-relay` binary as a user would, checking output and exit codes.
+@Suite struct RelayCommandLineTests {
+    struct Result {
+        let status: Int32
+        let stdout: String
+        let stderr: String
+    }
+
+    static let binary: URL = {
+        // The test runner and the executables are built into the same folder.
+        let folder = Bundle.main.executableURL?.deletingLastPathComponent()
+            ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        return folder.appendingPathComponent("mailslot-relay")
+    }()
+
+    func run(_ arguments: String...) throws -> Result {
+        let process = Process()
+        process.executableURL = Self.binary
+        process.arguments = arguments
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let stdout = out.fileHandleForReading.readDataToEndOfFile()
+        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return Result(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
+                      stderr: String(decoding: stderr, as: UTF8.self))
+    }
+
+    func temporaryFolder() throws -> URL {
+        let url = FileManager.default.temporaryDirectory.appendingPathComponent("mailslot-cli-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        return url
+    }
+
+    @Test func keygenPrintsAConsistentPair() throws {
+        let result = try run("keygen", "--json")
+        #expect(result.status == 0)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: String])
+        let pair = try IdentityKeyPair(paserk: try #require(object["secret_key"]))
+        #expect(pair.publicKey.paserk == object["public_key"])
+        #expect(pair.publicKey.paserkID == object["kid"])
+    }
+
+    @Test func keygenWritesAPrivateFileAndMintedTokensVerify() throws {
+        let folder = try temporaryFolder()
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let keyFile = folder.appendingPathComponent("issuer.key").path
+        let keygen = try run("keygen", "--secret-key-file", keyFile)
+        #expect(keygen.status == 0)
+        #expect(!keygen.stdout.contains("k4.secret"), "the secret goes to the file only")
+        let mode = try FileManager.default.attributesOfItem(atPath: keyFile)[.posixPermissions] as? Int
+        #expect(mode == 0o600)
+        let publicKey = try IdentityPublicKey(paserk: try #require(
+            keygen.stdout.split(separator: "\n").first { $0.hasPrefix("public_key: ") }?.dropFirst(12).description))
+
+        let mint = try run("token", "mint", "--uid", "alice", "--ttl", "120", "--audience", "relay.test", "--jti", "j1",
+                           "--issuer-secret-key", keyFile)
+        #expect(mint.status == 0, "\(mint.stderr)")
+        #expect(mint.stderr.isEmpty)
+        let token = mint.stdout.trimmingCharacters(in: .newlines)
+        let verified = try TokenVerifier(issuerKeys: [publicKey], audience: "relay.test").verify(token)
+        #expect(verified.uid == "alice")
+        #expect(verified.tokenID == "j1")
+        #expect(verified.expiresAt - verified.issuedAt == 120)
+
+        let again = try run("keygen", "--secret-key-file", keyFile)
+        #expect(again.status == 73, "never overwrites a key")
+        #expect(again.stderr.contains("already exists"))
+    }
+
+    @Test func mintRefusesBadArgumentsWithUsageCode() throws {
+        let folder = try temporaryFolder()
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let keyFile = folder.appendingPathComponent("issuer.key").path
+        #expect(try run("keygen", "--secret-key-file", keyFile).status == 0)
+
+        let badUID = try run("token", "mint", "--uid", "a/b", "--issuer-secret-key", keyFile)
+        #expect(badUID.status == 64)
+        #expect(badUID.stderr.contains("not a valid uid"))
+        #expect(badUID.stdout.isEmpty)
+        let longTTL = try run("token", "mint", "--uid", "alice", "--ttl", "3601", "--issuer-secret-key", keyFile)
+        #expect(longTTL.status == 64)
+        #expect(longTTL.stderr.contains("--ttl must be between 1 and 3600"))
+        #expect(try run("token", "mint", "--uid", "alice", "--ttl", "0", "--issuer-secret-key", keyFile).status == 64)
+        #expect(try run("token", "mint", "--uid", "alice").status == 64, "the key file is required")
+    }
+
+    @Test func mintExplainsEveryKeyFileProblem() throws {
+        let folder = try temporaryFolder()
+        defer { try? FileManager.default.removeItem(at: folder) }
+
+        let missing = try run("token", "mint", "--uid", "alice", "--issuer-secret-key", folder.appendingPathComponent("nope").path)
+        #expect(missing.status == 66)
+        #expect(missing.stderr.contains("does not exist"))
+
+        // A folder in place of the file cannot be read, whoever runs the test (root included).
+        let unreadable = try run("token", "mint", "--uid", "alice", "--issuer-secret-key", folder.path)
+        #expect(unreadable.status == 77)
+        #expect(unreadable.stderr.contains("cannot be read"))
+
+        let publicOnly = folder.appendingPathComponent("public.key")
+        try Data((IdentityKeyPair().publicKey.paserk + "\n").utf8).write(to: publicOnly)
+        let wrongType = try run("token", "mint", "--uid", "alice", "--issuer-secret-key", publicOnly.path)
+        #expect(wrongType.status == 65)
+        #expect(wrongType.stderr.contains("expected one line `k4.secret.…`"))
+        #expect(!wrongType.stderr.contains("k4.public."), "never echoes the file")
+
+        let truncated = folder.appendingPathComponent("short.key")
+        try Data(String(IdentityKeyPair().paserk.dropLast(4)).utf8).write(to: truncated)
+        let short = try run("token", "mint", "--uid", "alice", "--issuer-secret-key", truncated.path)
+        #expect(short.status == 65)
+        #expect(short.stderr.contains("not 64 bytes"))
+        #expect(!short.stderr.contains("k4.secret."), "never echoes the secret")
+    }
+}
