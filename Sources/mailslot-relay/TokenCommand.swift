@@ -7,7 +7,7 @@ struct TokenCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "token",
         abstract: "Work with custom sign-in tokens.",
-        subcommands: [Mint.self]
+        subcommands: [Mint.self, Verify.self]
     )
 
     /// `mailslot-relay token mint`: one signed token on stdout.
@@ -58,11 +58,53 @@ struct TokenCommand: ParsableCommand {
                     FileHandle.standardError.write(Data(
                         "mailslot-relay: warning: '\(issuerSecretKey)' is readable by other users; run `chmod 600 \(issuerSecretKey)`\n".utf8))
                 }
-                do {
+                do throws(TokenError) {
                     print(try TokenIssuer(key: key, audience: audience).mint(uid: uid, lifetime: ttl, tokenID: jti))
                 } catch {
                     // validate() has already refused every input the issuer can refuse.
-                    throw CLIFailure.usage("cannot mint: \((error as? TokenError)?.code ?? "\(error)")")
+                    throw CLIFailure.usage("cannot mint: \(error.code)")
+                }
+            }
+        }
+    }
+
+    /// `mailslot-relay token verify`: checks a token as the relay would, and says why it is refused.
+    struct Verify: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Check a custom token as the relay would: prints the uid, or why it is refused.",
+            discussion: """
+                Reads the token from the argument, or from stdin when it is '-'. Exit 0 when it is accepted, \
+                65 with the error code (e.g. token_expired) when it is refused.
+                """
+        )
+
+        @Argument(help: "The token, or - to read it from stdin.")
+        var token: String
+
+        @Option(name: .long, help: ArgumentHelp("A trusted issuer public key (k4.public.…); repeat to trust several.", valueName: "KEY"))
+        var issuerPublicKey: [String] = []
+
+        @Option(name: .long, help: ArgumentHelp("The relay's id (`aud`).", valueName: "ID"))
+        var audience: String = Defaults.audience
+
+        func run() throws {
+            try reportingFailures {
+                guard !issuerPublicKey.isEmpty else { throw CLIFailure.usage("give at least one --issuer-public-key k4.public.…") }
+                var keys: [IdentityPublicKey] = []
+                for text in issuerPublicKey {
+                    do { keys.append(try IdentityPublicKey(paserk: text)) } catch {
+                        throw CLIFailure.usage("--issuer-public-key takes a PASERK k4.public.… key")
+                    }
+                }
+                let text = token == "-" ? (readLine(strippingNewline: true) ?? "") : token
+                do throws(TokenError) {
+                    let verified = try TokenVerifier(issuerKeys: keys, audience: audience).verify(text)
+                    print("uid: \(verified.uid)")
+                    print("expires_at: \(Timestamp.format(Int64(verified.expiresAt.rounded(.down))))")
+                    print("kid: \(verified.keyID)")
+                    if let jti = verified.tokenID { print("jti: \(jti)") }
+                } catch {
+                    throw CLIFailure.dataError("token refused: \(error.code)")
                 }
             }
         }

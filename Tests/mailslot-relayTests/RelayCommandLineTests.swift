@@ -69,6 +69,14 @@ import Testing
         #expect(verified.tokenID == "j1")
         #expect(verified.expiresAt - verified.issuedAt == 120)
 
+        let checked = try run("token", "verify", token, "--issuer-public-key", publicKey.paserk, "--audience", "relay.test")
+        #expect(checked.status == 0)
+        #expect(checked.stdout.contains("uid: alice"))
+        let refused = try run("token", "verify", token, "--issuer-public-key", publicKey.paserk)
+        #expect(refused.status == 65)
+        #expect(refused.stderr.contains("token refused: token_wrong_audience"))
+        #expect(!refused.stderr.contains(token), "never echoes the token")
+
         let again = try run("keygen", "--secret-key-file", keyFile)
         #expect(again.status == 73, "never overwrites a key")
         #expect(again.stderr.contains("already exists"))
