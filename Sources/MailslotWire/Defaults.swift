@@ -1,11 +1,26 @@
 @_exported import MailslotCrypto
 
 /// The defaults of DESIGN.md that several parts must agree on: the relay applies them, the
-/// token minter and the clients assume them.
+/// token minter and the clients assume them. Every one can be changed in the relay's
+/// configuration; these are the values when nothing is configured.
 public enum Defaults {
     /// The audience (`aud`) a relay accepts when none is configured, and tokens are minted for.
     /// Operators set their own, so that a token for one relay is useless at another.
     public static let audience = "mailslot"
     /// The lifetime of a minted custom token when none is given, in seconds.
     public static let tokenLifetime: Int64 = 300
+    /// The largest envelope the relay accepts, in bytes (a size class of the envelope format).
+    public static let maxEnvelopeBytes = 64 * 1024
+    /// A message's lifetime on the relay when the sender gives none, in seconds (7 days).
+    public static let messageTTL: Int64 = 7 * 24 * 3600
+    /// The longest lifetime a sender may ask for, in seconds (30 days).
+    public static let maxMessageTTL: Int64 = 30 * 24 * 3600
+    /// The most messages waiting in one mailbox.
+    public static let maxPendingPerMailbox = 10_000
+    /// The most delivered-but-unacknowledged messages on one subscription.
+    public static let deliveryWindow = 256
+    /// The largest owner document (`/v1/users/{uid}`), in bytes.
+    public static let maxDocumentBytes = 16 * 1024
+    /// The most messages one list request returns.
+    public static let maxPageSize = 500
 }

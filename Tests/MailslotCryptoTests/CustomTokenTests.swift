@@ -138,6 +138,11 @@ import Testing
         #expect(throws: TokenError.wrongAudience) { try verifier.verify(raw(#"{"sub":"alice"}"#), now: now) }
     }
 
+    @Test func anEmptyConfiguredAudienceAcceptsNothing() {
+        let unconfigured = TokenVerifier(issuerKeys: [issuerKey.publicKey], audience: "")
+        #expect(throws: TokenError.wrongAudience) { try unconfigured.verify(raw(claims(aud: "")), now: now) }
+    }
+
     @Test func invalidTimeClaims() {
         #expect(throws: TokenError.invalidClaim("iat")) {
             try verifier.verify(raw(#"{"sub":"alice","aud":"relay.example","exp":"2030-01-01T00:00:00Z"}"#), now: now)

@@ -27,7 +27,7 @@ import Testing
                id: String? = nil, body: [UInt8]? = nil, signature: [UInt8]? = nil, trailing: [UInt8] = []) throws -> [UInt8] {
         try EnvelopeCrafter(senderUID: "alice", identity: alice, mailbox: bobMailbox.publicKey)
             .craft(version: version, sender: sender, key: senderKey, recipient: recipient, id: id ?? self.id,
-                   body: body ?? text("hello").encoded(), signature: signature, trailing: trailing)
+                   body: body ?? text("hello").testBody, signature: signature, trailing: trailing)
     }
 
     @Test func roundTripOfEveryKnownType() throws {
@@ -48,7 +48,7 @@ import Testing
             #expect(opened.sender == "alice")
             #expect(opened.senderKey == alice.publicKey)
             #expect(opened.messageID == id)
-            #expect(opened.body == message.encoded())
+            #expect(opened.body == message.testBody)
         }
     }
 
@@ -62,7 +62,7 @@ import Testing
         let opened = try open(try sealed(message))
         #expect(opened.message == message)
         // Re-encoding keeps every field the sender wrote (sender's unknown fields are not kept).
-        let again = try JSONSerialization.jsonObject(with: Data(opened.message.encoded())) as! [String: Any]
+        let again = try JSONSerialization.jsonObject(with: Data(opened.message.testBody)) as! [String: Any]
         #expect((again["payload"] as! [String: Any])["poll"] != nil)
         #expect(again["extra"] != nil)
     }
@@ -112,7 +112,7 @@ import Testing
         // covers the recipient, so it fails.
         let signedForCarol = preAuthenticationEncoding([Array("mailslot-envelope-v1".utf8), Array("alice".utf8),
                                                         alice.publicKey.bytes, Array("carol".utf8), bobMailbox.publicKey.bytes,
-                                                        Array(id.utf8), text("hello").encoded()])
+                                                        Array(id.utf8), text("hello").testBody])
         #expect(throws: EnvelopeError.badSignature) { try open(try craft(signature: alice.sign(signedForCarol))) }
     }
 
@@ -126,9 +126,9 @@ import Testing
         // catch every altered field.
         let signedForOtherID = preAuthenticationEncoding([Array("mailslot-envelope-v1".utf8), Array("alice".utf8),
                                                           alice.publicKey.bytes, Array("bob".utf8), bobMailbox.publicKey.bytes,
-                                                          Array("AAAAAAAAAAAAAAAAAAAA".utf8), text("hello").encoded()])
+                                                          Array("AAAAAAAAAAAAAAAAAAAA".utf8), text("hello").testBody])
         #expect(throws: EnvelopeError.badSignature) { try open(try craft(signature: alice.sign(signedForOtherID))) }
-        #expect(throws: EnvelopeError.badSignature) { try open(try craft(body: text("hullo").encoded(), signature: alice.sign([1]))) }
+        #expect(throws: EnvelopeError.badSignature) { try open(try craft(body: text("hullo").testBody, signature: alice.sign([1]))) }
         // A stranger signing in alice's name with their own key is detected by the caller's pin
         // check; the envelope itself is consistent and says who signed.
         let mallory = IdentityKeyPair()
@@ -150,31 +150,51 @@ import Testing
         var record = Envelope.record(version: 1, sender: Array("alice".utf8), senderKey: alice.publicKey.bytes,
                                      recipient: Array("bob".utf8), messageID: Array(id.utf8), body: [1, 2], signature: [])
         record = Array(record.prefix(record.count - 2))
-        let truncated = bobMailbox.publicKey.seal(try Envelope.pad(record))
+        let truncated = bobMailbox.publicKey.testSeal(try Envelope.pad(record))
         #expect(throws: EnvelopeError.malformedRecord("the record is truncated")) { try open(truncated) }
     }
 
     @Test func badPaddingIsRefused() {
-        let noMarker = bobMailbox.publicKey.seal([UInt8](repeating: 0, count: 464))
+        let noMarker = bobMailbox.publicKey.testSeal([UInt8](repeating: 0, count: 464))
         #expect(throws: EnvelopeError.badPadding) { try open(noMarker) }
-        let wrongMarker = bobMailbox.publicKey.seal([1] + [UInt8](repeating: 0x7F, count: 463))
+        let wrongMarker = bobMailbox.publicKey.testSeal([1] + [UInt8](repeating: 0x7F, count: 463))
         #expect(throws: EnvelopeError.badPadding) { try open(wrongMarker) }
+    }
+
+    @Test func paddingBeyondTheSmallestClassIsRefused() throws {
+        var padded = try Envelope.pad(Envelope.record(version: 1, sender: Array("alice".utf8), senderKey: alice.publicKey.bytes,
+                                                      recipient: Array("bob".utf8), messageID: Array(id.utf8),
+                                                      body: text("hello").testBody, signature: [UInt8](repeating: 0, count: 64)))
+        padded += [UInt8](repeating: 0, count: 512)  // a valid 1 KiB size, but not the smallest class
+        #expect(throws: EnvelopeError.badPadding) { try open(bobMailbox.publicKey.testSeal(padded)) }
+    }
+
+    @Test func unusableMailboxKeysAndUnencodableMessagesAreRefusedWhenSealing() throws {
+        let zero = try #require(MailboxPublicKey(bytes: [UInt8](repeating: 0, count: 32)))
+        #expect(!zero.isUsable)
+        #expect(bobMailbox.publicKey.isUsable)
+        #expect(throws: EnvelopeError.unusableMailboxKey) {
+            try Envelope.seal(text("hi"), id: id, from: "alice", identity: alice, to: "bob", mailboxKey: zero)
+        }
+        var odd = text("hi")
+        odd.payload.unknownFields["score"] = .number(.infinity)
+        #expect { try sealed(odd) } throws: { ($0 as? EnvelopeError)?.code == "envelope_invalid_body" }
     }
 
     @Test func invalidBodiesAreRefused() throws {
         #expect { try open(try craft(body: Array("not json".utf8))) } throws: { ($0 as? EnvelopeError)?.code == "envelope_invalid_body" }
-        #expect { try open(try craft(body: text("").encoded())) } throws: { ($0 as? EnvelopeError)?.code == "envelope_invalid_body" }
+        #expect { try open(try craft(body: text("").testBody)) } throws: { ($0 as? EnvelopeError)?.code == "envelope_invalid_body" }
         let farAway = ChatMessage(type: .location, sender: Sender(id: "alice"), payload: Payload(location: Location(latitude: 91, longitude: 0)), timestamp: 1)
-        #expect { try open(try craft(body: farAway.encoded())) } throws: { ($0 as? EnvelopeError)?.code == "envelope_invalid_body" }
+        #expect { try open(try craft(body: farAway.testBody)) } throws: { ($0 as? EnvelopeError)?.code == "envelope_invalid_body" }
         let receipt = ChatMessage(type: .receipt, sender: Sender(id: "alice"), payload: Payload(receipt: Receipt(kind: .read, messageIDs: ["x"])), timestamp: 1)
-        #expect { try open(try craft(body: receipt.encoded())) } throws: { ($0 as? EnvelopeError)?.code == "envelope_invalid_body" }
+        #expect { try open(try craft(body: receipt.testBody)) } throws: { ($0 as? EnvelopeError)?.code == "envelope_invalid_body" }
         let notAPicture = ChatMessage(type: .picture, sender: Sender(id: "alice"),
                                       payload: Payload(attachments: [Attachment(mediaType: "text/html", data: [1])]), timestamp: 1)
-        #expect { try open(try craft(body: notAPicture.encoded())) } throws: { ($0 as? EnvelopeError)?.code == "envelope_invalid_body" }
+        #expect { try open(try craft(body: notAPicture.testBody)) } throws: { ($0 as? EnvelopeError)?.code == "envelope_invalid_body" }
     }
 
     @Test func bodySenderMustBeTheSigner() throws {
-        #expect(throws: EnvelopeError.senderMismatch) { try open(try craft(body: text("hi", from: "carol").encoded())) }
+        #expect(throws: EnvelopeError.senderMismatch) { try open(try craft(body: text("hi", from: "carol").testBody)) }
         #expect(throws: EnvelopeError.senderMismatch) {
             try Envelope.seal(text("hi", from: "carol"), id: id, from: "alice", identity: alice, to: "bob", mailboxKey: bobMailbox.publicKey)
         }

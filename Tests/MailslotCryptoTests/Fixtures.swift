@@ -1,4 +1,5 @@
 import Foundation
+import Testing
 
 /// Locates test data without bundling resources: the official vectors beside this file, and
 /// the project's own spec vectors under `spec/vectors/`.
@@ -26,5 +27,3 @@ func hex(_ text: String) -> [UInt8] {
     }
     return bytes
 }
-
-import Testing

@@ -41,6 +41,12 @@ import Testing
         #expect(throws: KeyBundleError.malformed("not a key bundle in JSON")) { try KeyBundle.decode(Array("[]".utf8)) }
     }
 
+    @Test func refusesALowOrderMailboxKey() throws {
+        let zero = try #require(MailboxPublicKey(bytes: [UInt8](repeating: 0, count: 32)))
+        let bundle = KeyBundle(uid: "alice", identity: identity, mailboxKey: zero)
+        #expect(throws: KeyBundleError.malformed("mailbox_key is a low-order point")) { try KeyBundle.decode(bundle.encoded()) }
+    }
+
     @Test func aBundleSignedByAnotherKeyIsRefused() throws {
         let mallory = IdentityKeyPair()
         let forged = KeyBundle(uid: "alice", identity: mallory, mailboxKey: mailbox.publicKey)

@@ -49,7 +49,7 @@ import Testing
         #expect(!identity.publicKey.verify(signature: Array(signature.dropLast()), of: message))
 
         let mailbox = MailboxKeyPair()
-        let box = mailbox.publicKey.seal(message)
+        let box = mailbox.publicKey.testSeal(message)
         #expect(box.count == message.count + 48)
         #expect(mailbox.open(sealed: box) == message)
         #expect(MailboxKeyPair().open(sealed: box) == nil)

@@ -48,12 +48,13 @@ public struct ChatMessage: Sendable, Equatable, Codable {
     }
 
     /// The message as compact JSON with sorted keys: the bytes that get signed and sealed.
-    public func encoded() -> [UInt8] {
+    /// Fails only for a number JSON cannot carry (NaN or infinite), anywhere in the message.
+    public func encoded() throws(EnvelopeError) -> [UInt8] {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        // Encoding these value types cannot fail: no floats that are NaN/infinite are accepted
-        // (Location refuses them), and every container is string-keyed.
-        return Array((try? encoder.encode(self)) ?? Data())
+        do { return Array(try encoder.encode(self)) } catch {
+            throw .invalidBody("the message holds a number JSON cannot carry (NaN or infinite)")
+        }
     }
 
     /// Decodes and checks a body: the fields each known type needs, and their ranges.

@@ -158,7 +158,8 @@ public struct TokenVerifier: Sendable {
 
         guard let claims = Self.object(message) else { throw .malformed("the claims are not a JSON object") }
         guard let uid = claims["sub"] as? String, Identifier.isValidUID(uid) else { throw .invalidSubject }
-        guard let aud = claims["aud"] as? String, aud == audience else { throw .wrongAudience }
+        // An unconfigured (empty) audience accepts nothing, as the minter never writes one.
+        guard let aud = claims["aud"] as? String, !audience.isEmpty, aud == audience else { throw .wrongAudience }
         let issuedAt = try Self.time(claims, "iat")
         let expiresAt = try Self.time(claims, "exp")
         let notBefore = claims["nbf"] == nil ? nil : try Self.time(claims, "nbf")

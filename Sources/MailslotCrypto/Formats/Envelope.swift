@@ -38,6 +38,8 @@ public enum EnvelopeError: Error, Equatable, Sendable {
     case senderMismatch
     /// Sealing only: the message does not fit in the largest size class.
     case tooLarge
+    /// Sealing only: the recipient's mailbox key is a low-order point nothing can be sealed to.
+    case unusableMailboxKey
 
     /// The stable, documented code of this failure (spec/envelope.md).
     public var code: String {
@@ -53,6 +55,7 @@ public enum EnvelopeError: Error, Equatable, Sendable {
         case .invalidBody: "envelope_invalid_body"
         case .senderMismatch: "envelope_sender_mismatch"
         case .tooLarge: "envelope_too_large"
+        case .unusableMailboxKey: "envelope_unusable_mailbox_key"
         }
     }
 }
@@ -100,7 +103,7 @@ public enum Envelope {
                             to recipient: String, mailboxKey: MailboxPublicKey) throws(EnvelopeError) -> [UInt8] {
         try message.validate()
         guard message.sender.id == sender else { throw .senderMismatch }
-        return try seal(body: message.encoded(), id: id, from: sender, identity: identity,
+        return try seal(body: try message.encoded(), id: id, from: sender, identity: identity,
                         to: recipient, mailboxKey: mailboxKey)
     }
 
@@ -118,7 +121,8 @@ public enum Envelope {
         var padded = try pad(record(version: version, sender: senderUID, senderKey: identity.publicKey.bytes,
                                     recipient: recipientUID, messageID: messageID, body: body, signature: signature))
         defer { wipe(&padded) }
-        return mailboxKey.seal(padded)
+        guard let envelope = mailboxKey.seal(padded) else { throw .unusableMailboxKey }
+        return envelope
     }
 
     /// Lays out the record's fields (see the table at the top of this file).
@@ -160,7 +164,8 @@ public enum Envelope {
         defer { wipe(&padded) }
 
         // Strip ISO/IEC 7816-4 padding. The box is authenticated already, so this is no oracle.
-        guard let marker = padded.lastIndex(where: { $0 != 0 }), padded[marker] == 0x80 else { throw .badPadding }
+        guard let marker = padded.lastIndex(where: { $0 != 0 }), padded[marker] == 0x80,
+              sizeClass(forRecordLength: marker) == envelope.count else { throw .badPadding }  // the smallest class only
         var reader = RecordReader(bytes: padded[..<marker])
 
         let recordVersion = try reader.byte()

@@ -65,6 +65,7 @@ public struct KeyBundle: Sendable, Equatable, Codable {
         guard Identifier.isValidUID(uid) else { throw .invalidUID }
         if let expectedUID, expectedUID != uid { throw .wrongUser }
         guard Timestamp.parse(createdAt) != nil else { throw .malformed("created_at is not an RFC 3339 time") }
+        guard mailboxKey.isUsable else { throw .malformed("mailbox_key is a low-order point") }
         let signed = Self.signedBytes(uid: uid, identityKey: identityKey, mailboxKey: mailboxKey, createdAt: createdAt)
         guard identityKey.verify(signature: signature, of: signed) else { throw .badSignature }
     }
@@ -83,7 +84,8 @@ public struct KeyBundle: Sendable, Equatable, Codable {
     public func encoded() -> [UInt8] {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        return Array((try? encoder.encode(self)) ?? Data())
+        // Only strings and an integer: encoding cannot fail.
+        return Array(try! encoder.encode(self))
     }
 
     private static func signedBytes(uid: String, identityKey: IdentityPublicKey, mailboxKey: MailboxPublicKey,

@@ -70,12 +70,25 @@ public struct MailboxPublicKey: Sendable, Hashable, CustomStringConvertible {
     init(checkedBytes: [UInt8]) { bytes = checkedBytes }
 
     /// Seals `plaintext` to this key (`crypto_box_seal`): an anonymous sender, a fresh ephemeral
-    /// key per box, 48 bytes of overhead.
-    public func seal(_ plaintext: [UInt8]) -> [UInt8] {
+    /// key per box, 48 bytes of overhead. Nil when the key is unusable (see ``isUsable``).
+    public func seal(_ plaintext: [UInt8]) -> [UInt8]? {
         Sodium.ready()
         var box = [UInt8](repeating: 0, count: plaintext.count + crypto_box_sealbytes())
-        _ = crypto_box_seal(&box, plaintext, UInt64(plaintext.count), bytes)
+        guard crypto_box_seal(&box, plaintext, UInt64(plaintext.count), bytes) == 0 else { return nil }
         return box
+    }
+
+    /// False for a low-order point (such as all zeros): every shared secret with it is zero, so
+    /// nothing can be sealed to it. Key bundles carrying one are refused.
+    public var isUsable: Bool {
+        Sodium.ready()
+        var shared = [UInt8](repeating: 0, count: Int(crypto_scalarmult_BYTES))
+        let scalar = SecretBytes(randomCount: Int(crypto_scalarmult_SCALARBYTES))
+        let status = scalar.withUnsafeBytes { scalarBytes in
+            crypto_scalarmult(&shared, scalarBytes.baseAddress!.assumingMemoryBound(to: UInt8.self), bytes)
+        }
+        wipe(&shared)
+        return status == 0
     }
 
     /// The key in unpadded base64url.

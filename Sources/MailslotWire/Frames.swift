@@ -1,0 +1,81 @@
+/// A frame a client sends on the subscription socket (`GET /v1/users/{uid}/subscribe`), as one
+/// JSON text frame. spec/protocol.md §WebSocket lists every frame with an example.
+///
+/// - `{"type":"ack","id":…}`: the owner has stored message `id`; the relay erases it.
+/// - `{"type":"send","ref":…,"to":…,"id":…,"envelope":…,"ttl_seconds"?:…}`: the same as
+///   `PUT /v1/users/{to}/messages/{id}`; the answer is a `sent` or `error` frame with the same `ref`.
+public struct ClientFrame: Sendable, Equatable, Codable {
+    /// `ack` or `send`.
+    public let type: String
+    /// The message id (both frames).
+    public let id: String?
+    /// The client's reference for a `send`, echoed in the answer (1 to 64 bytes).
+    public let ref: String?
+    /// The recipient of a `send`.
+    public let to: String?
+    /// The sealed envelope of a `send`, unpadded base64url.
+    public let envelope: String?
+    /// The lifetime of a `send`, in seconds.
+    public let ttlSeconds: Int64?
+
+    /// An acknowledgement of message `id`.
+    public static func ack(_ id: String) -> ClientFrame {
+        ClientFrame(type: "ack", id: id, ref: nil, to: nil, envelope: nil, ttlSeconds: nil)
+    }
+
+    /// A send of `envelope` to `to` under message id `id`.
+    public static func send(ref: String, to: String, id: String, envelope: [UInt8], ttlSeconds: Int64? = nil) -> ClientFrame {
+        ClientFrame(type: "send", id: id, ref: ref, to: to, envelope: Base64URL.encode(envelope), ttlSeconds: ttlSeconds)
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case type, id, ref, to, envelope
+        case ttlSeconds = "ttl_seconds"
+    }
+}
+
+/// A frame the relay sends on the subscription socket.
+///
+/// - `{"type":"ready","pending":N}`: first frame; N messages are waiting.
+/// - `{"type":"message","message":{…,"envelope":…}}`: a delivery; ack it by id.
+/// - `{"type":"acked","id":…}`: the message is erased.
+/// - `{"type":"sent","ref":…,"created":true|false,"message":{…}}`: a `send` was stored (or was an identical retry).
+/// - `{"type":"error","ref"?:…,"id"?:…,"problem":{…}}`: a frame was refused; the socket stays open.
+public struct RelayFrame: Sendable, Equatable, Codable {
+    /// `ready`, `message`, `acked`, `sent` or `error`.
+    public let type: String
+    /// The number of waiting messages (`ready`).
+    public let pending: Int?
+    /// The message (`message`, `sent`).
+    public let message: MessageRecord?
+    /// The client's reference (`sent`, `error` for a `send`).
+    public let ref: String?
+    /// The message id (`acked`, `error` for an `ack`).
+    public let id: String?
+    /// True when a `send` stored a new message, false for an identical retry.
+    public let created: Bool?
+    /// What went wrong (`error`).
+    public let problem: Problem?
+
+    /// A frame with the given fields; the static constructors are clearer.
+    public init(type: String, pending: Int? = nil, message: MessageRecord? = nil, ref: String? = nil, id: String? = nil,
+                created: Bool? = nil, problem: Problem? = nil) {
+        self.type = type
+        self.pending = pending
+        self.message = message
+        self.ref = ref
+        self.id = id
+        self.created = created
+        self.problem = problem
+    }
+}
+
+/// WebSocket close codes the relay uses besides the standard ones.
+public enum CloseCode {
+    /// A newer subscription of the same mailbox took over.
+    public static let replaced: UInt16 = 4000
+    /// The session expired or was revoked while the socket was open.
+    public static let sessionEnded: UInt16 = 4001
+    /// The client broke the protocol (unparseable frames, too many errors).
+    public static let protocolViolation: UInt16 = 4002
+}

@@ -1,0 +1,92 @@
+/// `PUT /v1/users/{uid}/messages/{id}`: drop a sealed envelope into a mailbox.
+public struct SendRequest: Sendable, Equatable, Codable {
+    /// The sealed envelope, unpadded base64url.
+    public let envelope: String
+    /// How long the relay keeps it if unacknowledged; default 7 days, at most 30.
+    public let ttlSeconds: Int64?
+
+    /// A request carrying `envelope` (raw bytes, encoded here).
+    public init(envelope: [UInt8], ttlSeconds: Int64? = nil) {
+        self.envelope = Base64URL.encode(envelope)
+        self.ttlSeconds = ttlSeconds
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case envelope
+        case ttlSeconds = "ttl_seconds"
+    }
+}
+
+/// What the relay knows of a message: everything but the sealed content. `envelope` is present
+/// only for the mailbox owner (reads and deliveries).
+public struct MessageRecord: Sendable, Equatable, Codable {
+    /// The sender-chosen id.
+    public let id: String
+    /// The uid of the session that created it, stamped by the relay.
+    public let author: String
+    /// When the relay stored it (RFC 3339).
+    public let createdAt: String
+    /// When the relay erases it if it is not acknowledged first (RFC 3339).
+    public let expiresAt: String
+    /// The envelope's size in bytes (a size class).
+    public let size: Int
+    /// The position in the mailbox: the list cursor, strictly increasing.
+    public let seq: Int64?
+    /// Owner-set processing lease: until when one worker holds the message (RFC 3339).
+    public let leaseUntil: String?
+    /// Owner-set small opaque label for the message (e.g. a worker name).
+    public let leaseHolder: String?
+    /// The sealed envelope, unpadded base64url; owner only.
+    public let envelope: String?
+
+    /// A record with all its fields.
+    public init(id: String, author: String, createdAt: String, expiresAt: String, size: Int, seq: Int64?,
+                leaseUntil: String? = nil, leaseHolder: String? = nil, envelope: String? = nil) {
+        self.id = id
+        self.author = author
+        self.createdAt = createdAt
+        self.expiresAt = expiresAt
+        self.size = size
+        self.seq = seq
+        self.leaseUntil = leaseUntil
+        self.leaseHolder = leaseHolder
+        self.envelope = envelope
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case id, author, size, seq, envelope
+        case createdAt = "created_at", expiresAt = "expires_at", leaseUntil = "lease_until", leaseHolder = "lease_holder"
+    }
+}
+
+/// `GET /v1/users/{uid}/messages`: one page, oldest first.
+public struct MessagePage: Sendable, Equatable, Codable {
+    /// The messages of this page, oldest first, with their envelopes.
+    public let messages: [MessageRecord]
+    /// The cursor for the next page (`after=`), or nil when this page reached the end.
+    public let next: String?
+
+    /// A page of messages and the cursor after it.
+    public init(messages: [MessageRecord], next: String?) {
+        self.messages = messages
+        self.next = next
+    }
+}
+
+/// `PATCH /v1/users/{uid}/messages/{id}`: the owner's metadata. The sealed body never changes.
+public struct MessagePatch: Sendable, Equatable, Codable {
+    /// Take (seconds > 0) or release (0) a processing lease of that many seconds from now.
+    public let leaseSeconds: Int64?
+    /// Who holds the lease (opaque, at most 64 bytes).
+    public let leaseHolder: String?
+
+    /// A patch taking or releasing a lease.
+    public init(leaseSeconds: Int64?, leaseHolder: String? = nil) {
+        self.leaseSeconds = leaseSeconds
+        self.leaseHolder = leaseHolder
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case leaseSeconds = "lease_seconds", leaseHolder = "lease_holder"
+    }
+}

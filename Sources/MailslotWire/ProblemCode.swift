@@ -1,0 +1,84 @@
+/// Every error the relay answers with: a stable `code` (documented in spec/protocol.md) and its
+/// HTTP status. Clients branch on the code, never on the human-readable text.
+public enum ProblemCode: String, Sendable, Codable, CaseIterable {
+    // 400: the request itself is wrong.
+    case badRequest = "bad_request"
+    case invalidJSON = "invalid_json"
+    case invalidUID = "invalid_uid"
+    case invalidMessageID = "invalid_message_id"
+    case invalidEnvelope = "invalid_envelope"
+    case invalidTTL = "invalid_ttl"
+    case invalidCursor = "invalid_cursor"
+    case invalidKeyBundle = "invalid_key_bundle"
+    case invalidDocument = "invalid_document"
+    case invalidLease = "invalid_lease"
+    // 401: who is asking is unknown.
+    case unauthenticated = "unauthenticated"
+    case sessionExpired = "session_expired"
+    case invalidToken = "invalid_token"
+    case refreshInvalid = "refresh_invalid"
+    case refreshReused = "refresh_reused"
+    // 403, 404, 405, 409.
+    case forbidden = "forbidden"
+    case blocked = "blocked"
+    case notFound = "not_found"
+    case methodNotAllowed = "method_not_allowed"
+    case conflict = "conflict"
+    // 413, 415, 429, 431: limits.
+    case bodyTooLarge = "body_too_large"
+    case envelopeTooLarge = "envelope_too_large"
+    case unsupportedMediaType = "unsupported_media_type"
+    case rateLimited = "rate_limited"
+    case mailboxFull = "mailbox_full"
+    case headersTooLarge = "headers_too_large"
+    // 5xx.
+    case tooManyConnections = "too_many_connections"
+    case internalError = "internal"
+
+    /// The HTTP status that goes with the code.
+    public var status: Int {
+        switch self {
+        case .badRequest, .invalidJSON, .invalidUID, .invalidMessageID, .invalidEnvelope, .invalidTTL,
+             .invalidCursor, .invalidKeyBundle, .invalidDocument, .invalidLease: 400
+        case .unauthenticated, .sessionExpired, .invalidToken, .refreshInvalid, .refreshReused: 401
+        case .forbidden, .blocked: 403
+        case .notFound: 404
+        case .methodNotAllowed: 405
+        case .conflict: 409
+        case .bodyTooLarge, .envelopeTooLarge: 413
+        case .unsupportedMediaType: 415
+        case .rateLimited, .mailboxFull: 429
+        case .headersTooLarge: 431
+        case .tooManyConnections: 503
+        case .internalError: 500
+        }
+    }
+}
+
+/// An `application/problem+json` body (RFC 9457) with Mailslot's stable `code`.
+public struct Problem: Sendable, Equatable, Codable, Error {
+    /// The stable error code.
+    public let code: ProblemCode
+    /// The HTTP status, repeated in the body as RFC 9457 asks.
+    public let status: Int
+    /// A short summary of the code (the same for every occurrence of it).
+    public let title: String
+    /// What went wrong this time, for people. Never echoes secrets, tokens or envelopes.
+    public let detail: String?
+    /// Seconds after which a rate-limited request may be retried.
+    public let retryAfter: Int?
+
+    /// A problem with `code`, and optionally what went wrong this time.
+    public init(_ code: ProblemCode, _ detail: String? = nil, retryAfter: Int? = nil) {
+        self.code = code
+        self.status = code.status
+        self.title = code.rawValue.replacingOccurrences(of: "_", with: " ")
+        self.detail = detail
+        self.retryAfter = retryAfter
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case code, status, title, detail
+        case retryAfter = "retry_after"
+    }
+}
