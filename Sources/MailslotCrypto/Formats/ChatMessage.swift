@@ -256,12 +256,23 @@ public struct Location: Sendable, Equatable, Codable {
 /// A delivery or read receipt: sent as a message of its own to the other side's mailbox, so the
 /// relay never learns who read what.
 public struct Receipt: Sendable, Equatable, Codable {
-    /// What the receipt acknowledges.
-    public enum Kind: String, Sendable, Codable {
+    /// What the receipt acknowledges. Kinds from newer clients are kept, not refused.
+    public struct Kind: RawRepresentable, Sendable, Hashable, Codable {
+        /// The kind as written on the wire.
+        public let rawValue: String
+        /// Wraps a kind as written on the wire.
+        public init(rawValue: String) { self.rawValue = rawValue }
+        /// Decodes the kind from a JSON string.
+        public init(from decoder: any Decoder) throws { rawValue = try decoder.singleValueContainer().decode(String.self) }
+        /// Encodes the kind as a JSON string.
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.singleValueContainer()
+            try container.encode(rawValue)
+        }
         /// The messages reached the recipient's device.
-        case delivered
+        public static let delivered = Kind(rawValue: "delivered")
         /// The recipient has seen them.
-        case read
+        public static let read = Kind(rawValue: "read")
     }
     /// Delivered or read.
     public var kind: Kind
