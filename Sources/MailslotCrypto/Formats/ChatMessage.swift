@@ -27,6 +27,9 @@ public struct ChatMessage: Sendable, Equatable, Codable {
 
     private static let known: Set<String> = ["timestamp", "type", "sender", "payload"]
 
+    /// The deepest nesting a body may have.
+    public static let maxJSONDepth = 32
+
     /// Decodes a message, keeping unknown fields.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: AnyCodingKey.self)
@@ -59,6 +62,9 @@ public struct ChatMessage: Sendable, Equatable, Codable {
 
     /// Decodes and checks a body: the fields each known type needs, and their ranges.
     public static func decode(_ body: [UInt8]) throws(EnvelopeError) -> ChatMessage {
+        do { try StrictJSON.validate(body, maxDepth: maxJSONDepth) } catch {
+            throw .invalidBody("the body is not strict JSON (RFC 8259, unique member names, depth ≤ \(maxJSONDepth))")
+        }
         let message: ChatMessage
         do { message = try JSONDecoder().decode(ChatMessage.self, from: Data(body)) } catch {
             throw .invalidBody("the body is not a chat message in JSON")

@@ -68,6 +68,8 @@ public enum CustomToken {
     public static let clockSkew: Double = 60
     /// The longest `aud` or `jti`, in bytes.
     public static let maxClaimBytes = 256
+    /// The deepest nesting accepted in the claims or the footer.
+    public static let maxJSONDepth = 8
 }
 
 /// A token that passed every check: who it signs in, and for how long.
@@ -187,8 +189,10 @@ public struct TokenVerifier: Sendable {
         return seconds
     }
 
+    /// A strict-JSON object (StrictJSON: no trailing commas, no duplicate members, depth ≤ 8).
     private static func object(_ bytes: [UInt8]) -> [String: Any]? {
-        (try? JSONSerialization.jsonObject(with: Data(bytes))) as? [String: Any]
+        guard (try? StrictJSON.validate(bytes, maxDepth: CustomToken.maxJSONDepth)) != nil else { return nil }
+        return (try? JSONSerialization.jsonObject(with: Data(bytes))) as? [String: Any]
     }
 
     private static func describe(_ error: PasetoError) -> String {

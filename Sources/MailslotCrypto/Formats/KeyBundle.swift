@@ -73,7 +73,10 @@ public struct KeyBundle: Sendable, Equatable, Codable {
     /// Decodes a bundle from its JSON and verifies it.
     public static func decode(_ json: [UInt8], for expectedUID: String? = nil) throws(KeyBundleError) -> KeyBundle {
         let bundle: KeyBundle
-        do { bundle = try JSONDecoder().decode(KeyBundle.self, from: Data(json)) } catch {
+        do {
+            try StrictJSON.validate(json, maxDepth: 4)
+            bundle = try JSONDecoder().decode(KeyBundle.self, from: Data(json))
+        } catch {
             throw .malformed("not a key bundle in JSON")
         }
         try bundle.verify(for: expectedUID)

@@ -1,0 +1,195 @@
+/// A strict RFC 8259 check, run before any JSON Mailslot reads is handed to a parser.
+///
+/// Platform JSON parsers are lenient in different ways (trailing commas, a byte-order mark,
+/// duplicate member names where "the last one wins"); two implementations that disagree on what a
+/// signed claim or body says are a security problem. So every JSON text Mailslot reads — token
+/// claims and footers, envelope bodies, key bundles, relay requests — must first pass this check.
+public enum StrictJSON {
+    /// Why a text is not strict JSON.
+    public enum Failure: Error, Equatable, Sendable {
+        /// Not RFC 8259 JSON (the text says what was found where).
+        case syntax(String)
+        /// Nested deeper than allowed.
+        case tooDeep
+        /// An object repeats a member name.
+        case duplicateMember(String)
+    }
+
+    /// Checks that `bytes` are one RFC 8259 JSON value (UTF-8, no BOM, surrounding whitespace
+    /// allowed), nested at most `maxDepth` deep, with unique member names in every object and no
+    /// unpaired surrogate escapes.
+    public static func validate(_ bytes: some Collection<UInt8>, maxDepth: Int = 64) throws(Failure) {
+        var parser = Parser(bytes: Array(bytes), maxDepth: maxDepth)
+        parser.skipWhitespace()
+        try parser.value(depth: 0)
+        parser.skipWhitespace()
+        guard parser.index == parser.bytes.count else { throw parser.failure("data after the JSON value") }
+        guard String(validating: parser.bytes, as: UTF8.self) != nil else { throw .syntax("not UTF-8") }
+    }
+
+    private struct Parser {
+        let bytes: [UInt8]
+        let maxDepth: Int
+        var index = 0
+
+        init(bytes: [UInt8], maxDepth: Int) {
+            self.bytes = bytes
+            self.maxDepth = maxDepth
+        }
+
+        func failure(_ what: String) -> Failure { .syntax("\(what) at byte \(index)") }
+
+        var current: UInt8? { index < bytes.count ? bytes[index] : nil }
+
+        mutating func skipWhitespace() {
+            while let byte = current, byte == 0x20 || byte == 0x09 || byte == 0x0A || byte == 0x0D { index += 1 }
+        }
+
+        mutating func expect(_ literal: String) throws(Failure) {
+            for byte in literal.utf8 {
+                guard current == byte else { throw failure("invalid literal") }
+                index += 1
+            }
+        }
+
+        mutating func value(depth: Int) throws(Failure) {
+            guard let byte = current else { throw failure("expected a value") }
+            switch byte {
+            case UInt8(ascii: "{"): try object(depth: depth + 1)
+            case UInt8(ascii: "["): try array(depth: depth + 1)
+            case UInt8(ascii: "\""): _ = try string()
+            case UInt8(ascii: "t"): try expect("true")
+            case UInt8(ascii: "f"): try expect("false")
+            case UInt8(ascii: "n"): try expect("null")
+            case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): try number()
+            default: throw failure("expected a value")
+            }
+        }
+
+        mutating func object(depth: Int) throws(Failure) {
+            guard depth <= maxDepth else { throw .tooDeep }
+            index += 1
+            skipWhitespace()
+            if current == UInt8(ascii: "}") { index += 1; return }
+            var names: Set<[UInt8]> = []
+            while true {
+                skipWhitespace()
+                guard current == UInt8(ascii: "\"") else { throw failure("expected a member name") }
+                let name = try string()
+                guard names.insert(name).inserted else {
+                    throw .duplicateMember(String(decoding: name.prefix(64), as: UTF8.self))
+                }
+                skipWhitespace()
+                guard current == UInt8(ascii: ":") else { throw failure("expected ':'") }
+                index += 1
+                skipWhitespace()
+                try value(depth: depth)
+                skipWhitespace()
+                if current == UInt8(ascii: ",") { index += 1; continue }
+                guard current == UInt8(ascii: "}") else { throw failure("expected ',' or '}'") }
+                index += 1
+                return
+            }
+        }
+
+        mutating func array(depth: Int) throws(Failure) {
+            guard depth <= maxDepth else { throw .tooDeep }
+            index += 1
+            skipWhitespace()
+            if current == UInt8(ascii: "]") { index += 1; return }
+            while true {
+                skipWhitespace()
+                try value(depth: depth)
+                skipWhitespace()
+                if current == UInt8(ascii: ",") { index += 1; continue }
+                guard current == UInt8(ascii: "]") else { throw failure("expected ',' or ']'") }
+                index += 1
+                return
+            }
+        }
+
+        /// A string; returns its decoded bytes, so that member names that differ only in how they
+        /// are escaped (`"a"` and `"\u0061"`) count as duplicates.
+        mutating func string() throws(Failure) -> [UInt8] {
+            index += 1
+            var decoded: [UInt8] = []
+            while true {
+                guard let byte = current else { throw failure("unterminated string") }
+                index += 1
+                switch byte {
+                case UInt8(ascii: "\""):
+                    return decoded
+                case UInt8(ascii: "\\"):
+                    guard let escape = current else { throw failure("unterminated escape") }
+                    index += 1
+                    switch escape {
+                    case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): decoded.append(escape)
+                    case UInt8(ascii: "b"): decoded.append(0x08)
+                    case UInt8(ascii: "f"): decoded.append(0x0C)
+                    case UInt8(ascii: "n"): decoded.append(0x0A)
+                    case UInt8(ascii: "r"): decoded.append(0x0D)
+                    case UInt8(ascii: "t"): decoded.append(0x09)
+                    case UInt8(ascii: "u"):
+                        var scalar = try hex4()
+                        if (0xD800...0xDBFF).contains(scalar) {
+                            guard current == UInt8(ascii: "\\") else { throw failure("unpaired surrogate") }
+                            index += 1
+                            guard current == UInt8(ascii: "u") else { throw failure("unpaired surrogate") }
+                            index += 1
+                            let low = try hex4()
+                            guard (0xDC00...0xDFFF).contains(low) else { throw failure("unpaired surrogate") }
+                            scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                        } else if (0xDC00...0xDFFF).contains(scalar) {
+                            throw failure("unpaired surrogate")
+                        }
+                        decoded.append(contentsOf: Array(String(Character(Unicode.Scalar(scalar)!)).utf8))
+                    default:
+                        throw failure("invalid escape")
+                    }
+                default:
+                    guard byte >= 0x20 else { throw failure("control character in a string") }
+                    decoded.append(byte)
+                }
+            }
+        }
+
+        mutating func hex4() throws(Failure) -> UInt32 {
+            var value: UInt32 = 0
+            for _ in 0..<4 {
+                guard let byte = current, let digit = Self.hexValue(byte) else { throw failure("invalid \\u escape") }
+                value = value << 4 | digit
+                index += 1
+            }
+            return value
+        }
+
+        static func hexValue(_ byte: UInt8) -> UInt32? {
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): UInt32(byte - UInt8(ascii: "0"))
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): UInt32(byte - UInt8(ascii: "a") + 10)
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): UInt32(byte - UInt8(ascii: "A") + 10)
+            default: nil
+            }
+        }
+
+        mutating func number() throws(Failure) {
+            if current == UInt8(ascii: "-") { index += 1 }
+            guard let first = current, Self.isDigit(first) else { throw failure("invalid number") }
+            index += 1
+            if first != UInt8(ascii: "0") { while let byte = current, Self.isDigit(byte) { index += 1 } }
+            if current == UInt8(ascii: ".") {
+                index += 1
+                guard let byte = current, Self.isDigit(byte) else { throw failure("invalid fraction") }
+                while let byte = current, Self.isDigit(byte) { index += 1 }
+            }
+            if current == UInt8(ascii: "e") || current == UInt8(ascii: "E") {
+                index += 1
+                if current == UInt8(ascii: "+") || current == UInt8(ascii: "-") { index += 1 }
+                guard let byte = current, Self.isDigit(byte) else { throw failure("invalid exponent") }
+                while let byte = current, Self.isDigit(byte) { index += 1 }
+            }
+        }
+
+        static func isDigit(_ byte: UInt8) -> Bool { byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9") }
+    }
+}

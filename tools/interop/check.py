@@ -1,0 +1,1128 @@
+#!/usr/bin/env python3
+"""Independent implementation of Mailslot's formats, written from spec/ alone.
+
+Reads only spec/tokens.md, spec/envelope.md and spec/vectors/*.json (no Swift source), with
+PyNaCl (libsodium) and pyseto (PASETO). It checks the project's vectors, cross-checks the
+`mailslot-relay` binary (tokens minted by each side, verified by the other), and with
+--write-independent writes spec/vectors/independent/{envelopes,tokens}.json from this code.
+
+    check.py --relay-binary PATH [--write-independent]
+
+Prints `PASS name` / `FAIL name: why` per check, then `N passed, M failed`; exits 1 on failure.
+"""
+import argparse, base64, calendar, hashlib, json, os, re, subprocess, sys, tempfile, time
+
+import nacl.bindings, nacl.exceptions, nacl.public, nacl.signing
+import pyseto
+from pyseto import Key
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+VECTORS = os.path.join(ROOT, "spec", "vectors")
+
+# ---------------------------------------------------------------- reporting
+
+RESULTS = []
+
+
+def check(name, ok, why=""):
+    RESULTS.append(ok)
+    print(f"PASS {name}" if ok else f"FAIL {name}: {why}", flush=True)
+    return ok
+
+
+def expect_outcome(name, got, want):
+    """got/want are outcome strings ("ok" or an error code)."""
+    return check(name, got == want, f"got {got}, expected {want}")
+
+
+# ---------------------------------------------------------------- common conventions
+
+class FormatError(Exception):
+    def __init__(self, code, detail=""):
+        super().__init__(code)
+        self.code, self.detail = code, detail
+
+
+def b64e(b):
+    """Unpadded base64url (tokens.md §1, envelope.md §1)."""
+    return base64.urlsafe_b64encode(b).rstrip(b"=").decode("ascii")
+
+
+_B64 = re.compile(r"[A-Za-z0-9_-]*")
+_B64VAL = {c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")}
+
+
+def b64d(s):
+    """Strict unpadded base64url: alphabet only, len % 4 != 1, canonical trailing bits
+    (tokens.md §1, envelope.md §1). Raises ValueError."""
+    if not isinstance(s, str) or not _B64.fullmatch(s) or len(s) % 4 == 1:
+        raise ValueError("not strict base64url")
+    if len(s) % 4 and _B64VAL[s[-1]] & (0x0F if len(s) % 4 == 2 else 0x03):
+        raise ValueError("non-canonical trailing bits")
+    return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+
+
+def valid_uid(u):
+    """1-128 bytes of A-Z a-z 0-9 . _ -, not '.' or '..' (tokens.md §1, envelope.md §1)."""
+    return isinstance(u, str) and re.fullmatch(r"[A-Za-z0-9._-]{1,128}", u) is not None and u not in (".", "..")
+
+
+def valid_message_id(m):
+    """16-64 bytes of A-Z a-z 0-9 _ - (envelope.md §1)."""
+    return isinstance(m, str) and re.fullmatch(r"[A-Za-z0-9_-]{16,64}", m) is not None
+
+
+_RFC3339 = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt]([0-9]{2}):([0-9]{2}):([0-9]{2})"
+                      r"(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})")
+
+
+def parse_time(s):
+    """RFC 3339 per tokens.md §1: grammar, 20-64 bytes, real date, no leap second, offset
+    hours < 24 and minutes < 60. Returns epoch seconds as a float, or None."""
+    if not isinstance(s, str) or not 20 <= len(s.encode()) <= 64:
+        return None
+    m = _RFC3339.fullmatch(s)
+    if not m:
+        return None
+    y, mo, d, h, mi, sec = (int(m.group(i)) for i in range(1, 7))
+    # Proleptic Gregorian: year 0000 is a leap year like 2000 (the spec does not bound the year).
+    mdays = [31, 29 if (y % 4 == 0 and (y % 100 != 0 or y % 400 == 0)) else 28, 31, 30, 31, 30,
+             31, 31, 30, 31, 30, 31]
+    if not 1 <= mo <= 12 or not 1 <= d <= mdays[mo - 1] or h >= 24 or mi >= 60 or sec >= 60:
+        return None
+    off = 0
+    if m.group(8) not in ("Z", "z"):
+        oh, om = int(m.group(8)[1:3]), int(m.group(8)[4:6])
+        if oh >= 24 or om >= 60:
+            return None
+        off = (oh * 60 + om) * 60 * (1 if m.group(8)[0] == "+" else -1)
+    # days from civil (proleptic Gregorian), independent of the platform's time functions
+    yy = y - (mo <= 2)
+    era = yy // 400
+    yoe = yy - era * 400
+    doy = (153 * (mo + (-3 if mo > 2 else 9)) + 2) // 5 + d - 1
+    days = era * 146097 + yoe * 365 + yoe // 4 - yoe // 100 + doy - 719468
+    whole = days * 86400 + h * 3600 + mi * 60 + sec - off
+    return float(whole) + (float("0" + m.group(7)) if m.group(7) else 0.0)
+
+
+def fmt_time(t, offset_minutes=0, t_sep="T", z=None, frac=""):
+    """Writes an RFC 3339 time (the minter's form by default: whole seconds, +00:00)."""
+    local = time.gmtime(t + offset_minutes * 60)
+    sign = "+" if offset_minutes >= 0 else "-"
+    off = z if z else f"{sign}{abs(offset_minutes) // 60:02d}:{abs(offset_minutes) % 60:02d}"
+    return time.strftime(f"%Y-%m-%d{t_sep}%H:%M:%S", local) + frac + off
+
+
+def le64(n):
+    return (n & 0x7FFFFFFFFFFFFFFF).to_bytes(8, "little")
+
+
+def pae(*pieces):
+    """PAE (tokens.md §3, envelope.md §1)."""
+    return le64(len(pieces)) + b"".join(le64(len(p)) + p for p in pieces)
+
+
+class JFloat(float):
+    """A JSON number written with a fraction or an exponent."""
+
+
+def _no_constant(c):
+    raise ValueError(f"{c} is not JSON")
+
+
+def jload(b):
+    """RFC 8259 JSON from UTF-8 bytes (no NaN/Infinity; numbers with '.'/exponent → JFloat).
+    A \\uD800-style lone surrogate escape is refused too (the spec is silent; see the report)."""
+    v = json.loads(b.decode("utf-8"), parse_float=JFloat, parse_constant=_no_constant)
+    try:
+        json.dumps(v, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("lone surrogate")
+    return v
+
+
+def jdump(obj):
+    """Compact JSON, keys sorted, '/' not escaped, non-ASCII as UTF-8 (tokens.md §5,
+    envelope.md §3.4; non-ASCII/control escaping is not in the spec — see the report)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def is_int(v):
+    return type(v) is int
+
+
+def is_num(v):
+    return type(v) in (int, float, JFloat)
+
+
+# ---------------------------------------------------------------- PASERK (tokens.md §2)
+
+def paserk_public(pk):
+    return "k4.public." + b64e(pk)
+
+
+def paserk_secret(sk64):
+    return "k4.secret." + b64e(sk64)
+
+
+def paserk_pid(public_paserk):
+    """k4.pid = "k4.pid." || b64(BLAKE2b-264("k4.pid." || k4.public string)) (tokens.md §2)."""
+    return "k4.pid." + b64e(hashlib.blake2b(("k4.pid." + public_paserk).encode(), digest_size=33).digest())
+
+
+def parse_public(s):
+    if not s.startswith("k4.public."):
+        raise ValueError("not a k4.public")
+    pk = b64d(s[len("k4.public."):])
+    if len(pk) != 32:
+        raise ValueError("wrong length")
+    return pk
+
+
+def parse_secret(s):
+    if not s.startswith("k4.secret."):
+        raise ValueError("not a k4.secret")
+    sk = b64d(s[len("k4.secret."):])
+    if len(sk) != 64 or bytes(nacl.signing.SigningKey(sk[:32]).verify_key) != sk[32:]:
+        raise ValueError("wrong length or public half does not match the seed")
+    return sk
+
+
+def issuer_from_seed(seed):
+    sk = nacl.signing.SigningKey(seed)
+    pub = paserk_public(bytes(sk.verify_key))
+    return {"secret_key": paserk_secret(seed + bytes(sk.verify_key)), "public_key": pub, "kid": paserk_pid(pub)}
+
+
+# ---------------------------------------------------------------- tokens (tokens.md §4-§7)
+
+def sign_token(secret_paserk, m, f, implicit=b""):
+    """v4.public token over claims bytes m and footer bytes f, signed by pyseto (§4)."""
+    return pyseto.encode(Key.from_paserk(secret_paserk), m, footer=f, implicit_assertion=implicit).decode()
+
+
+def mint(secret_paserk, uid, audience, lifetime, jti, now):
+    """The reference minter's output (§5 'What the reference minter writes'), with pyseto."""
+    if not valid_uid(uid):
+        raise FormatError("token_invalid_subject")
+    if not 1 <= len(audience.encode()) <= 256:
+        raise FormatError("token_wrong_audience")
+    if lifetime <= 0:
+        raise FormatError("token_invalid_claim", "exp")
+    if lifetime > 3600:
+        raise FormatError("token_lifetime_too_long")
+    if jti is not None and not 1 <= len(jti.encode()) <= 256:
+        raise FormatError("token_invalid_claim", "jti")
+    iat = int(now)
+    claims = {"sub": uid, "aud": audience, "iat": fmt_time(iat), "exp": fmt_time(iat + lifetime)}
+    if jti is not None:
+        claims["jti"] = jti
+    public = paserk_public(parse_secret(secret_paserk)[32:])
+    return sign_token(secret_paserk, jdump(claims), jdump({"kid": paserk_pid(public)}))
+
+
+SIG_NOTES = []  # where pyseto could not express a check and PyNaCl was used instead
+
+
+def verify_signature(public_paserk, token, m, sig, f):
+    """Step 10 with pyseto; cross-checked against PAE + libsodium (PyNaCl). pyseto refuses a
+    payload of exactly 64 bytes (empty claims) with ValueError, so that case uses PyNaCl only."""
+    msg = pae(b"v4.public.", m, f, b"")
+    try:
+        nacl.signing.VerifyKey(parse_public(public_paserk)).verify(msg, sig)
+        by_nacl = True
+    except (nacl.exceptions.BadSignatureError, ValueError):
+        by_nacl = False
+    if not m:
+        SIG_NOTES.append("empty claims: PyNaCl only")
+        return by_nacl
+    try:
+        t = pyseto.decode(Key.from_paserk(public_paserk), token)
+        by_pyseto = t.payload == m
+    except pyseto.VerifyError:
+        by_pyseto = False
+    except Exception as e:
+        raise AssertionError(f"pyseto failed unexpectedly: {e!r}")
+    if by_pyseto != by_nacl:
+        raise AssertionError(f"pyseto says {by_pyseto}, libsodium says {by_nacl}")
+    return by_pyseto
+
+
+def verify_token(token, trusted, audience, now):
+    """TokenVerifier.verify, the 22 steps of tokens.md §7 in order. trusted: list of
+    k4.public strings. Returns (uid, jti, kid); raises FormatError(code)."""
+    if len(token.encode()) > 4096:                                          # 1
+        raise FormatError("token_oversized")
+    parts = token.split(".")                                                # 2
+    if len(parts) not in (3, 4):
+        raise FormatError("token_malformed", "parts")
+    try:
+        payload = b64d(parts[2])
+        if len(parts) == 4:
+            if parts[3] == "":
+                raise ValueError("empty footer part")
+            footer = b64d(parts[3])
+        else:
+            footer = b""
+    except ValueError as e:
+        raise FormatError("token_malformed", str(e))
+    if parts[0] != "v4":                                                    # 3
+        raise FormatError("token_unsupported_version")
+    if parts[1] != "public":                                                # 4
+        raise FormatError("token_wrong_purpose")
+    if not footer:                                                          # 5
+        raise FormatError("token_malformed", "no footer")
+    if len(footer) > 512:                                                   # 6
+        raise FormatError("token_malformed", "footer too long")
+    try:                                                                    # 7
+        fj = jload(footer)
+    except ValueError:
+        fj = None
+    if not isinstance(fj, dict) or not isinstance(fj.get("kid"), str):
+        raise FormatError("token_malformed", "footer")
+    keys = {}
+    for k in trusted:                                                       # 8 (first wins)
+        keys.setdefault(paserk_pid(k), k)
+    if fj["kid"] not in keys:
+        raise FormatError("token_unknown_key")
+    if len(payload) < 64:                                                   # 9
+        raise FormatError("token_malformed", "short payload")
+    m, sig = payload[:-64], payload[-64:]
+    if not verify_signature(keys[fj["kid"]], token, m, sig, footer):        # 10
+        raise FormatError("token_bad_signature")
+    try:                                                                    # 11
+        c = jload(m)
+    except ValueError:
+        c = None
+    if not isinstance(c, dict):
+        raise FormatError("token_malformed", "claims")
+    if not valid_uid(c.get("sub")):                                         # 12
+        raise FormatError("token_invalid_subject")
+    if not isinstance(c.get("aud"), str) or c["aud"] != audience or audience == "":  # 13
+        raise FormatError("token_wrong_audience")
+    iat, exp = parse_time(c.get("iat")), parse_time(c.get("exp"))
+    if iat is None:                                                         # 14
+        raise FormatError("token_invalid_claim", "iat")
+    if exp is None:                                                         # 15
+        raise FormatError("token_invalid_claim", "exp")
+    nbf = parse_time(c["nbf"]) if "nbf" in c else None
+    if "nbf" in c and nbf is None:                                          # 16
+        raise FormatError("token_invalid_claim", "nbf")
+    if "jti" in c and not (isinstance(c["jti"], str) and 1 <= len(c["jti"].encode()) <= 256):
+        raise FormatError("token_invalid_claim", "jti")                     # 17
+    if not exp > iat:                                                       # 18
+        raise FormatError("token_invalid_claim", "exp")
+    if not now < exp:                                                       # 19
+        raise FormatError("token_expired")
+    if not iat <= now + 60:                                                 # 20
+        raise FormatError("token_issued_in_future")
+    if nbf is not None and not nbf <= now + 60:                             # 21
+        raise FormatError("token_not_yet_valid")
+    if exp - iat > 3600:                                                    # 22
+        raise FormatError("token_lifetime_too_long")
+    return c["sub"], c.get("jti"), fj["kid"]
+
+
+def token_outcome(token, trusted, audience, now):
+    try:
+        uid, jti, _ = verify_token(token, trusted, audience, now)
+        return "ok", uid, jti
+    except FormatError as e:
+        return e.code, None, None
+
+
+def check_token_vectors(path, label):
+    """tokens.md §9: keys, mint cases byte for byte, verify cases."""
+    v = json.load(open(path))
+    iss, aud, now = v["issuer"], v["audience"], parse_time(v["now"])
+    try:
+        pk = parse_public(iss["public_key"])
+        sk = parse_secret(iss["secret_key"])
+        check(f"{label} issuer keys (§2: strict PASERK, secret's public half)", sk[32:] == pk, "mismatch")
+    except ValueError as e:
+        check(f"{label} issuer keys", False, str(e))
+    check(f"{label} issuer kid = k4.pid (own BLAKE2b-264)", paserk_pid(iss["public_key"]) == iss["kid"],
+          paserk_pid(iss["public_key"]))
+    check(f"{label} issuer kid = pyseto to_paserk_id",
+          Key.from_paserk(iss["public_key"]).to_paserk_id() == iss["kid"], "differs")
+    for i, c in enumerate(v["mint"]):
+        try:
+            tok = mint(iss["secret_key"], c["uid"], aud, c["lifetime_seconds"], c["jti"], parse_time(c["now"]))
+        except FormatError as e:
+            tok = e.code
+        check(f"{label} mint[{i}] {c['uid'][:24]} byte-exact (pyseto)", tok == c["token"], f"got {tok[:80]}…")
+    for c in v["verify"]:
+        try:
+            got, uid, jti = token_outcome(c["token"], [iss["public_key"]], aud, now)
+        except AssertionError as e:
+            check(f"{label} verify '{c['name']}'", False, str(e))
+            continue
+        if expect_outcome(f"{label} verify '{c['name']}' → {c['expect']}", got, c["expect"]) and got == "ok":
+            check(f"{label} verify '{c['name']}' uid/jti", (uid, jti) == (c["uid"], c.get("jti")),
+                  f"got {(uid, jti)}")
+
+
+# ---------------------------------------------------------------- envelopes (envelope.md §2-§3)
+
+LABEL_ENVELOPE = b"mailslot-envelope-v1"
+MIN_CLASS, MAX_CLASS = 512, 1 << 20
+
+
+def envelope_sig_input(sender, skey, recipient, rmpk, mid, body):
+    """§2.4: PAE of seven pieces."""
+    return pae(LABEL_ENVELOPE, sender.encode(), skey, recipient.encode(), rmpk, mid.encode(), body)
+
+
+def build_record(sender, skey, recipient, mid, body, sig, version=1):
+    """§2.3 record layout."""
+    s, r, i = sender.encode(), recipient.encode(), mid.encode()
+    return (bytes([version, len(s)]) + s + skey + bytes([len(r)]) + r + bytes([len(i)]) + i
+            + len(body).to_bytes(4, "big") + body + sig)
+
+
+def size_class(record_len):
+    """§2.2: smallest power of two ≥ 512 and ≥ L + 49."""
+    s = MIN_CLASS
+    while s < record_len + 49:
+        s *= 2
+    if s > MAX_CLASS:
+        raise FormatError("envelope_too_large")
+    return s
+
+
+def pad(record):
+    """§2.2: ISO/IEC 7816-4 padding to S − 48."""
+    s = size_class(len(record))
+    return record + b"\x80" + b"\x00" * (s - 48 - len(record) - 1)
+
+
+def seal_record(record, mailbox_pk, padded=None):
+    """§2.1: crypto_box_seal through PyNaCl SealedBox (§2.5 step 5: a low-order key is refused)."""
+    try:
+        return nacl.public.SealedBox(nacl.public.PublicKey(mailbox_pk)).encrypt(pad(record) if padded is None else padded)
+    except nacl.exceptions.CryptoError:
+        raise FormatError("envelope_unusable_mailbox_key")
+
+
+def seal(body, mid, sender, identity_sk, recipient, mailbox_pk):
+    """§2.5 Envelope.seal (body given as bytes; validated like the opener does)."""
+    msg = validate_body(body)
+    if msg["sender"]["id"] != sender:
+        raise FormatError("envelope_sender_mismatch")
+    if not (valid_uid(sender) and valid_uid(recipient) and valid_message_id(mid)):
+        raise FormatError("envelope_malformed_record")
+    skey = bytes(identity_sk.verify_key)
+    sig = identity_sk.sign(envelope_sig_input(sender, skey, recipient, mailbox_pk, mid, body)).signature
+    return seal_record(build_record(sender, skey, recipient, mid, body, sig), mailbox_pk)
+
+
+def _attachment_ok(a):
+    if not isinstance(a, dict) or not isinstance(a.get("media_type"), str) or not isinstance(a.get("data"), str):
+        return False
+    if a.get("name") is not None and not isinstance(a["name"], str):
+        return False
+    try:
+        b64d(a["data"])
+    except ValueError:
+        return False
+    return True
+
+
+def validate_body(body):
+    """§3.1 shapes, then §3.3 validate(); returns the decoded object or raises
+    envelope_invalid_body. JSON null for an optional member is treated as absent."""
+    bad = FormatError("envelope_invalid_body")
+    try:
+        msg = jload(body)
+    except ValueError:
+        raise bad
+    opt = lambda o, k: o.get(k) is not None  # noqa: E731
+    if not isinstance(msg, dict):
+        raise bad
+    ts, typ, snd, pl = msg.get("timestamp"), msg.get("type"), msg.get("sender"), msg.get("payload")
+    if not (is_int(ts) and -(1 << 63) <= ts < (1 << 63)) or not isinstance(typ, str):
+        raise bad
+    if not isinstance(snd, dict) or not isinstance(snd.get("id"), str) or not isinstance(pl, dict):
+        raise bad
+    for k in ("name", "profile_image"):
+        if opt(snd, k) and not isinstance(snd[k], str):
+            raise bad
+    if opt(pl, "text") and not isinstance(pl["text"], str):
+        raise bad
+    if opt(pl, "attachments") and not (isinstance(pl["attachments"], list) and all(map(_attachment_ok, pl["attachments"]))):
+        raise bad
+    if opt(pl, "location"):
+        loc = pl["location"]
+        if not (isinstance(loc, dict) and is_num(loc.get("latitude")) and is_num(loc.get("longitude"))):
+            raise bad
+    if opt(pl, "receipt"):
+        r = pl["receipt"]
+        if not (isinstance(r, dict) and isinstance(r.get("kind"), str) and isinstance(r.get("message_ids"), list)
+                and all(isinstance(x, str) for x in r["message_ids"])):
+            raise bad
+    if opt(pl, "typing") and not (isinstance(pl["typing"], dict) and type(pl["typing"].get("active")) is bool):
+        raise bad
+    # §3.3 validate()
+    if not valid_uid(snd["id"]) or not 1 <= len(typ.encode()) <= 64:
+        raise bad
+    if typ == "text" and not (opt(pl, "text") and pl["text"] != ""):
+        raise bad
+    if typ == "picture" and not (opt(pl, "attachments") and pl["attachments"]
+                                 and all(a["media_type"].startswith("image/") for a in pl["attachments"])):
+        raise bad
+    if typ == "location" and not (opt(pl, "location") and -90 <= pl["location"]["latitude"] <= 90
+                                  and -180 <= pl["location"]["longitude"] <= 180):
+        raise bad
+    if typ == "receipt" and not (opt(pl, "receipt") and pl["receipt"]["message_ids"]
+                                 and all(map(valid_message_id, pl["receipt"]["message_ids"]))):
+        raise bad
+    if typ == "typing" and not opt(pl, "typing"):
+        raise bad
+    return msg
+
+
+def open_envelope(envelope, mid, recipient, mailbox_sk):
+    """Envelope.open, the 15 checks of §2.6 in order. Returns (sender, sender_key, body)."""
+    n = len(envelope)
+    if not (MIN_CLASS <= n <= MAX_CLASS and n & (n - 1) == 0):                      # 1
+        raise FormatError("envelope_invalid_size")
+    sk = nacl.public.PrivateKey(mailbox_sk)
+    try:                                                                             # 2
+        padded = nacl.public.SealedBox(sk).decrypt(envelope)
+    except nacl.exceptions.CryptoError:
+        raise FormatError("envelope_cannot_decrypt")
+    end = len(padded.rstrip(b"\x00"))                                                # 3
+    if end == 0 or padded[end - 1] != 0x80 or size_class(end - 1) != n:
+        raise FormatError("envelope_bad_padding")
+    rec = padded[:end - 1]
+    if len(rec) < 1:                                                                 # 4
+        raise FormatError("envelope_malformed_record", "empty")
+    if rec[0] != 1:                                                                  # 5
+        raise FormatError("envelope_unsupported_version")
+    pos = 1
+
+    def take(k):                                                                     # 6
+        nonlocal pos
+        if pos + k > len(rec):
+            raise FormatError("envelope_malformed_record", "overrun")
+        pos += k
+        return rec[pos - k:pos]
+    a = take(1)[0]; sender = take(a); skey = take(32)                               # noqa: E702
+    b = take(1)[0]; rcpt = take(b)                                                   # noqa: E702
+    c = take(1)[0]; rmid = take(c)                                                   # noqa: E702
+    body = take(int.from_bytes(take(4), "big")); sig = take(64)                     # noqa: E702
+    if pos != len(rec):                                                              # 7
+        raise FormatError("envelope_malformed_record", "trailing bytes")
+    try:
+        sender, rcpt, rmid = sender.decode(), rcpt.decode(), rmid.decode()
+    except UnicodeDecodeError:
+        raise FormatError("envelope_malformed_record", "identifier")
+    if not valid_uid(sender) or not valid_uid(rcpt) or not valid_message_id(rmid):  # 8-10
+        raise FormatError("envelope_malformed_record", "identifier")
+    if rcpt != recipient:                                                            # 11
+        raise FormatError("envelope_wrong_recipient")
+    if rmid != mid:                                                                  # 12
+        raise FormatError("envelope_wrong_message_id")
+    try:                                                                             # 13
+        nacl.signing.VerifyKey(skey).verify(
+            envelope_sig_input(sender, skey, rcpt, bytes(sk.public_key), rmid, body), sig)
+    except (nacl.exceptions.BadSignatureError, ValueError):
+        raise FormatError("envelope_bad_signature")
+    msg = validate_body(body)                                                        # 14
+    if msg["sender"]["id"] != sender:                                                # 15
+        raise FormatError("envelope_sender_mismatch")
+    return sender, skey, body
+
+
+def check_envelope_vectors(path, label):
+    """envelope.md §6 envelopes.json."""
+    v = json.load(open(path))
+    sk, pk = b64d(v["recipient_mailbox_secret_key"]), b64d(v["recipient_mailbox_public_key"])
+    check(f"{label} recipient public key = X25519(secret)", bytes(nacl.public.PrivateKey(sk).public_key) == pk, "mismatch")
+    for c in v["cases"]:
+        name = f"{label} open '{c['name']}'"
+        env = b64d(c["envelope"])
+        try:
+            sender, skey, body = open_envelope(env, c["id"], c["recipient"], sk)
+            got = "ok"
+        except FormatError as e:
+            got = e.code
+        if not expect_outcome(f"{name} → {c['expect']}", got, c["expect"]) or got != "ok":
+            continue
+        check(f"{name} sender/key/body", (sender, b64e(skey), body.decode()) ==
+              (c["sender"], c["sender_identity_key"], c["body"]), f"got {(sender, b64e(skey), body[:60])}")
+        rec_len = 104 + len(sender.encode()) + len(c["recipient"].encode()) + len(c["id"].encode()) + len(body)
+        check(f"{name} smallest size class", len(env) == size_class(rec_len), f"{len(env)} for L={rec_len}")
+        if "not in canonical form" not in c["name"]:
+            check(f"{name} body in §3.4 form", jdump(jload(body)) == body, jdump(jload(body))[:80])
+
+
+# ---------------------------------------------------------------- key bundles (envelope.md §4)
+
+def decode_bundle(text, expected_uid):
+    """KeyBundle.decode, checks 1-6 in order; raises FormatError(bundle_*)."""
+    try:
+        b = jload(text.encode())
+        ok = isinstance(b, dict) and is_int(b.get("version")) and all(
+            isinstance(b.get(k), str) for k in ("uid", "identity_key", "mailbox_key", "created_at", "signature"))
+        ik, mk, sig = (b64d(b[k]) for k in ("identity_key", "mailbox_key", "signature")) if ok else (b"", b"", b"")
+        ok = ok and (len(ik), len(mk), len(sig)) == (32, 32, 64)
+    except ValueError:
+        ok = False
+    if not ok:                                                                       # 1
+        raise FormatError("bundle_malformed")
+    if b["version"] != 1:                                                            # 2
+        raise FormatError("bundle_malformed", "version")
+    if not valid_uid(b["uid"]):                                                      # 3
+        raise FormatError("bundle_invalid_uid")
+    if expected_uid is not None and b["uid"] != expected_uid:                        # 4
+        raise FormatError("bundle_wrong_user")
+    if parse_time(b["created_at"]) is None:                                          # 5
+        raise FormatError("bundle_malformed", "created_at")
+    try:                                                                             # 5a
+        nacl.bindings.crypto_scalarmult(os.urandom(32), mk)
+    except nacl.exceptions.CryptoError:
+        raise FormatError("bundle_malformed", "low-order mailbox key")
+    try:                                                                             # 6
+        nacl.signing.VerifyKey(ik).verify(
+            pae(b"mailslot-key-bundle-v1", b["uid"].encode(), ik, mk, b["created_at"].encode()), sig)
+    except (nacl.exceptions.BadSignatureError, ValueError):
+        raise FormatError("bundle_bad_signature")
+    return b
+
+
+def check_bundle_vectors(path):
+    for c in json.load(open(path))["cases"]:
+        try:
+            decode_bundle(c["bundle"], c["expected_uid"])
+            got = "ok"
+        except FormatError as e:
+            got = e.code
+        expect_outcome(f"bundle '{c['name']}' → {c['expect']}", got, c["expect"])
+
+
+# ---------------------------------------------------------------- safety numbers (envelope.md §5)
+
+def fingerprint(uid, key):
+    h = hashlib.blake2b(pae(b"mailslot-fingerprint-v1", uid.encode(), key)).digest()
+    for _ in range(5200):
+        h = hashlib.blake2b(h + key).digest()
+    return "".join(f"{int.from_bytes(h[i:i + 5], 'big') % 100000:05d}" for i in range(0, 30, 5))
+
+
+def safety_number(fa, fb):
+    digits = min(fa, fb) + max(fa, fb)
+    return " ".join(digits[i:i + 5] for i in range(0, 60, 5))
+
+
+def display(sn):
+    g = sn.split(" ")
+    return "\n".join(" ".join(g[i:i + 4]) for i in range(0, 12, 4))
+
+
+def check_safety_vectors(path):
+    for i, c in enumerate(json.load(open(path))["cases"]):
+        fa = fingerprint(c["a"]["uid"], b64d(c["a"]["identity_key"]))
+        fb = fingerprint(c["b"]["uid"], b64d(c["b"]["identity_key"]))
+        name = f"safety[{i}] {c['a']['uid']}/{c['b']['uid']}"
+        check(f"{name} fingerprints", (fa, fb) == (c["fingerprint_a"], c["fingerprint_b"]), f"got {fa} {fb}")
+        check(f"{name} safety number, both orders",
+              safety_number(fa, fb) == safety_number(fb, fa) == c["safety_number"], safety_number(fa, fb))
+        if i == 0:  # the three-line example of §5 is this pair
+            check(f"{name} display (§5 example)", display(c["safety_number"]) ==
+                  "23715 92509 46723 99080\n74682 41898 99777 81249\n11356 03913 84734 71384", display(c["safety_number"]))
+
+
+# ---------------------------------------------------------------- independent vectors
+
+def seed(label):
+    return hashlib.sha256(b"mailslot interop: " + label.encode()).digest()
+
+
+def token_cases(iss, other, aud, now):
+    """Verification cases relative to `now` (int). `live: False` marks cases whose outcome
+    depends on the exact second (skipped when run against the binary's real clock)."""
+    T = lambda d: fmt_time(now + d)  # noqa: E731
+    kidf = jdump({"kid": iss["kid"]})
+    DROP = object()
+
+    def claims(**kw):
+        c = {"aud": aud, "exp": T(300), "iat": T(0), "sub": "alice"}
+        for k, val in kw.items():
+            c.pop(k) if val is DROP else c.__setitem__(k, val)
+        return jdump(c)
+    S = lambda m, f=kidf, key=iss, ia=b"": sign_token(key["secret_key"], m, f, ia)  # noqa: E731
+    good = S(claims(jti="interop-1"))
+    pay, foot = good.split(".")[2], good.split(".")[3]
+    footer_of = lambda n: jdump({"kid": iss["kid"], "x": "y" * (n - 68)})  # noqa: E731  exactly n bytes
+    assert len(footer_of(512)) == 512
+    last = _B64VAL[foot[-1]] | 1 if len(foot) % 4 else None
+    cases = []
+
+    def add(name, token, expect, uid=None, jti=None, live=True):
+        c = {"name": name, "token": token, "expect": expect}
+        if expect == "ok":
+            c["uid"] = uid
+            if jti is not None:
+                c["jti"] = jti
+        if not live:
+            c["live"] = False
+        cases.append(c)
+    add("valid", good, "ok", "alice", "interop-1")
+    add("valid, no jti", S(claims()), "ok", "alice")
+    add("valid, iat exactly 60 s ahead", S(claims(iat=T(60), exp=T(360))), "ok", "alice", live=False)
+    add("valid, nbf exactly 60 s ahead", S(claims(nbf=T(60))), "ok", "alice", live=False)
+    add("valid, lifetime exactly 3600 s", S(claims(iat=T(-10), exp=T(3590))), "ok", "alice")
+    add("valid, lowercase t and z, fractions", S(claims(iat=fmt_time(now - 1, t_sep="t", z="z", frac=".25"),
+                                                        exp=fmt_time(now + 99, z="Z", frac=".000001"))), "ok", "alice")
+    add("valid, negative and positive offsets", S(claims(iat=fmt_time(now, -330), exp=fmt_time(now + 300, 840))), "ok", "alice")
+    add("valid, timestamp of exactly 64 bytes", S(claims(exp=fmt_time(now + 300, frac="." + "0" * 38))), "ok", "alice")
+    add("valid, unknown claims and footer members ignored",
+        S(claims(iss="backend", nbf=T(-5), extra={"a": [1, None]}), jdump({"kid": iss["kid"], "wpk": "x"})), "ok", "alice")
+    add("valid, footer with whitespace (signed as is)", S(claims(), ('{ "kid" : "%s" }' % iss["kid"]).encode()), "ok", "alice")
+    add("valid, claims unsorted with whitespace", S(('{ "sub": "alice", "iat": "%s", "exp": "%s", "aud": "%s" }'
+                                                     % (T(0), T(300), aud)).encode()), "ok", "alice")
+    add("valid, jti of 256 bytes (UTF-8)", S(claims(jti="é" * 128)), "ok", "alice", "é" * 128)
+    u128 = "A-z_0.9" * 18 + "xy"
+    add("valid, uid of 128 bytes", S(claims(sub=u128)), "ok", u128)
+    add("valid, footer of exactly 512 bytes", S(claims(), footer_of(512)), "ok", "alice")
+    # sizes and shape
+    for size, want in ((4096, "ok"), (4097, "token_oversized")):
+        t = next(t for n in range(2700, 3100) for x in range(68, 72)
+                 for t in [S(claims(pad="p" * n), footer_of(x))] if len(t) == size)
+        add(f"signed token of exactly {size} bytes", t, want, "alice")
+    add("oversized, 4097 bytes of garbage", "v" * 4097, "token_oversized")
+    add("oversized, signed", S(claims(pad="p" * 3100)), "token_oversized")
+    add("three parts only", S(claims(), b""), "token_malformed")
+    add("five parts", good + ".e30", "token_malformed")
+    add("empty footer part (trailing dot)", f"v4.public.{pay}.", "token_malformed")
+    add("padding in payload", f"v4.public.{pay}==.{foot}" if len(pay) % 4 == 2 else f"v4.public.{pay}=.{foot}", "token_malformed")
+    add("non-canonical trailing bits in footer", f"v4.public.{pay}.{foot[:-1]}{'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'[last]}",
+        "token_malformed")
+    add("standard base64 alphabet (+/)", f"v4.public.{pay}.{foot}".replace("-", "+").replace("_", "/")
+        if ("-" in pay + foot or "_" in pay + foot) else f"v4.public.{pay}+.{foot}", "token_malformed")
+    add("payload length 1 mod 4", f"v4.public.{pay[:len(pay) - (len(pay) % 4) + 1]}.{foot}", "token_malformed")
+    add("bad base64 beats bad version (step 2 before 3)", f"v3.public.{pay}=.{foot}", "token_malformed")
+    add("v3 token", f"v3.public.{pay}.{foot}", "token_unsupported_version")
+    add("uppercase V4", f"V4.public.{pay}.{foot}", "token_unsupported_version")
+    add("v3.local (version before purpose)", f"v3.local.{pay}.{foot}", "token_unsupported_version")
+    add("v4.local", f"v4.local.{pay}.{foot}", "token_wrong_purpose")
+    add("v4.Public", f"v4.Public.{pay}.{foot}", "token_wrong_purpose")
+    add("v4.local without footer (purpose before footer)", f"v4.local.{pay}", "token_wrong_purpose")
+    add("footer of 513 bytes", S(claims(), footer_of(513)), "token_malformed")
+    add("footer not JSON", S(claims(), b"kid"), "token_malformed")
+    add("footer a JSON array", S(claims(), jdump([iss["kid"]])), "token_malformed")
+    add("footer kid null", S(claims(), b'{"kid":null}'), "token_malformed")
+    add("footer with a trailing comma (not RFC 8259)", S(claims(), kidf[:-1] + b",}"), "token_malformed")
+    add("footer kid not a string", S(claims(), b'{"kid":42}'), "token_malformed")
+    add("unknown kid", S(claims(), jdump({"kid": other["kid"]})), "token_unknown_key")
+    add("kid is the issuer's k4.sid-shaped id", S(claims(), jdump({"kid": "k4.sid." + iss["kid"][7:]})), "token_unknown_key")
+    add("kid is the k4.public itself", S(claims(), jdump({"kid": iss["public_key"]})), "token_unknown_key")
+    add("unknown kid beats short payload (step 8 before 9)", f"v4.public.{b64e(b'x' * 10)}.{b64e(jdump({'kid': other['kid']}))}",
+        "token_unknown_key")
+    add("payload of 63 bytes", f"v4.public.{b64e(b'x' * 63)}.{foot}", "token_malformed")
+    add("signed by another key under the trusted kid", S(claims(), key=other), "token_bad_signature")
+    add("claims altered", f"v4.public.{b64e(b64d(pay).replace(b'alice', b'alicf'))}.{foot}", "token_bad_signature")
+    spaced = b64e(('{ "kid":"%s"}' % iss["kid"]).encode())
+    add("footer re-encoded with whitespace", f"v4.public.{pay}.{spaced}",
+        "token_bad_signature")
+    add("non-empty implicit assertion", S(claims(), ia=b"relay.example"), "token_bad_signature")
+    add("payload of exactly 64 bytes, bad signature", f"v4.public.{b64e(bytes(64))}.{foot}", "token_bad_signature")
+    add("bad signature beats non-JSON claims", f"v4.public.{b64e(b'nope' + bytes(64))}.{foot}", "token_bad_signature")
+    add("empty claims, valid signature", S(b""), "token_malformed")
+    add("claims not UTF-8", S(b'{"sub":"\xff"}'), "token_malformed")
+    add("claims a JSON string", S(b'"alice"'), "token_malformed")
+    add("claims with NaN", S(b'{"aud":"%s","sub":"alice","x":NaN}' % aud.encode()), "token_malformed")
+    add("claims with a trailing comma (not RFC 8259)", S(claims()[:-1] + b',}'), "token_malformed")
+    add("claims with a trailing comma in an array", S(claims()[:-1] + b',"x":[1,]}'), "token_malformed")
+    add("sub missing", S(claims(sub=DROP)), "token_invalid_subject")
+    add("sub '..'", S(claims(sub="..")), "token_invalid_subject")
+    add("sub of 129 bytes", S(claims(sub="a" * 129)), "token_invalid_subject")
+    add("sub not ASCII", S(claims(sub="alicé")), "token_invalid_subject")
+    add("sub a number", S(claims(sub=7)), "token_invalid_subject")
+    add("bad sub beats bad aud (step 12 before 13)", S(claims(sub="", aud="x")), "token_invalid_subject")
+    add("aud differs in case", S(claims(aud=aud.upper())), "token_wrong_audience")
+    add("aud an array", S(claims(aud=[aud])), "token_wrong_audience")
+    add("aud missing", S(claims(aud=DROP)), "token_wrong_audience")
+    add("iat a number", S(claims(iat=now)), "token_invalid_claim")
+    add("iat missing", S(claims(iat=DROP)), "token_invalid_claim")
+    add("exp missing", S(claims(exp=DROP)), "token_invalid_claim")
+    add("exp on 29 February of a common year", S(claims(exp="2027-02-29T00:00:00+00:00")), "token_invalid_claim")
+    add("exp with a leap second", S(claims(exp=T(300)[:17] + "60+00:00")), "token_invalid_claim")
+    add("exp with a space for T", S(claims(exp=T(300).replace("T", " "))), "token_invalid_claim")
+    add("exp with offset +24:00", S(claims(exp=T(300)[:19] + "+24:00")), "token_invalid_claim")
+    add("exp with an empty fraction", S(claims(exp=T(300)[:19] + ".Z")), "token_invalid_claim")
+    add("exp without offset", S(claims(exp=T(300)[:19])), "token_invalid_claim")
+    add("exp of 65 bytes", S(claims(exp=fmt_time(now + 300, frac="." + "0" * 39))), "token_invalid_claim")
+    add("exp with non-ASCII digits", S(claims(exp=T(300).replace("0", "٠", 1))), "token_invalid_claim")
+    add("nbf null", S(claims(nbf=None)), "token_invalid_claim")
+    add("nbf a number", S(claims(nbf=now)), "token_invalid_claim")
+    add("jti empty", S(claims(jti="")), "token_invalid_claim")
+    add("jti of 257 bytes", S(claims(jti="é" * 128 + "x")), "token_invalid_claim")
+    add("jti null", S(claims(jti=None)), "token_invalid_claim")
+    add("jti a number", S(claims(jti=1)), "token_invalid_claim")
+    add("exp equal to iat", S(claims(exp=T(0))), "token_invalid_claim")
+    add("exp before iat", S(claims(iat=T(0), exp=T(-1))), "token_invalid_claim")
+    add("expired at exactly exp", S(claims(iat=T(-300), exp=T(0))), "token_expired")
+    add("expired beats lifetime (step 19 before 22)", S(claims(iat=T(-7200), exp=T(-1))), "token_expired")
+    add("iat 61 s ahead", S(claims(iat=T(61), exp=T(361))), "token_issued_in_future", live=False)
+    add("iat far ahead", S(claims(iat=T(1000), exp=T(1300))), "token_issued_in_future")
+    add("future iat beats lifetime (step 20 before 22)", S(claims(iat=T(1000), exp=T(5000))), "token_issued_in_future")
+    add("nbf 61 s ahead", S(claims(nbf=T(61))), "token_not_yet_valid", live=False)
+    add("nbf far ahead", S(claims(nbf=T(200))), "token_not_yet_valid")
+    add("lifetime 3601 s", S(claims(iat=T(-10), exp=T(3591))), "token_lifetime_too_long")
+    add("lifetime long, iat in the past", S(claims(iat=T(-7200), exp=T(100))), "token_lifetime_too_long")
+    return cases
+
+
+def write_independent_tokens(path):
+    iss, other = issuer_from_seed(seed("issuer")), issuer_from_seed(seed("other issuer"))
+    aud, now = "relay.example", parse_time("2028-02-29T12:00:00+00:00")
+    mints = []
+    for uid, life, jti in [("alice", 300, None), ("bob", 3600, "jti/1"), ("carol.c_c-3", 1, "café ☕"), ("d" * 128, 60, "x" * 256)]:
+        mints.append({"uid": uid, "lifetime_seconds": life, "jti": jti, "now": fmt_time(now),
+                      "token": mint(iss["secret_key"], uid, aud, life, jti, now)})
+    cases = token_cases(iss, other, aud, int(now))
+    for c in cases:
+        c.pop("live", None)
+    write_json(path, {
+        "description": "Custom tokens (spec/tokens.md), produced by tools/interop/check.py from the spec alone "
+                       "with PyNaCl and pyseto (not by the reference implementation). Same layout as "
+                       "spec/vectors/tokens.json: verify each token with the issuer public key as the only trusted "
+                       "key, the audience, and the time `now`; `expect` is \"ok\" or the error code. Mint cases: the "
+                       "reference minter with these inputs should produce `token` byte for byte.",
+        "issuer": iss, "audience": aud, "now": fmt_time(now), "mint": mints, "verify": cases})
+
+
+def write_independent_envelopes(path):
+    alice = nacl.signing.SigningKey(seed("alice identity"))
+    mallory = nacl.signing.SigningKey(seed("mallory identity"))
+    bob_mb = nacl.public.PrivateKey.from_seed(seed("bob mailbox"))
+    carol_mb = nacl.public.PrivateKey.from_seed(seed("carol mailbox"))
+    bpk, cpk, akey = bytes(bob_mb.public_key), bytes(carol_mb.public_key), bytes(alice.verify_key)
+    MID, TS = "01KJ7Z0000000000000000INTR", 1835000000000
+    cases = []
+
+    def body(typ, payload, sender=None, **extra):
+        return jdump(dict({"payload": payload, "sender": sender or {"id": "alice"}, "timestamp": TS, "type": typ}, **extra))
+
+    def signed(b, sender="alice", key=alice, rcpt="bob", mid=MID, rmpk=bpk, version=1):
+        sig = key.sign(envelope_sig_input(sender, bytes(key.verify_key), rcpt, rmpk, mid, b)).signature
+        return build_record(sender, bytes(key.verify_key), rcpt, mid, b, sig, version)
+
+    def add(name, env, expect, b=None, mid=MID, rcpt="bob"):
+        c = {"name": name, "envelope": b64e(env), "id": mid, "recipient": rcpt, "expect": expect}
+        if expect == "ok":
+            c.update(sender="alice", sender_identity_key=b64e(akey), body=b.decode())
+        cases.append(c)
+
+    def ok(name, b):
+        add(name, seal(b, MID, "alice", alice, "bob", bpk), "ok", b)
+    png = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489")
+    ok("text", body("text", {"text": "hello, bob"}, {"id": "alice", "name": "Alice", "profile_image": "https://example.com/a/alice.png"}))
+    ok("text, non-ASCII", body("text", {"text": "héllo ☕ \U0001F44B \"q\" \\ / \n"}))
+    ok("picture, two attachments and a caption", body("picture", {"text": "look", "attachments": [
+        {"media_type": "image/png", "data": b64e(png), "name": "dot.png"}, {"media_type": "image/webp", "data": b64e(bytes(range(7)))}]}))
+    ok("location", body("location", {"location": {"latitude": 48.8584, "longitude": 2.2945}}))
+    ok("location at the limits", body("location", {"location": {"latitude": -90, "longitude": 180}}))
+    ok("delivered receipt, two ids", body("receipt", {"receipt": {"kind": "delivered", "message_ids": [MID, "a" * 64]}}))
+    ok("read receipt", body("receipt", {"receipt": {"kind": "read", "message_ids": ["0123456789abcdef"]}}))
+    ok("receipt of a kind from a newer client", body("receipt", {"receipt": {"kind": "played", "message_ids": [MID]}}))
+    ok("typing", body("typing", {"typing": {"active": False}}))
+    ok("unknown type with unknown fields", body("poll", {"question": "lunch?", "options": ["noodles", "soup"], "text": "x"},
+                                                x_client={"build": "b7", "flags": [True, False]}))
+    ok("type of 64 bytes", body("t" * 64, {}))
+    ok("timestamp int64 max", jdump({"payload": {"text": "t"}, "sender": {"id": "alice"}, "timestamp": (1 << 63) - 1, "type": "text"}))
+    base = 104 + 5 + 3 + len(MID)
+    fill = lambda n: body("text", {"text": "x" * (n - len(body("text", {"text": ""}))) })  # noqa: E731
+    ok("largest record of the 512 class (463 bytes)", fill(463 - base))
+    ok("smallest record of the 1 KiB class (464 bytes)", fill(464 - base))
+    ok("optional members null (treated as absent; body not in canonical form)",
+       b'{"payload":{"attachments":null,"text":"hi"},"sender":{"id":"alice","name":null},"timestamp":1,"type":"text"}')
+    tb = body("text", {"text": "hello, bob"})
+    rec = signed(tb)
+    add("opened under another message id", seal_record(rec, bpk), "envelope_wrong_message_id", mid="01KJ7Z0000000000000000INTS")
+    add("opened as another recipient", seal_record(rec, bpk), "envelope_wrong_recipient", rcpt="carol")
+    add("wrong recipient beats wrong id (check 11 before 12)", seal_record(rec, bpk), "envelope_wrong_recipient",
+        mid="01KJ7Z0000000000000000INTS", rcpt="carol")
+    add("sealed to another mailbox key", seal_record(rec, cpk), "envelope_cannot_decrypt")
+    env = bytearray(seal_record(rec, bpk)); env[100] ^= 1                                 # noqa: E702
+    add("one byte flipped", bytes(env), "envelope_cannot_decrypt")
+    add("truncated by one byte", seal_record(rec, bpk)[:-1], "envelope_invalid_size")
+    add("256 bytes (below the smallest class)", seal_record(rec, bpk, pad(rec)[:256 - 48]), "envelope_invalid_size")
+    add("1024 + 512 bytes (not a power of two)", seal_record(rec, bpk, rec + b"\x80" + bytes(1536 - 49 - len(rec))), "envelope_invalid_size")
+    add("record signed for another recipient mailbox key", seal_record(signed(tb, rmpk=cpk), bpk), "envelope_bad_signature")
+    add("record moved to another message id (re-written, not re-signed)",
+        seal_record(build_record("alice", akey, "bob", "01KJ7Z0000000000000000INTS", tb, rec[-64:]), bpk),
+        "envelope_bad_signature", mid="01KJ7Z0000000000000000INTS")
+    add("record re-addressed to carol (not re-signed)", seal_record(build_record("alice", akey, "carol", MID, tb, rec[-64:]), bpk),
+        "envelope_bad_signature", rcpt="carol")
+    add("body altered after signing", seal_record(build_record("alice", akey, "bob", MID, tb.replace(b"bob", b"bib"), rec[-64:]), bpk),
+        "envelope_bad_signature")
+    add("signed by another identity key than the one carried",
+        seal_record(build_record("alice", akey, "bob", MID, tb, signed(tb, key=mallory)[-64:]), bpk), "envelope_bad_signature")
+    add("bad signature beats invalid body (13 before 14)",
+        seal_record(build_record("alice", akey, "bob", MID, b"[]", rec[-64:]), bpk), "envelope_bad_signature")
+    add("512-class record padded to 1 KiB (not the smallest class)",
+        seal_record(rec, bpk, rec + b"\x80" + bytes(1024 - 49 - len(rec))), "envelope_bad_padding")
+    add("no padding marker (0x01)", seal_record(rec, bpk, rec + b"\x01" + bytes(512 - 49 - len(rec))), "envelope_bad_padding")
+    add("padding all zeros", seal_record(rec, bpk, bytes(512 - 48)), "envelope_bad_padding")
+    add("no padding at all (record fills the box)", seal_record(rec, bpk, rec + b"\x07" * (512 - 48 - len(rec))), "envelope_bad_padding")
+    add("empty record", seal_record(b"", bpk), "envelope_malformed_record")
+    add("record version 2", seal_record(signed(tb, version=2), bpk), "envelope_unsupported_version")
+    add("record version 0, otherwise garbage", seal_record(b"\x00\xff", bpk), "envelope_unsupported_version")
+    add("trailing byte after the signature", seal_record(rec + b"\x00\x01", bpk), "envelope_malformed_record")
+    add("body length overruns the record", seal_record(rec[:-64 - len(tb) - 4] + (len(tb) + 65).to_bytes(4, "big") + tb + rec[-64:], bpk),
+        "envelope_malformed_record")
+    add("signature cut short", seal_record(rec[:-1], bpk), "envelope_malformed_record")
+    add("sender uid '..'", seal_record(signed(tb, sender=".."), bpk), "envelope_malformed_record")
+    add("message id of 15 bytes", seal_record(signed(tb, mid="0123456789abcde"), bpk), "envelope_malformed_record", mid="0123456789abcde")
+    add("message id with a dot", seal_record(signed(tb, mid="0123456789abcdef.x"), bpk), "envelope_malformed_record", mid="0123456789abcdef.x")
+    add("recipient uid empty", seal_record(signed(tb, rcpt=""), bpk), "envelope_malformed_record", rcpt="")
+
+    def bad_body(name, b, expect="envelope_invalid_body"):
+        add(name, seal_record(signed(b), bpk), expect)
+    bad_body("body is not JSON", b"hello")
+    bad_body("body not UTF-8", b'{"payload":{"text":"\xff"},"sender":{"id":"alice"},"timestamp":1,"type":"text"}')
+    bad_body("body a JSON array", b"[]")
+    bad_body("body with NaN", b'{"payload":{"location":{"latitude":NaN,"longitude":0}},"sender":{"id":"alice"},"timestamp":1,"type":"location"}')
+    bad_body("text message without text", body("text", {}))
+    bad_body("text message with empty text", body("text", {"text": ""}))
+    bad_body("text not a string", body("text", {"text": 5}))
+    bad_body("timestamp with a fraction", b'{"payload":{"text":"t"},"sender":{"id":"alice"},"timestamp":1.5,"type":"text"}')
+    bad_body("timestamp beyond int64", jdump({"payload": {"text": "t"}, "sender": {"id": "alice"}, "timestamp": 1 << 63, "type": "text"}))
+    bad_body("timestamp a string", jdump({"payload": {"text": "t"}, "sender": {"id": "alice"}, "timestamp": "1", "type": "text"}))
+    bad_body("timestamp missing", jdump({"payload": {"text": "t"}, "sender": {"id": "alice"}, "type": "text"}))
+    bad_body("type empty", body("", {}))
+    bad_body("type of 65 bytes", body("t" * 65, {}))
+    bad_body("payload missing", jdump({"sender": {"id": "alice"}, "timestamp": 1, "type": "text"}))
+    bad_body("sender.id missing", body("text", {"text": "t"}, {"name": "alice"}))
+    bad_body("sender.id not a uid", body("text", {"text": "t"}, {"id": "alice bob"}))
+    bad_body("sender.name not a string", body("text", {"text": "t"}, {"id": "alice", "name": 1}))
+    bad_body("picture without attachments", body("picture", {"text": "t", "attachments": []}))
+    bad_body("picture, media type Image/png", body("picture", {"attachments": [{"media_type": "Image/png", "data": "AA"}]}))
+    bad_body("picture, media type text/plain", body("picture", {"attachments": [{"media_type": "text/plain", "data": "AA"}]}))
+    bad_body("attachment data padded", body("picture", {"attachments": [{"media_type": "image/png", "data": "AA=="}]}))
+    bad_body("attachment data non-canonical", body("picture", {"attachments": [{"media_type": "image/png", "data": "AB"}]}))
+    bad_body("attachment without media_type", body("picture", {"attachments": [{"data": "AA"}]}))
+    bad_body("latitude 90.5", body("location", {"location": {"latitude": 90.5, "longitude": 0}}))
+    bad_body("longitude -180.001", body("location", {"location": {"latitude": 0, "longitude": -180.001}}))
+    bad_body("location without longitude", body("location", {"location": {"latitude": 0}}))
+    bad_body("latitude a string", body("location", {"location": {"latitude": "0", "longitude": 0}}))
+    bad_body("receipt kind a number", body("receipt", {"receipt": {"kind": 1, "message_ids": [MID]}}))
+    bad_body("receipt without kind", body("receipt", {"receipt": {"message_ids": [MID]}}))
+    bad_body("body with a trailing comma (not RFC 8259)", body("text", {"text": "t"})[:-1] + b",}")
+    bad_body("receipt without ids", body("receipt", {"receipt": {"kind": "read", "message_ids": []}}))
+    bad_body("receipt id too short", body("receipt", {"receipt": {"kind": "read", "message_ids": ["short"]}}))
+    bad_body("typing without active", body("typing", {"typing": {}}))
+    bad_body("typing active not a boolean", body("typing", {"typing": {"active": 1}}))
+    bad_body("unknown type, location a string", body("poll", {"location": "Paris"}))
+    bad_body("unknown type, receipt kind a number", body("poll", {"receipt": {"kind": 2, "message_ids": []}}))
+    bad_body("body sender is not the signer", body("text", {"text": "t"}, {"id": "mallory"}), "envelope_sender_mismatch")
+    write_json(path, {
+        "description": "Sealed envelopes v1 (spec/envelope.md), produced by tools/interop/check.py from the spec alone with "
+                       "PyNaCl (libsodium SealedBox, Ed25519) — not by the reference implementation. Same layout as "
+                       "spec/vectors/envelopes.json: open each envelope with the recipient's mailbox key pair, as "
+                       "`recipient`, for message id `id`; `expect` is \"ok\" (then `sender`, `sender_identity_key` and "
+                       "`body` are what opening yields) or the error code. Keys come from fixed seeds; sealing is "
+                       "randomized, so the envelopes change on every run. The ok bodies are in the §3.4 form except the "
+                       "case with null optional members.",
+        "recipient_mailbox_secret_key": b64e(bytes(bob_mb)), "recipient_mailbox_public_key": b64e(bpk), "cases": cases})
+
+
+def write_json(path, obj):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(json.dumps(obj, indent=2, sort_keys=True, separators=(",", " : "), ensure_ascii=False) + "\n")
+
+
+# ---------------------------------------------------------------- live cross-checks with the binary
+
+def run(binary, *args, stdin=None):
+    p = subprocess.run([binary, *args], input=stdin, capture_output=True, text=True, timeout=60)
+    return p.returncode, p.stdout, p.stderr
+
+
+def check_binary_mint(binary):
+    """4a: keygen + token mint by the binary, verified with pyseto and checked against §5/§6."""
+    with tempfile.TemporaryDirectory() as d:
+        skfile = os.path.join(d, "issuer.secret")
+        rc, out, err = run(binary, "keygen", "--secret-key-file", skfile)
+        if not check("binary keygen", rc == 0, f"exit {rc}: {err}"):
+            return
+        lines = dict(l.split(": ", 1) for l in out.strip().splitlines() if ": " in l)
+        pub, kid, secret = lines.get("public_key", ""), lines.get("kid", ""), open(skfile).read().strip()
+        try:
+            check("binary keygen: secret/public pair (§2)", parse_secret(secret)[32:] == parse_public(pub), "mismatch")
+        except ValueError as e:
+            check("binary keygen: strict PASERK", False, str(e))
+            return
+        check("binary keygen: kid = k4.pid(public)", kid == paserk_pid(pub) == Key.from_paserk(pub).to_paserk_id(), kid)
+        for args, jti, ttl in [((), None, 300), (("--jti", "live-1", "--ttl", "3600"), "live-1", 3600),
+                               (("--jti", "é/\"\\\t☕", "--ttl", "1"), "é/\"\\\t☕", 1)]:
+            name = f"binary mint jti={jti!r} ttl={ttl}"
+            before = int(time.time())
+            rc, out, err = run(binary, "token", "mint", "--uid", "alice", "--audience", "relay.example",
+                               "--issuer-secret-key", skfile, *args)
+            after = int(time.time())
+            if not check(f"{name}: exit 0", rc == 0, f"exit {rc}: {err}"):
+                continue
+            tok = out.strip()
+            try:
+                t = pyseto.decode(Key.from_paserk(pub), tok)
+            except Exception as e:
+                check(f"{name}: pyseto verifies", False, repr(e))
+                continue
+            check(f"{name}: pyseto verifies", True)
+            c = json.loads(t.payload)
+            check(f"{name}: footer is {{\"kid\":pid}} (§5.4, §6)", t.footer == jdump({"kid": kid}), t.footer)
+            iat = parse_time(c.get("iat"))
+            want = {"aud": "relay.example", "sub": "alice", "iat": fmt_time(iat or 0), "exp": fmt_time((iat or 0) + ttl)}
+            if jti is not None:
+                want["jti"] = jti
+            check(f"{name}: claims (§5)", c == want and before <= iat <= after, f"{c}")
+            check(f"{name}: claim bytes in the §5 form", t.payload == jdump(c), t.payload)
+            check(f"{name}: pyseto re-mint is byte-identical",
+                  mint(secret, "alice", "relay.example", ttl, jti, iat) == tok, "differs")
+            got = token_outcome(tok, [pub], "relay.example", time.time())
+            check(f"{name}: own verifier accepts", got[0] == "ok" and got[1:] == ("alice", jti), str(got))
+
+
+def check_binary_verify(binary):
+    """4b: tokens minted here (pyseto) verified by `token verify` against the real clock."""
+    iss, other = issuer_from_seed(os.urandom(32)), issuer_from_seed(os.urandom(32))
+    now = int(time.time())
+    tok = mint(iss["secret_key"], "alice", "relay.example", 300, None, now)
+    rc, out, err = run(binary, "token", "verify", tok, "--issuer-public-key", iss["public_key"], "--audience", "relay.example")
+    check("binary verifies a pyseto token: exit 0, uid: alice", rc == 0 and "uid: alice" in out.splitlines(), f"exit {rc} {out!r} {err!r}")
+    expired = sign_token(iss["secret_key"], jdump({"aud": "relay.example", "exp": fmt_time(now - 100), "iat": fmt_time(now - 400),
+                                                    "sub": "alice"}), jdump({"kid": iss["kid"]}))
+    rc, out, err = run(binary, "token", "verify", expired, "--issuer-public-key", iss["public_key"], "--audience", "relay.example")
+    check("binary refuses an expired pyseto token: exit 65, token_expired", rc == 65 and "token_expired" in err, f"exit {rc} {err!r}")
+    for c in token_cases(iss, other, "relay.example", now):
+        if c.get("live") is False:
+            continue
+        rc, out, err = run(binary, "token", "verify", "-", "--issuer-public-key", iss["public_key"], "--audience", "relay.example",
+                           stdin=c["token"])
+        if c["expect"] == "ok":
+            lines = out.splitlines()
+            good = rc == 0 and f"uid: {c['uid']}" in lines and (c.get("jti") is None or f"jti: {c['jti']}" in lines)
+        else:
+            good = rc == 65 and re.search(r"\b%s\b" % c["expect"], err) is not None
+        check(f"binary verify '{c['name']}' → {c['expect']}", good, f"exit {rc}, stdout {out.strip()!r}, stderr {err.strip()!r}")
+
+
+def check_binary_refusals(binary):
+    """tokens.md §2 (parsers MUST refuse bad PASERKs), §5 step 1 (minter refusals), §7 step 13
+    (an empty configured audience accepts no token), against the binary's CLI."""
+    iss = issuer_from_seed(seed("live refusals"))
+    sk, pk = parse_secret(iss["secret_key"]), parse_public(iss["public_key"])
+    A = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    bits = lambda k: k[:-1] + A[A.index(k[-1]) | 1]  # noqa: E731
+    with tempfile.TemporaryDirectory() as d:
+        def keyfile(text):
+            path = os.path.join(d, f"k{len(os.listdir(d))}")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            os.write(fd, (text + "\n").encode())
+            os.close(fd)
+            return path
+        good = keyfile(iss["secret_key"])
+        for name, text in [("public half not matching the seed", paserk_secret(sk[:32] + bytes(32))),
+                           ("k3.secret", "k3.secret." + iss["secret_key"][10:]), ("non-canonical bits", bits(iss["secret_key"])),
+                           ("padded", iss["secret_key"] + "=="), ("63 bytes", paserk_secret(sk[:63])),
+                           ("a k4.public", iss["public_key"])]:
+            rc, _, err = run(binary, "token", "mint", "--uid", "alice", "--issuer-secret-key", keyfile(text))
+            check(f"binary refuses issuer secret key: {name}", rc != 0, f"exit {rc}")
+        for name, args in [("uid '..'", ["--uid", ".."]), ("ttl 0", ["--uid", "a", "--ttl", "0"]),
+                           ("ttl 3601", ["--uid", "a", "--ttl", "3601"]), ("empty audience", ["--uid", "a", "--audience", ""]),
+                           ("audience of 257 bytes", ["--uid", "a", "--audience", "x" * 257]), ("empty jti", ["--uid", "a", "--jti", ""]),
+                           ("jti of 257 bytes", ["--uid", "a", "--jti", "é" * 128 + "x"])]:
+            rc, out, err = run(binary, "token", "mint", "--issuer-secret-key", good, *args)
+            check(f"binary minter refuses {name}", rc != 0 and out == "", f"exit {rc}")
+    tok = mint(iss["secret_key"], "alice", "relay.example", 300, None, time.time())
+    for name, key in [("non-canonical bits", bits(iss["public_key"])), ("k3.public", "k3.public." + iss["public_key"][10:]),
+                      ("a k4.secret", iss["secret_key"]), ("31 bytes", paserk_public(pk[:31])), ("padded", iss["public_key"] + "=")]:
+        rc, out, err = run(binary, "token", "verify", tok, "--issuer-public-key", key, "--audience", "relay.example")
+        check(f"binary refuses issuer public key: {name}", rc != 0 and "uid:" not in out, f"exit {rc}")
+    empty = sign_token(iss["secret_key"], jdump({"aud": "", "exp": fmt_time(time.time() + 300), "iat": fmt_time(time.time()),
+                                                 "sub": "alice"}), jdump({"kid": iss["kid"]}))
+    rc, out, err = run(binary, "token", "verify", empty, "--issuer-public-key", iss["public_key"], "--audience", "")
+    check("binary with an empty audience refuses aud \"\" (§7 step 13)", rc == 65 and "token_wrong_audience" in err, f"exit {rc} {err!r}")
+
+
+# ---------------------------------------------------------------- main
+
+def self_checks():
+    """Spec examples that are not in the vector files."""
+    check("tokens.md §2 k4.pid-1 (all-zero key)", paserk_pid("k4.public." + "A" * 43) == "k4.pid.S_XQmeEwHbbvRmiyfXfHYpLGjXGzjTRSDoT1YtTakWFE",
+          paserk_pid("k4.public." + "A" * 43))
+    check("tokens.md §3 PAE() = LE64(0)", pae() == bytes(8), pae().hex())
+    check("strict base64url refuses '=', 1 mod 4, trailing bits", all(
+        _raises(lambda s=s: b64d(s)) for s in ["AA==", "A", "AB", "AAB", "A A", "+/"]) and b64d("") == b"", "")
+    bad = ["2027-01-15T08:00:60Z", "2027-02-29T00:00:00Z", "2027-01-15T24:00:00Z", "2027-01-15T08:00:00+00:60",
+           "2027-01-15T08:00:00", "2027-01-15 08:00:00Z", "2027-13-01T00:00:00Z", "2027-01-15T08:00:00Z\n"]
+    check("RFC 3339 refusals (tokens.md §1)", all(parse_time(s) is None for s in bad), [s for s in bad if parse_time(s) is not None])
+    check("RFC 3339 leap day 2028 and offsets", parse_time("2028-02-29T01:00:00+01:00") == parse_time("2028-02-29T00:00:00Z")
+          == calendar.timegm((2028, 2, 29, 0, 0, 0)), "")
+    try:
+        seal_record(b"\x01", bytes(32))
+        got = "sealed"
+    except FormatError as e:
+        got = e.code
+    check("envelope.md §2.5: sealing to a low-order key → envelope_unusable_mailbox_key", got == "envelope_unusable_mailbox_key", got)
+    ik = nacl.signing.SigningKey(seed("bundle"))
+    fields = {"uid": "bob", "identity_key": b64e(bytes(ik.verify_key)), "mailbox_key": b64e(bytes(32)),
+              "created_at": "2027-01-15T08:00:00+00:00", "version": 1}
+    fields["signature"] = b64e(ik.sign(pae(b"mailslot-key-bundle-v1", b"bob", bytes(ik.verify_key), bytes(32),
+                                           fields["created_at"].encode())).signature)
+    try:
+        decode_bundle(jdump(fields).decode(), "bob")
+        got = "ok"
+    except FormatError as e:
+        got = e.code
+    check("envelope.md §4 check 5a: signed bundle with a low-order mailbox key → bundle_malformed", got == "bundle_malformed", got)
+
+
+def _raises(f):
+    try:
+        f()
+        return False
+    except ValueError:
+        return True
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--relay-binary", required=True)
+    ap.add_argument("--write-independent", action="store_true")
+    a = ap.parse_args()
+    ind = os.path.join(VECTORS, "independent")
+    if a.write_independent:
+        write_independent_tokens(os.path.join(ind, "tokens.json"))
+        write_independent_envelopes(os.path.join(ind, "envelopes.json"))
+        print(f"wrote {ind}/tokens.json and envelopes.json")
+    self_checks()
+    check_token_vectors(os.path.join(VECTORS, "tokens.json"), "tokens")
+    check_envelope_vectors(os.path.join(VECTORS, "envelopes.json"), "envelopes")
+    check_bundle_vectors(os.path.join(VECTORS, "bundles.json"))
+    check_safety_vectors(os.path.join(VECTORS, "safety-numbers.json"))
+    if os.path.exists(os.path.join(ind, "tokens.json")):
+        check_token_vectors(os.path.join(ind, "tokens.json"), "independent tokens")
+    if os.path.exists(os.path.join(ind, "envelopes.json")):
+        check_envelope_vectors(os.path.join(ind, "envelopes.json"), "independent envelopes")
+    if not os.access(a.relay_binary, os.X_OK):
+        check("relay binary present", False, a.relay_binary)
+    else:
+        check_binary_mint(a.relay_binary)
+        check_binary_verify(a.relay_binary)
+        check_binary_refusals(a.relay_binary)
+    if SIG_NOTES:
+        print(f"note: {len(SIG_NOTES)} signature check(s) used PyNaCl alone (pyseto refuses a 64-byte payload)")
+    failed = RESULTS.count(False)
+    print(f"{len(RESULTS) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
