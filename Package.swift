@@ -12,6 +12,11 @@ let package = Package(
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.0.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.0.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.0.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.0.0"),
     ],
     targets: [
         // libsodium, found through pkg-config. Every byte of cryptography goes through it.
@@ -22,10 +27,22 @@ let package = Package(
         ),
         .target(name: "MailslotCrypto", dependencies: ["CSodium"]),
         .target(name: "MailslotWire", dependencies: ["MailslotCrypto"]),
+        .target(
+            name: "MailslotRelay",
+            dependencies: [
+                "MailslotWire",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         .executableTarget(
             name: "mailslot-relay",
             dependencies: [
-                "MailslotWire",
+                "MailslotRelay",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -35,6 +52,14 @@ let package = Package(
             exclude: ["Fixtures"]
         ),
         .testTarget(name: "MailslotWireTests", dependencies: ["MailslotWire"]),
+        .testTarget(
+            name: "MailslotRelayTests",
+            dependencies: [
+                "MailslotRelay",
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+            ]
+        ),
         .testTarget(name: "mailslot-relayTests", dependencies: ["mailslot-relay", "MailslotCrypto"]),
     ],
     swiftLanguageModes: [.v6]

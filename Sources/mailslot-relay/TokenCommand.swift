@@ -14,6 +14,7 @@ struct TokenCommand: ParsableCommand {
     struct Mint: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Mint a custom token (PASETO v4.public) that signs UID in at a relay.",
+            usage: "mailslot-relay token mint --uid UID [--ttl SECONDS] [--audience ID] [--jti ID] (--issuer-secret-key FILE | --data DIR)",
             discussion: """
                 The token is printed on stdout, nothing else. It is a bearer credential until it expires: \
                 hand it to the user's client, do not log it.
@@ -33,9 +34,18 @@ struct TokenCommand: ParsableCommand {
         var jti: String?
 
         @Option(name: .long, help: ArgumentHelp("The file holding the issuer secret key (one line, k4.secret.…).", valueName: "FILE"))
-        var issuerSecretKey: String
+        var issuerSecretKey: String?
+
+        @Option(name: .long, help: ArgumentHelp("Use the development issuer key of the relay's data folder instead.", valueName: "DIR"))
+        var data: String?
+
+        /// The key file: the one given, or the data folder's development key.
+        var keyFile: String { issuerSecretKey ?? DevelopmentKey.path(in: data ?? "./mailslot-data") }
 
         func validate() throws {
+            guard (issuerSecretKey == nil) != (data == nil) else {
+                throw ValidationError("give either --issuer-secret-key FILE or --data DIR (the relay's development key)")
+            }
             guard Identifier.isValidUID(uid) else {
                 throw ValidationError("'\(uid)' is not a valid uid: use 1 to 128 of A-Z a-z 0-9 . _ - (and not '.' or '..')")
             }
@@ -52,11 +62,11 @@ struct TokenCommand: ParsableCommand {
 
         func run() throws {
             try reportingFailures {
-                let key = try IssuerKeyFile.read(issuerSecretKey)
-                if let mode = try? FileManager.default.attributesOfItem(atPath: issuerSecretKey)[.posixPermissions] as? Int,
+                let key = try IssuerKeyFile.read(keyFile)
+                if let mode = try? FileManager.default.attributesOfItem(atPath: keyFile)[.posixPermissions] as? Int,
                    mode & 0o077 != 0 {
                     FileHandle.standardError.write(Data(
-                        "mailslot-relay: warning: '\(issuerSecretKey)' is readable by other users; run `chmod 600 \(issuerSecretKey)`\n".utf8))
+                        "mailslot-relay: warning: '\(keyFile)' is readable by other users; run `chmod 600 \(keyFile)`\n".utf8))
                 }
                 do throws(TokenError) {
                     print(try TokenIssuer(key: key, audience: audience).mint(uid: uid, lifetime: ttl, tokenID: jti))

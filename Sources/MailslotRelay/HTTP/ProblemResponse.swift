@@ -1,0 +1,45 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import MailslotWire
+
+extension Problem: ResponseGenerator, HTTPResponseError {
+    /// The HTTP status of the problem's code.
+    public var status: HTTPResponse.Status { .init(code: code.status) }
+
+    /// The `application/problem+json` answer, with `Retry-After` when rate-limited.
+    public func response(from request: Request, context: some RequestContext) throws -> Response {
+        var headers: HTTPFields = [.contentType: "application/problem+json"]
+        if let retryAfter { headers[.retryAfter] = String(retryAfter) }
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: JSONBody.encode(self))))
+    }
+}
+
+/// Turns every error into a problem: Hummingbird's own (unknown route, body too large) into the
+/// matching code, anything unexpected into `internal` — logged by type only, never with content.
+struct ProblemMiddleware: RouterMiddleware {
+    typealias Context = RelayContext
+
+    func handle(_ request: Request, context: RelayContext,
+                next: (Request, RelayContext) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let problem as Problem {
+            throw problem
+        } catch let error as HTTPError {
+            switch error.status {
+            case .notFound: throw Problem(.notFound, "no such route")
+            case .methodNotAllowed: throw Problem(.methodNotAllowed)
+            case .contentTooLarge: throw Problem(.bodyTooLarge, "the request body is too large")
+            case .unsupportedMediaType: throw Problem(.unsupportedMediaType, "send application/json")
+            case .badRequest: throw Problem(.badRequest)
+            default:
+                context.logger.error("request failed", metadata: ["status": "\(error.status.code)"])
+                throw Problem(.internalError)
+            }
+        } catch {
+            context.logger.error("request failed", metadata: ["error.type": "\(type(of: error))"])
+            throw Problem(.internalError)
+        }
+    }
+}

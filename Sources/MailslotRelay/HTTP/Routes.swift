@@ -1,0 +1,112 @@
+import Foundation
+import Hummingbird
+import MailslotWire
+
+/// Every HTTP route of DESIGN.md. Each handler authenticates, then calls ``MailboxService``,
+/// which asks the rules; none decides access itself. spec/openapi.yaml lists the same routes,
+/// and a test keeps the two in step.
+struct Routes: Sendable {
+    let sessions: SessionService
+    let mailboxes: MailboxService
+    let configuration: RelayConfiguration
+
+    func add(to router: Router<RelayContext>) {
+        router.get("/healthz") { _, _ in JSONBody.response(["status": "ok"]) }
+
+        router.post("/v1/sessions") { request, _ in
+            let body = try await JSONBody.decode(SignInRequest.self, from: request, limit: 16 * 1024, maxDepth: configuration.maxJSONDepth)
+            return JSONBody.response(try await sessions.signIn(token: body.token, now: Clock.now()), status: .created)
+        }
+        router.post("/v1/sessions/refresh") { request, _ in
+            let body = try await JSONBody.decode(RefreshRequest.self, from: request, limit: 4096, maxDepth: configuration.maxJSONDepth)
+            return JSONBody.response(try await sessions.refresh(body.refresh, now: Clock.now()), status: .created)
+        }
+        router.delete("/v1/sessions/current") { request, _ in
+            try await sessions.signOut(try await principal(request))
+            return Response(status: .noContent)
+        }
+
+        router.get("/v1/users/:uid") { request, context in
+            JSONBody.response(raw: try await mailboxes.document(try await principal(request), owner: try context.uid()))
+        }
+        router.put("/v1/users/:uid") { request, context in
+            let principal = try await principal(request)
+            let body = try await JSONBody.bytes(of: request, limit: configuration.maxDocumentBytes, maxDepth: configuration.maxJSONDepth)
+            try await mailboxes.putDocument(principal, owner: try context.uid(), body: body, now: Clock.now())
+            return Response(status: .noContent)
+        }
+
+        router.get("/v1/users/:uid/keys") { request, context in
+            JSONBody.response(raw: try await mailboxes.keyBundle(try await principal(request), owner: try context.uid()))
+        }
+        router.put("/v1/users/:uid/keys") { request, context in
+            let principal = try await principal(request)
+            let body = try await JSONBody.bytes(of: request, limit: 4096, maxDepth: configuration.maxJSONDepth)
+            try await mailboxes.putKeyBundle(principal, owner: try context.uid(), body: body, now: Clock.now())
+            return Response(status: .noContent)
+        }
+
+        router.put("/v1/users/:uid/messages/:id") { request, context in
+            let principal = try await principal(request)
+            let body = try await JSONBody.decode(SendRequest.self, from: request, limit: configuration.maxBodyBytes,
+                                                 maxDepth: configuration.maxJSONDepth)
+            let (record, created) = try await mailboxes.send(principal, to: try context.uid(), id: try context.messageID(),
+                                                             envelope: body.envelope, ttlSeconds: body.ttlSeconds, now: Clock.now())
+            return JSONBody.response(record, status: created ? .created : .ok)
+        }
+        router.get("/v1/users/:uid/messages") { request, context in
+            let principal = try await principal(request)
+            let limit = try request.uri.queryParameters.get("limit").map { text -> Int in
+                guard let value = Int(text) else { throw Problem(.badRequest, "limit must be a number") }
+                return value
+            }
+            let after = request.uri.queryParameters.get("after")
+            return JSONBody.response(try await mailboxes.list(principal, owner: try context.uid(), after: after, limit: limit, now: Clock.now()))
+        }
+        router.get("/v1/users/:uid/messages/:id") { request, context in
+            JSONBody.response(try await mailboxes.message(try await principal(request), owner: try context.uid(),
+                                                          id: try context.messageID(), now: Clock.now()))
+        }
+        router.patch("/v1/users/:uid/messages/:id") { request, context in
+            let principal = try await principal(request)
+            let patch = try await JSONBody.decode(MessagePatch.self, from: request, limit: 4096, maxDepth: configuration.maxJSONDepth)
+            return JSONBody.response(try await mailboxes.patch(principal, owner: try context.uid(), id: try context.messageID(),
+                                                               patch, now: Clock.now()))
+        }
+        router.delete("/v1/users/:uid/messages/:id") { request, context in
+            try await mailboxes.delete(try await principal(request), owner: try context.uid(), id: try context.messageID(), now: Clock.now())
+            return Response(status: .noContent)
+        }
+
+        router.put("/v1/users/:uid/blocked/:author") { request, context in
+            try await mailboxes.block(try await principal(request), owner: try context.uid(), author: try context.parameter("author"),
+                                      now: Clock.now())
+            return Response(status: .noContent)
+        }
+        router.delete("/v1/users/:uid/blocked/:author") { request, context in
+            try await mailboxes.unblock(try await principal(request), owner: try context.uid(), author: try context.parameter("author"))
+            return Response(status: .noContent)
+        }
+
+        // Reached when the WebSocket upgrade was not accepted: say why, as for any request.
+        router.get("/v1/users/:uid/subscribe") { request, context -> Response in
+            try mailboxes.authorizeSubscription(try await principal(request), owner: try context.uid())
+            throw Problem(.badRequest, "this is a WebSocket endpoint: send an Upgrade: websocket request")
+        }
+    }
+
+    private func principal(_ request: Request) async throws -> SessionService.Principal {
+        try await sessions.authenticate(authorization: request.headers[.authorization], now: Clock.now())
+    }
+}
+
+extension RelayContext {
+    /// A path parameter, percent-decoded by the router. Its grammar is checked by the service.
+    func parameter(_ name: String) throws -> String {
+        guard let value = parameters.get(name) else { throw Problem(.badRequest, "missing \(name)") }
+        return value
+    }
+
+    func uid() throws -> String { try parameter("uid") }
+    func messageID() throws -> String { try parameter("id") }
+}

@@ -1,0 +1,197 @@
+import Foundation
+import MailslotWire
+
+/// What the relay does, independent of transport: HTTP routes and WebSocket frames both call
+/// these functions, and each one asks ``AccessRules`` before touching the store. Failures are
+/// ``Problem``s with stable codes; nothing already stored changes when a request is refused.
+struct MailboxService: Sendable {
+    let store: Store
+    let configuration: RelayConfiguration
+    let hub: MailboxHub
+    let rateLimiter: RateLimiter
+    let erasure: ErasureScheduler
+
+    typealias Principal = SessionService.Principal
+
+    // MARK: Messages
+
+    /// Drops an envelope into `recipient`'s mailbox under `id`, stamped with the principal as author.
+    func send(_ principal: Principal, to recipient: String, id: String, envelope base64: String, ttlSeconds: Int64?,
+              now: Int64) async throws -> (record: MessageRecord, created: Bool) {
+        try Self.check(uid: recipient)
+        try Self.check(messageID: id)
+        try require(.create, .message, principal, owner: recipient)
+        let ttl = ttlSeconds ?? configuration.defaultMessageTTL
+        guard ttl >= 1, ttl <= configuration.maxMessageTTL else {
+            throw Problem(.invalidTTL, "ttl_seconds must be 1 to \(configuration.maxMessageTTL)")
+        }
+        // The base64 text is 4/3 of the envelope: refuse an oversized one before decoding it.
+        guard base64.utf8.count <= (configuration.maxEnvelopeBytes * 4 + 2) / 3 else {
+            throw Problem(.envelopeTooLarge, "envelopes are at most \(configuration.maxEnvelopeBytes) bytes")
+        }
+        guard let envelope = Base64URL.decode(base64), !envelope.isEmpty else {
+            throw Problem(.invalidEnvelope, "envelope must be non-empty unpadded base64url")
+        }
+        guard envelope.count <= configuration.maxEnvelopeBytes else {
+            throw Problem(.envelopeTooLarge, "envelopes are at most \(configuration.maxEnvelopeBytes) bytes")
+        }
+        if let retryAfter = await rateLimiter.take(principal.uid, now: now) {
+            throw Problem(.rateLimited, "too many messages; slow down", retryAfter: retryAfter)
+        }
+        do {
+            let outcome = try await store.createMessage(recipient: recipient, id: id, author: principal.uid, envelope: Data(envelope),
+                                                        now: now, expiresAt: now + ttl * 1000,
+                                                        maxPending: configuration.maxPendingPerMailbox)
+            if case .created = outcome { await hub.notify(recipient) }
+            let withEnvelope = AccessRules.allows(.read, .message, principal: principal.uid, owner: recipient)
+            if case .created = outcome { return (outcome.message.record(withEnvelope: withEnvelope), true) }
+            return (outcome.message.record(withEnvelope: withEnvelope), false)
+        } catch let refusal as StoreRefusal {
+            switch refusal {
+            case .conflict: throw Problem(.conflict, "this message id is already used in this mailbox with another envelope")
+            case .mailboxFull: throw Problem(.mailboxFull, "the mailbox holds \(configuration.maxPendingPerMailbox) pending messages; try later")
+            case .blocked: throw Problem(.blocked, "the mailbox owner does not accept messages from you")
+            }
+        }
+    }
+
+    /// One message, for its owner.
+    func message(_ principal: Principal, owner: String, id: String, now: Int64) async throws -> MessageRecord {
+        try Self.check(uid: owner)
+        try Self.check(messageID: id)
+        try require(.read, .message, principal, owner: owner)
+        guard let message = try await store.message(recipient: owner, id: id, now: now) else {
+            throw Problem(.notFound, "no such message")
+        }
+        return message.record(withEnvelope: true)
+    }
+
+    /// A page of the mailbox, oldest first, for its owner.
+    func list(_ principal: Principal, owner: String, after cursor: String?, limit: Int?, now: Int64) async throws -> MessagePage {
+        try Self.check(uid: owner)
+        try require(.read, .mailbox, principal, owner: owner)
+        var after: Int64 = 0
+        if let cursor {
+            guard let value = Int64(cursor), value >= 0, String(value) == cursor else {
+                throw Problem(.invalidCursor, "after must be a cursor from a previous page")
+            }
+            after = value
+        }
+        let pageSize = limit ?? 100
+        guard (1...Defaults.maxPageSize).contains(pageSize) else {
+            throw Problem(.badRequest, "limit must be 1 to \(Defaults.maxPageSize)")
+        }
+        let messages = try await store.messages(recipient: owner, after: after, limit: pageSize + 1, now: now)
+        let page = messages.prefix(pageSize)
+        let next = messages.count > pageSize ? page.last.map { String($0.seq) } : nil
+        return MessagePage(messages: page.map { $0.record(withEnvelope: true) }, next: next)
+    }
+
+    /// The owner's metadata update: a processing lease. The envelope never changes.
+    func patch(_ principal: Principal, owner: String, id: String, _ patch: MessagePatch, now: Int64) async throws -> MessageRecord {
+        try Self.check(uid: owner)
+        try Self.check(messageID: id)
+        try require(.update, .message, principal, owner: owner)
+        guard let seconds = patch.leaseSeconds, (0...3600).contains(seconds) else {
+            throw Problem(.invalidLease, "lease_seconds must be 0 (release) to 3600")
+        }
+        if let holder = patch.leaseHolder, holder.utf8.count > 64 { throw Problem(.invalidLease, "lease_holder is at most 64 bytes") }
+        let until = seconds == 0 ? nil : now + seconds * 1000
+        guard let updated = try await store.setLease(recipient: owner, id: id, until: until,
+                                                     holder: seconds == 0 ? nil : patch.leaseHolder, now: now) else {
+            throw Problem(.notFound, "no such message")
+        }
+        return updated.record(withEnvelope: true)
+    }
+
+    /// Erases a message: the owner's acknowledgement or the author's unsend. Anyone else gets 403
+    /// whether or not the message exists.
+    func delete(_ principal: Principal, owner: String, id: String, now: Int64) async throws {
+        try Self.check(uid: owner)
+        try Self.check(messageID: id)
+        let author = try await store.message(recipient: owner, id: id, now: now)?.author
+        try require(.delete, .message, principal, owner: owner, author: author)
+        // Only the owner may learn that the message is not there (any more).
+        guard try await store.deleteMessage(recipient: owner, id: id) else { throw Problem(.notFound, "no such message") }
+        erasure.erased()
+    }
+
+    // MARK: Documents, keys, block lists
+
+    func document(_ principal: Principal, owner: String) async throws -> Data {
+        try Self.check(uid: owner)
+        try require(.read, .userDocument, principal, owner: owner)
+        guard let body = try await store.document(uid: owner) else { throw Problem(.notFound, "no document yet") }
+        return body
+    }
+
+    func putDocument(_ principal: Principal, owner: String, body: Data, now: Int64) async throws {
+        try Self.check(uid: owner)
+        try require(.update, .userDocument, principal, owner: owner)
+        guard body.count <= configuration.maxDocumentBytes else {
+            throw Problem(.bodyTooLarge, "the document is at most \(configuration.maxDocumentBytes) bytes")
+        }
+        guard (try? JSONSerialization.jsonObject(with: body)) is [String: Any] else {
+            throw Problem(.invalidDocument, "the document must be a JSON object")
+        }
+        try await store.putDocument(uid: owner, body: body, now: now)
+    }
+
+    func keyBundle(_ principal: Principal, owner: String) async throws -> Data {
+        try Self.check(uid: owner)
+        try require(.read, .keyBundle, principal, owner: owner)
+        guard let bundle = try await store.keyBundle(uid: owner) else { throw Problem(.notFound, "this user has published no keys") }
+        return bundle
+    }
+
+    /// Publishes the owner's key bundle; it must be self-signed and name the owner.
+    func putKeyBundle(_ principal: Principal, owner: String, body: Data, now: Int64) async throws {
+        try Self.check(uid: owner)
+        try require(.update, .keyBundle, principal, owner: owner)
+        do {
+            _ = try KeyBundle.decode(Array(body), for: owner)
+        } catch {
+            throw Problem(.invalidKeyBundle, "the key bundle was refused: \(error.code)")
+        }
+        try await store.putKeyBundle(uid: owner, bundle: body, now: now)
+    }
+
+    func block(_ principal: Principal, owner: String, author: String, now: Int64) async throws {
+        try Self.check(uid: owner)
+        try Self.check(uid: author)
+        try require(.create, .blockEntry, principal, owner: owner)
+        try await store.block(owner: owner, author: author, now: now)
+    }
+
+    func unblock(_ principal: Principal, owner: String, author: String) async throws {
+        try Self.check(uid: owner)
+        try Self.check(uid: author)
+        try require(.delete, .blockEntry, principal, owner: owner)
+        guard try await store.unblock(owner: owner, author: author) else { throw Problem(.notFound, "not blocked") }
+    }
+
+    /// Checks that the principal may subscribe to `owner`'s mailbox.
+    func authorizeSubscription(_ principal: Principal, owner: String) throws {
+        try Self.check(uid: owner)
+        try require(.read, .mailbox, principal, owner: owner)
+    }
+
+    // MARK: Checks
+
+    private func require(_ operation: Operation, _ resource: Resource, _ principal: Principal, owner: String,
+                         author: String? = nil) throws {
+        guard AccessRules.allows(operation, resource, principal: principal.uid, owner: owner, author: author) else {
+            throw Problem(.forbidden, "you may not do this")
+        }
+    }
+
+    static func check(uid: String) throws {
+        guard Identifier.isValidUID(uid) else { throw Problem(.invalidUID, "a uid is 1 to 128 of A-Z a-z 0-9 . _ -") }
+    }
+
+    static func check(messageID: String) throws {
+        guard Identifier.isValidMessageID(messageID) else {
+            throw Problem(.invalidMessageID, "a message id is 16 to 64 of A-Z a-z 0-9 _ -")
+        }
+    }
+}

@@ -1,0 +1,69 @@
+import MailslotWire
+
+// The one access-rule table of the relay. Every route and every WebSocket frame asks it; nothing
+// else decides who may do what. Deny by default: a pair missing from the table allows no one.
+//
+// | resource                      | create    | read      | update | delete         |
+// |-------------------------------|-----------|-----------|--------|----------------|
+// | /users/{uid}                  | owner     | owner     | owner  | owner          |
+// | /users/{uid}/keys             | owner     | signed-in | owner  | owner          |
+// | /users/{uid}/messages/{id}    | signed-in | owner     | owner  | owner, author  |
+// | /users/{uid}/messages (list,  |           | owner     |        |                |
+// |   subscribe)                  |           |           |        |                |
+// | /users/{uid}/blocked/{author} | owner     | owner     | —      | owner          |
+
+/// The things the rules protect.
+public enum Resource: String, Sendable, CaseIterable {
+    /// The owner's private document, `/users/{uid}`.
+    case userDocument
+    /// The public key bundle, `/users/{uid}/keys`.
+    case keyBundle
+    /// One sealed message, `/users/{uid}/messages/{id}`.
+    case message
+    /// The whole mailbox: listing and subscribing, `/users/{uid}/messages`, `/users/{uid}/subscribe`.
+    case mailbox
+    /// One entry of the owner's block list, `/users/{uid}/blocked/{author}`.
+    case blockEntry
+}
+
+/// What is done to a resource.
+public enum Operation: String, Sendable, CaseIterable {
+    case create, read, update, delete
+}
+
+/// How the signed-in principal relates to the resource.
+public enum Role: Sendable, Hashable {
+    /// The mailbox owner: the principal's uid is the `{uid}` of the path.
+    case owner
+    /// The stamped author of the message in question.
+    case author
+    /// Anyone with a valid session.
+    case signedIn
+}
+
+/// The access rules. Ask ``AccessRules/allows(_:_:principal:owner:author:)``.
+public enum AccessRules {
+    static let table: [Resource: [Operation: Set<Role>]] = [
+        .userDocument: [.create: [.owner], .read: [.owner], .update: [.owner], .delete: [.owner]],
+        .keyBundle: [.create: [.owner], .read: [.signedIn], .update: [.owner], .delete: [.owner]],
+        .message: [.create: [.signedIn], .read: [.owner], .update: [.owner], .delete: [.owner, .author]],
+        .mailbox: [.read: [.owner]],
+        .blockEntry: [.create: [.owner], .read: [.owner], .delete: [.owner]],
+    ]
+
+    /// The roles `principal` holds toward a resource of `owner`, and of a message's `author`.
+    static func roles(principal: String, owner: String, author: String?) -> Set<Role> {
+        var roles: Set<Role> = [.signedIn]
+        if principal == owner { roles.insert(.owner) }
+        if let author, principal == author { roles.insert(.author) }
+        return roles
+    }
+
+    /// Whether the signed-in `principal` may perform `operation` on `resource` in `owner`'s
+    /// space. `author` is the stamped author of the message concerned, when it exists.
+    public static func allows(_ operation: Operation, _ resource: Resource, principal: String, owner: String,
+                              author: String? = nil) -> Bool {
+        guard let allowed = table[resource]?[operation] else { return false }
+        return !allowed.isDisjoint(with: roles(principal: principal, owner: owner, author: author))
+    }
+}

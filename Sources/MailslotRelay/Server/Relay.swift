@@ -1,0 +1,128 @@
+import Foundation
+import Hummingbird
+import HummingbirdCore
+import HummingbirdWebSocket
+import Logging
+import MailslotWire
+import NIOCore
+import ServiceLifecycle
+
+/// The relay: its store, services and HTTP/WebSocket application, assembled from a
+/// ``RelayConfiguration``. `mailslot-relay serve` runs one; tests run them on port 0.
+public struct Relay: Sendable {
+    /// The configuration it runs with.
+    public let configuration: RelayConfiguration
+    let store: Store
+    let sessions: SessionService
+    let mailboxes: MailboxService
+    let erasure: ErasureScheduler
+    let logger: Logger
+
+    /// Opens (or creates) the store in the configuration's data folder and runs its migrations.
+    public init(configuration: RelayConfiguration, logger: Logger) throws {
+        guard !configuration.issuerKeys.isEmpty else { throw RelayConfigurationError("no issuer public key is configured") }
+        guard !configuration.audience.isEmpty else { throw RelayConfigurationError("the audience must not be empty") }
+        guard let durability = Store.Durability(rawValue: configuration.durability) else {
+            throw RelayConfigurationError("durability must be normal or full")
+        }
+        try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        let store = try Store(path: (configuration.dataDirectory as NSString).appendingPathComponent("relay.sqlite"),
+                              durability: durability)
+        let erasure = ErasureScheduler(store: store, delay: configuration.erasureDelay)
+        self.configuration = configuration
+        self.store = store
+        self.erasure = erasure
+        self.logger = logger
+        sessions = SessionService(store: store, verifier: TokenVerifier(issuerKeys: configuration.issuerKeys, audience: configuration.audience),
+                                  sessionLifetime: configuration.sessionLifetime * 1000, refreshLifetime: configuration.refreshLifetime * 1000)
+        mailboxes = MailboxService(store: store, configuration: configuration, hub: MailboxHub(),
+                                   rateLimiter: RateLimiter(rate: configuration.createRate, burst: configuration.createBurst),
+                                   erasure: erasure)
+    }
+
+    /// The HTTP + WebSocket application. `onServerRunning` receives the bound port.
+    public func application(onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> some ApplicationProtocol {
+        let router = Router(context: RelayContext.self)
+        router.add(middleware: AccessLogMiddleware())
+        router.add(middleware: ProblemMiddleware())
+        Routes(sessions: sessions, mailboxes: mailboxes, configuration: configuration).add(to: router)
+
+        let subscription = SubscriptionSession(mailboxes: mailboxes, sessions: sessions, hub: mailboxes.hub,
+                                               window: configuration.deliveryWindow, maxFrameBytes: configuration.maxFrameBytes,
+                                               maxJSONDepth: configuration.maxJSONDepth, logger: logger)
+        let webSocketRouter = Router(context: RelayContext.self)
+        webSocketRouter.ws("/v1/users/:uid/subscribe") { inbound, outbound, context in
+            try await subscription.run(owner: context.requestContext.parameters.get("uid") ?? "",
+                                       authorization: context.request.headers[.authorization], inbound: inbound, outbound: outbound)
+        }
+
+        let server = HTTPServerBuilder.http1WebSocketUpgrade(
+            webSocketRouter: webSocketRouter,
+            configuration: .init(http1: .init(idleTimeout: .seconds(60)),
+                                 ws: .init(maxFrameSize: configuration.maxFrameBytes, autoPing: .enabled(timePeriod: .seconds(30)))))
+        return Application(
+            router: router,
+            server: server,
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "mailslot",
+                                 availableConnectionsDelegate: MaximumAvailableConnections(configuration.maxConnections)),
+            services: [Sweeper(store: store, erasure: erasure, interval: configuration.sweepInterval, logger: logger),
+                       ErasureService(erasure: erasure, logger: logger)],
+            onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? 0) },
+            logger: logger)
+    }
+
+    /// Runs until SIGTERM or SIGINT: then stops accepting, lets requests finish, closes sockets,
+    /// and checkpoints the database so the WAL is empty.
+    public func run(onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
+        let group = ServiceGroup(configuration: .init(services: [application(onServerRunning: onServerRunning)],
+                                                      gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await group.run()
+        try await store.checkpoint()
+        logger.info("stopped; database checkpointed")
+    }
+}
+
+/// A configuration the relay refuses to start with.
+public struct RelayConfigurationError: Error, CustomStringConvertible {
+    /// What is wrong, for the operator.
+    public let description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Erases expired messages (and sessions) every `interval` seconds.
+struct Sweeper: Service {
+    let store: Store
+    let erasure: ErasureScheduler
+    let interval: Double
+    let logger: Logger
+
+    func run() async throws {
+        try? await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                do {
+                    let erased = try await store.sweepExpired(now: Clock.now())
+                    if erased > 0 {
+                        logger.info("expired messages erased", metadata: ["count": "\(erased)"])
+                        erasure.erased()
+                    }
+                } catch is CancellationError {
+                    return
+                } catch {
+                    logger.error("sweep failed", metadata: ["error.type": "\(type(of: error))"])
+                }
+                try await Task.sleep(for: .seconds(interval))
+            }
+        }
+    }
+}
+
+/// Runs the ``ErasureScheduler`` for the relay's lifetime.
+struct ErasureService: Service {
+    let erasure: ErasureScheduler
+    let logger: Logger
+
+    func run() async throws {
+        await cancelWhenGracefulShutdown { await erasure.run(logger: logger) }
+    }
+}

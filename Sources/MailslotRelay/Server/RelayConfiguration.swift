@@ -1,0 +1,54 @@
+import MailslotWire
+
+/// Everything an operator can set. `mailslot-relay serve` fills it from flags and `MAILSLOT_*`
+/// variables; the defaults are those of DESIGN.md.
+public struct RelayConfiguration: Sendable {
+    /// Where to listen.
+    public var host = "127.0.0.1"
+    /// The port; 0 picks a free one (tests).
+    public var port = 8080
+    /// The folder of the database (and of the development issuer key).
+    public var dataDirectory = "./mailslot-data"
+    /// The issuer public keys whose custom tokens are accepted.
+    public var issuerKeys: [IdentityPublicKey] = []
+    /// This relay's id: the `aud` its tokens must carry.
+    public var audience = Defaults.audience
+    /// How commits reach the disk.
+    public var durability = "normal"
+
+    /// Lifetime of an access session, in seconds.
+    public var sessionLifetime: Int64 = 15 * 60
+    /// Lifetime of a refresh token, in seconds.
+    public var refreshLifetime: Int64 = 30 * 24 * 3600
+
+    /// The largest envelope accepted, in bytes.
+    public var maxEnvelopeBytes = Defaults.maxEnvelopeBytes
+    /// The largest request body, in bytes (an envelope in base64url plus JSON).
+    public var maxBodyBytes = Defaults.maxEnvelopeBytes * 4 / 3 + 4096
+    /// Default and maximum message lifetime, in seconds.
+    public var defaultMessageTTL = Defaults.messageTTL
+    public var maxMessageTTL = Defaults.maxMessageTTL
+    /// The most pending messages in one mailbox.
+    public var maxPendingPerMailbox = Defaults.maxPendingPerMailbox
+    /// Per-author creates: sustained rate per second and burst.
+    public var createRate: Double = 100
+    public var createBurst: Double = 500
+    /// Delivered-but-unacknowledged messages per subscription.
+    public var deliveryWindow = Defaults.deliveryWindow
+    /// The largest WebSocket frame accepted, in bytes.
+    public var maxFrameBytes = Defaults.maxEnvelopeBytes * 4 / 3 + 4096
+    /// The deepest JSON nesting accepted in any request body or frame.
+    public var maxJSONDepth = 16
+    /// The most concurrent connections (HTTP and WebSocket together).
+    public var maxConnections = 10_000
+    /// The largest owner document, in bytes.
+    public var maxDocumentBytes = Defaults.maxDocumentBytes
+    /// How often expired messages are swept, in seconds.
+    public var sweepInterval: Double = 60
+    /// How soon after an erasure the WAL is truncated, in seconds: the bound on how long erased
+    /// ciphertext can linger in the database files.
+    public var erasureDelay: Double = 1
+
+    /// The defaults.
+    public init() {}
+}

@@ -1,0 +1,83 @@
+import Foundation
+import GRDB
+
+/// A session row: whom it signs in, its family, and whether a refresh token was already spent.
+struct StoredSession: Sendable, Equatable {
+    enum Kind: Int, Sendable { case access = 0, refresh = 1 }
+    let kind: Kind
+    let uid: String
+    let family: Data
+    let expiresAt: Int64
+    let spent: Bool
+}
+
+extension Store {
+    /// Stores the hashes of a new access/refresh pair in `family`.
+    func insertSessionPair(uid: String, family: Data, accessHash: Data, accessExpiresAt: Int64,
+                           refreshHash: Data, refreshExpiresAt: Int64) async throws {
+        try await pool.write { db in
+            try Self.insertPair(db, uid: uid, family: family, accessHash: accessHash, accessExpiresAt: accessExpiresAt,
+                                refreshHash: refreshHash, refreshExpiresAt: refreshExpiresAt)
+        }
+    }
+
+    private static func insertPair(_ db: Database, uid: String, family: Data, accessHash: Data, accessExpiresAt: Int64,
+                                   refreshHash: Data, refreshExpiresAt: Int64) throws {
+        try db.execute(sql: "INSERT INTO sessions (hash, kind, uid, family, expires_at) VALUES (?, 0, ?, ?, ?)",
+                       arguments: [accessHash, uid, family, accessExpiresAt])
+        try db.execute(sql: "INSERT INTO sessions (hash, kind, uid, family, expires_at) VALUES (?, 1, ?, ?, ?)",
+                       arguments: [refreshHash, uid, family, refreshExpiresAt])
+    }
+
+    /// The session whose secret hashes to `hash`, if any.
+    func session(hash: Data) async throws -> StoredSession? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM sessions WHERE hash = ?", arguments: [hash]).map { row in
+                StoredSession(kind: StoredSession.Kind(rawValue: row["kind"]) ?? .access, uid: row["uid"],
+                              family: row["family"], expiresAt: row["expires_at"], spent: row["spent"] != 0)
+            }
+        }
+    }
+
+    /// The outcome of spending a refresh token.
+    enum RefreshOutcome: Sendable, Equatable {
+        /// Spent; the new pair is stored in the same family.
+        case rotated(uid: String)
+        /// No such refresh token, or it expired.
+        case invalid
+        /// It was spent before: the whole family is now revoked.
+        case reused
+    }
+
+    /// Spends the refresh token with `hash` and stores its successor pair, atomically: two
+    /// concurrent refreshes with the same token cannot both succeed.
+    func rotateRefresh(hash: Data, now: Int64, accessHash: Data, accessExpiresAt: Int64,
+                       refreshHash: Data, refreshExpiresAt: Int64) async throws -> RefreshOutcome {
+        try await pool.write { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM sessions WHERE hash = ? AND kind = 1", arguments: [hash]) else {
+                return .invalid
+            }
+            let family: Data = row["family"]
+            if row["spent"] != 0 {
+                // A spent refresh token came back: someone holds a copy. Revoke the whole sign-in.
+                try db.execute(sql: "DELETE FROM sessions WHERE family = ?", arguments: [family])
+                return .reused
+            }
+            guard (row["expires_at"] as Int64) > now else { return .invalid }
+            let uid: String = row["uid"]
+            try db.execute(sql: "UPDATE sessions SET spent = 1 WHERE hash = ?", arguments: [hash])
+            // One live access session per family: the previous one ends with the rotation.
+            try db.execute(sql: "DELETE FROM sessions WHERE family = ? AND kind = 0", arguments: [family])
+            try Self.insertPair(db, uid: uid, family: family, accessHash: accessHash, accessExpiresAt: accessExpiresAt,
+                                refreshHash: refreshHash, refreshExpiresAt: refreshExpiresAt)
+            return .rotated(uid: uid)
+        }
+    }
+
+    /// Revokes every session of `family` (sign-out).
+    func revokeFamily(_ family: Data) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM sessions WHERE family = ?", arguments: [family])
+        }
+    }
+}

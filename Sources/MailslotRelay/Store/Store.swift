@@ -1,0 +1,207 @@
+import Foundation
+import GRDB
+import MailslotWire
+
+/// Why the store refused a write. Nothing already stored is changed when it does.
+enum StoreRefusal: Error, Equatable {
+    /// The message id is taken in that mailbox by another author or another envelope.
+    case conflict
+    /// The mailbox holds the most pending messages allowed.
+    case mailboxFull
+    /// The owner has blocked the author.
+    case blocked
+}
+
+/// The outcome of creating a message.
+enum CreateOutcome: Sendable, Equatable {
+    /// Stored now.
+    case created(StoredMessage)
+    /// The same author sent the same envelope under this id before: nothing changed.
+    case duplicate(StoredMessage)
+
+    var message: StoredMessage {
+        switch self {
+        case .created(let message), .duplicate(let message): message
+        }
+    }
+}
+
+/// The relay's persistent state, on SQLite through GRDB: WAL journal, `secure_delete` on every
+/// connection so that erased rows are overwritten with zeros, and versioned migrations.
+///
+/// Times are milliseconds since the epoch and are passed in, so tests control the clock.
+final class Store: Sendable {
+    let pool: DatabasePool
+    let path: String
+
+    /// How each commit reaches the disk.
+    enum Durability: String, Sendable, CaseIterable {
+        /// `synchronous=NORMAL`: a commit survives a crash of the relay process, not of the machine.
+        case normal
+        /// `synchronous=FULL`: every commit is fsync'd; it survives a power loss too.
+        case full
+    }
+
+    /// Opens (creating when needed) the database at `path` and runs pending migrations.
+    init(path: String, durability: Durability = .normal) throws {
+        var configuration = Configuration()
+        configuration.prepareDatabase { db in
+            // Overwrite deleted content with zeros, in the main file and in WAL frames written after.
+            try db.execute(sql: "PRAGMA secure_delete = ON")
+        }
+        configuration.busyMode = .timeout(5)
+        pool = try DatabasePool(path: path, configuration: configuration)
+        self.path = path
+        // GRDB sets the writer to NORMAL after prepareDatabase; the choice is made here, once,
+        // on the pool's single writer connection.
+        try pool.writeWithoutTransaction { db in
+            try db.execute(sql: "PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")")
+        }
+        try Schema.migrator.migrate(pool)
+    }
+
+    // MARK: Messages
+
+    /// Stores a message unless its id is taken, the author is blocked, or the mailbox is full.
+    func createMessage(recipient: String, id: String, author: String, envelope: Data, now: Int64, expiresAt: Int64,
+                       maxPending: Int) async throws -> CreateOutcome {
+        try await pool.write { db in
+            if let existing = try Row.fetchOne(db, sql: "SELECT * FROM messages WHERE recipient = ? AND id = ?",
+                                               arguments: [recipient, id]).map(StoredMessage.init(row:)) {
+                guard existing.author == author, existing.envelope == envelope, existing.expiresAt > now else {
+                    throw StoreRefusal.conflict
+                }
+                return .duplicate(existing)
+            }
+            if try Bool.fetchOne(db, sql: "SELECT 1 FROM blocked WHERE owner = ? AND author = ?", arguments: [recipient, author]) == true {
+                throw StoreRefusal.blocked
+            }
+            let pending = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM messages WHERE recipient = ? AND expires_at > ?",
+                                           arguments: [recipient, now]) ?? 0
+            guard pending < maxPending else { throw StoreRefusal.mailboxFull }
+            try db.execute(sql: """
+                INSERT INTO messages (recipient, id, author, created_at, expires_at, size, envelope)
+                VALUES (?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [recipient, id, author, now, expiresAt, envelope.count, envelope])
+            let row = try Row.fetchOne(db, sql: "SELECT * FROM messages WHERE seq = ?", arguments: [db.lastInsertedRowID])!
+            return .created(StoredMessage(row: row))
+        }
+    }
+
+    /// The unexpired message `id` of `recipient`'s mailbox.
+    func message(recipient: String, id: String, now: Int64) async throws -> StoredMessage? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM messages WHERE recipient = ? AND id = ? AND expires_at > ?",
+                             arguments: [recipient, id, now]).map(StoredMessage.init(row:))
+        }
+    }
+
+    /// Unexpired messages of a mailbox after `seq`, oldest first.
+    func messages(recipient: String, after seq: Int64, limit: Int, now: Int64) async throws -> [StoredMessage] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT * FROM messages WHERE recipient = ? AND seq > ? AND expires_at > ? ORDER BY seq LIMIT ?
+                """, arguments: [recipient, seq, now, limit]).map(StoredMessage.init(row:))
+        }
+    }
+
+    /// The number of unexpired messages waiting in a mailbox.
+    func pendingCount(recipient: String, now: Int64) async throws -> Int {
+        try await pool.read { db in
+            try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM messages WHERE recipient = ? AND expires_at > ?",
+                             arguments: [recipient, now]) ?? 0
+        }
+    }
+
+    /// Erases message `id` of `recipient`'s mailbox; true if it was there.
+    @discardableResult
+    func deleteMessage(recipient: String, id: String) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM messages WHERE recipient = ? AND id = ?", arguments: [recipient, id])
+            return db.changesCount > 0
+        }
+    }
+
+    /// Sets or clears the owner's processing lease on a message; the updated row, or nil if absent.
+    func setLease(recipient: String, id: String, until: Int64?, holder: String?, now: Int64) async throws -> StoredMessage? {
+        try await pool.write { db in
+            try db.execute(sql: """
+                UPDATE messages SET lease_until = ?, lease_holder = ? WHERE recipient = ? AND id = ? AND expires_at > ?
+                """, arguments: [until, holder, recipient, id, now])
+            guard db.changesCount > 0 else { return nil }
+            return try Row.fetchOne(db, sql: "SELECT * FROM messages WHERE recipient = ? AND id = ?",
+                                    arguments: [recipient, id]).map(StoredMessage.init(row:))
+        }
+    }
+
+    /// Erases every expired message and session; the number of messages erased.
+    func sweepExpired(now: Int64) async throws -> Int {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM messages WHERE expires_at <= ?", arguments: [now])
+            let erased = db.changesCount
+            try db.execute(sql: "DELETE FROM sessions WHERE expires_at <= ?", arguments: [now])
+            return erased
+        }
+    }
+
+    /// Copies the WAL into the main file and truncates the WAL to zero bytes, so that erased
+    /// content is gone from both files. False when readers kept it from completing (try later).
+    @discardableResult
+    func checkpoint() async throws -> Bool {
+        // The barrier waits for running reads, so the truncation is not kept busy by them.
+        try await pool.barrierWriteWithoutTransaction { db in
+            let row = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+            let busy: Int = row?[0] ?? 1
+            return busy == 0
+        }
+    }
+
+    // MARK: Documents, key bundles, block lists
+
+    func document(uid: String) async throws -> Data? {
+        try await pool.read { db in try Data.fetchOne(db, sql: "SELECT body FROM documents WHERE uid = ?", arguments: [uid]) }
+    }
+
+    func putDocument(uid: String, body: Data, now: Int64) async throws {
+        try await pool.write { db in
+            try db.execute(sql: """
+                INSERT INTO documents (uid, body, updated_at) VALUES (?, ?, ?)
+                ON CONFLICT (uid) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at
+                """, arguments: [uid, body, now])
+        }
+    }
+
+    func keyBundle(uid: String) async throws -> Data? {
+        try await pool.read { db in try Data.fetchOne(db, sql: "SELECT bundle FROM key_bundles WHERE uid = ?", arguments: [uid]) }
+    }
+
+    func putKeyBundle(uid: String, bundle: Data, now: Int64) async throws {
+        try await pool.write { db in
+            try db.execute(sql: """
+                INSERT INTO key_bundles (uid, bundle, updated_at) VALUES (?, ?, ?)
+                ON CONFLICT (uid) DO UPDATE SET bundle = excluded.bundle, updated_at = excluded.updated_at
+                """, arguments: [uid, bundle, now])
+        }
+    }
+
+    func isBlocked(owner: String, author: String) async throws -> Bool {
+        try await pool.read { db in
+            try Bool.fetchOne(db, sql: "SELECT 1 FROM blocked WHERE owner = ? AND author = ?", arguments: [owner, author]) ?? false
+        }
+    }
+
+    func block(owner: String, author: String, now: Int64) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "INSERT OR IGNORE INTO blocked (owner, author, created_at) VALUES (?, ?, ?)",
+                           arguments: [owner, author, now])
+        }
+    }
+
+    @discardableResult
+    func unblock(owner: String, author: String) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM blocked WHERE owner = ? AND author = ?", arguments: [owner, author])
+            return db.changesCount > 0
+        }
+    }
+}

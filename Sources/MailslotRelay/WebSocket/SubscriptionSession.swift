@@ -1,0 +1,151 @@
+import Foundation
+import HummingbirdWebSocket
+import Logging
+import MailslotWire
+
+/// One owner's subscription socket: delivers the backlog oldest first and then each new message,
+/// keeps at most `window` deliveries unacknowledged, erases a message when its ack arrives, and
+/// accepts sends. Every frame goes through ``MailboxService`` and so through the rules.
+struct SubscriptionSession {
+    let mailboxes: MailboxService
+    let sessions: SessionService
+    let hub: MailboxHub
+    let window: Int
+    let maxFrameBytes: Int
+    let maxJSONDepth: Int
+    let logger: Logger
+
+    /// What has been delivered and not yet acknowledged on this socket.
+    private actor InFlight {
+        var ids: Set<String> = []
+        func add(_ id: String) { ids.insert(id) }
+        func remove(_ id: String) -> Bool { ids.remove(id) != nil }
+        var count: Int { ids.count }
+    }
+
+    /// Runs the socket until the client leaves, the session ends, or a newer subscription takes over.
+    func run(owner: String, authorization: String?, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
+        let principal: SessionService.Principal
+        do {
+            principal = try await sessions.authenticate(authorization: authorization, now: Clock.now())
+            try mailboxes.authorizeSubscription(principal, owner: owner)
+        } catch let problem as Problem {
+            // The upgrade cannot answer 401/403 itself, so the first frame says it, then the socket closes.
+            try await send(RelayFrame(type: "error", problem: problem), outbound)
+            try await outbound.close(.unknown(problem.status == 401 ? 4401 : 4403), reason: problem.code.rawValue)
+            return
+        }
+
+        let (subscription, _) = await hub.subscribe(owner)
+        let inFlight = InFlight()
+        let pending = try await mailboxes.store.pendingCount(recipient: owner, now: Clock.now())
+        try await send(RelayFrame(type: "ready", pending: pending), outbound)
+        subscription.wake()
+
+        let outcome = await withTaskGroup(of: CloseReason.self) { group in
+            group.addTask { await deliver(owner: owner, principal: principal, subscription: subscription, inFlight: inFlight, outbound) }
+            group.addTask { await receive(owner: owner, principal: principal, subscription: subscription, inFlight: inFlight, inbound, outbound) }
+            let first = await group.next() ?? .clientLeft
+            group.cancelAll()
+            return first
+        }
+        await hub.unsubscribe(owner, subscription)
+        switch outcome {
+        case .clientLeft: break
+        case .replaced: try? await outbound.close(.unknown(CloseCode.replaced), reason: "replaced by a newer subscription")
+        case .sessionEnded: try? await outbound.close(.unknown(CloseCode.sessionEnded), reason: "the session expired or was revoked")
+        case .protocolViolation(let why): try? await outbound.close(.unknown(CloseCode.protocolViolation), reason: why)
+        }
+    }
+
+    enum CloseReason: Sendable {
+        case clientLeft, replaced, sessionEnded
+        case protocolViolation(String)
+    }
+
+    /// Sends stored messages after the cursor while the window has room; sleeps until woken by a
+    /// new message or an ack. Ends when the subscription is replaced.
+    private func deliver(owner: String, principal: SessionService.Principal, subscription: MailboxHub.Subscription,
+                         inFlight: InFlight, _ outbound: WebSocketOutboundWriter) async -> CloseReason {
+        var cursor: Int64 = 0
+        for await _ in subscription.wakeups {
+            if Clock.now() >= principal.expiresAt { return .sessionEnded }
+            do {
+                while true {
+                    let room = window - (await inFlight.count)
+                    guard room > 0 else { break }
+                    let batch = try await mailboxes.store.messages(recipient: owner, after: cursor, limit: room, now: Clock.now())
+                    guard !batch.isEmpty else { break }
+                    for message in batch {
+                        await inFlight.add(message.id)
+                        cursor = message.seq
+                        try await send(RelayFrame(type: "message", message: message.record(withEnvelope: true)), outbound)
+                    }
+                }
+            } catch {
+                return .clientLeft  // the socket is gone (or the store failed): end this subscription
+            }
+        }
+        return Task.isCancelled ? .clientLeft : .replaced
+    }
+
+    /// Handles the client's frames: acks erase, sends create. A bad frame gets an `error` frame;
+    /// a client that keeps sending garbage is disconnected.
+    private func receive(owner: String, principal: SessionService.Principal, subscription: MailboxHub.Subscription,
+                         inFlight: InFlight, _ inbound: WebSocketInboundStream, _ outbound: WebSocketOutboundWriter) async -> CloseReason {
+        var garbage = 0
+        do {
+            for try await message in inbound.messages(maxSize: maxFrameBytes) {
+                if Clock.now() >= principal.expiresAt { return .sessionEnded }
+                guard case .text(let text) = message, let frame = decode(text) else {
+                    garbage += 1
+                    try await send(RelayFrame(type: "error", problem: Problem(.invalidJSON, "frames are JSON text: ack or send")), outbound)
+                    if garbage >= 10 { return .protocolViolation("too many malformed frames") }
+                    continue
+                }
+                switch frame.type {
+                case "ack":
+                    let id = frame.id ?? ""
+                    do {
+                        try await mailboxes.delete(principal, owner: owner, id: id, now: Clock.now())
+                        try await send(RelayFrame(type: "acked", id: id), outbound)
+                    } catch let problem as Problem where problem.code == .notFound {
+                        // Already erased (a repeated ack): acknowledged all the same.
+                        try await send(RelayFrame(type: "acked", id: id), outbound)
+                    } catch let problem as Problem {
+                        try await send(RelayFrame(type: "error", id: id, problem: problem), outbound)
+                    }
+                    if await inFlight.remove(id) { subscription.wake() }
+                case "send":
+                    do {
+                        guard let ref = frame.ref, !ref.isEmpty, ref.utf8.count <= 64 else {
+                            throw Problem(.badRequest, "a send needs a ref of 1 to 64 bytes")
+                        }
+                        let (record, created) = try await mailboxes.send(principal, to: frame.to ?? "", id: frame.id ?? "",
+                                                                         envelope: frame.envelope ?? "", ttlSeconds: frame.ttlSeconds,
+                                                                         now: Clock.now())
+                        try await send(RelayFrame(type: "sent", message: record, ref: ref, created: created), outbound)
+                    } catch let problem as Problem {
+                        try await send(RelayFrame(type: "error", ref: frame.ref, problem: problem), outbound)
+                    }
+                default:
+                    try await send(RelayFrame(type: "error", problem: Problem(.badRequest, "unknown frame type")), outbound)
+                }
+            }
+        } catch {
+            // The inbound stream failed: an oversized frame or a broken connection.
+            return .clientLeft
+        }
+        return .clientLeft
+    }
+
+    private func decode(_ text: String) -> ClientFrame? {
+        let data = Data(text.utf8)
+        guard (try? StrictJSON.validate(data, maxDepth: maxJSONDepth)) != nil else { return nil }
+        return try? JSONDecoder().decode(ClientFrame.self, from: data)
+    }
+
+    private func send(_ frame: RelayFrame, _ outbound: WebSocketOutboundWriter) async throws {
+        try await outbound.write(.text(String(decoding: JSONBody.encode(frame), as: UTF8.self)))
+    }
+}

@@ -1,0 +1,152 @@
+import ArgumentParser
+import Foundation
+import Logging
+import MailslotRelay
+import MailslotWire
+
+/// `mailslot-relay serve`: runs the relay until SIGTERM or SIGINT.
+struct ServeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Run the relay.",
+        discussion: """
+            Every option can also be set with the environment variable in brackets; an option on the \
+            command line wins. With no issuer key configured, the relay creates a development issuer \
+            key in the data folder (and refuses to do so on a non-loopback address).
+            """
+    )
+
+    @Option(help: ArgumentHelp("Address to listen on [MAILSLOT_LISTEN] (default 127.0.0.1:8080).", valueName: "HOST:PORT"))
+    var listen: String?
+    @Option(help: ArgumentHelp("Data folder [MAILSLOT_DATA] (default ./mailslot-data).", valueName: "DIR"))
+    var data: String?
+    @Option(help: ArgumentHelp("A trusted issuer public key, k4.public.… [MAILSLOT_ISSUER_PUBLIC_KEY, comma-separated]; repeat to trust several.", valueName: "KEY"))
+    var issuerPublicKey: [String] = []
+    @Option(help: ArgumentHelp("This relay's id, the `aud` tokens must carry [MAILSLOT_AUDIENCE] (default mailslot).", valueName: "ID"))
+    var audience: String?
+    @Option(help: ArgumentHelp("normal (survives a process crash) or full (fsync every commit; survives power loss) [MAILSLOT_DURABILITY].", valueName: "MODE"))
+    var durability: String?
+    @Option(help: ArgumentHelp("Largest envelope in bytes [MAILSLOT_MAX_ENVELOPE_BYTES] (default 65536).", valueName: "BYTES"))
+    var maxEnvelopeBytes: Int?
+    @Option(help: ArgumentHelp("Most pending messages per mailbox [MAILSLOT_MAX_PENDING] (default 10000).", valueName: "N"))
+    var maxPending: Int?
+    @Option(help: ArgumentHelp("Creates per second per author [MAILSLOT_CREATE_RATE] (default 100).", valueName: "N"))
+    var createRate: Double?
+    @Option(help: ArgumentHelp("Burst of creates per author [MAILSLOT_CREATE_BURST] (default 500).", valueName: "N"))
+    var createBurst: Double?
+    @Option(help: ArgumentHelp("Unacknowledged deliveries per subscription [MAILSLOT_WINDOW] (default 256).", valueName: "N"))
+    var window: Int?
+    @Option(help: ArgumentHelp("Most concurrent connections [MAILSLOT_MAX_CONNECTIONS] (default 10000).", valueName: "N"))
+    var maxConnections: Int?
+    @Option(help: ArgumentHelp("Session lifetime in seconds [MAILSLOT_SESSION_TTL] (default 900).", valueName: "SECONDS"))
+    var sessionTTL: Int64?
+    @Option(help: ArgumentHelp("trace, debug, info, notice, warning, error or critical [MAILSLOT_LOG_LEVEL] (default info).", valueName: "LEVEL"))
+    var logLevel: String?
+
+    func run() async throws {
+        // The database, its WAL and the development key are for the relay's user only.
+        umask(0o077)
+        let environment = ProcessInfo.processInfo.environment
+        func setting(_ flag: String?, _ variable: String) -> String? { flag ?? environment[variable].flatMap { $0.isEmpty ? nil : $0 } }
+        func number<T: LosslessStringConvertible>(_ flag: T?, _ variable: String, _ name: String) throws -> T? {
+            if let flag { return flag }
+            guard let text = setting(nil, variable) else { return nil }
+            guard let value = T(text) else { throw ValidationError("\(variable) must be a number, not '\(text)'") }
+            return value
+        }
+
+        let level = setting(logLevel, "MAILSLOT_LOG_LEVEL") ?? "info"
+        guard let logLevel = Logger.Level(rawValue: level) else { throw ValidationError("unknown log level '\(level)'") }
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardOutput(label: label)
+            handler.logLevel = logLevel
+            return handler
+        }
+        let logger = Logger(label: "mailslot-relay")
+
+        var configuration = RelayConfiguration()
+        let address = setting(listen, "MAILSLOT_LISTEN") ?? "127.0.0.1:8080"
+        guard let colon = address.lastIndex(of: ":"), let port = Int(address[address.index(after: colon)...]),
+              (0...65535).contains(port), colon > address.startIndex else {
+            throw ValidationError("--listen takes HOST:PORT, e.g. 127.0.0.1:8080")
+        }
+        configuration.host = String(address[..<colon]).trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        configuration.port = port
+        configuration.dataDirectory = setting(data, "MAILSLOT_DATA") ?? "./mailslot-data"
+        configuration.audience = setting(audience, "MAILSLOT_AUDIENCE") ?? Defaults.audience
+        configuration.durability = setting(durability, "MAILSLOT_DURABILITY") ?? "normal"
+        if let value = try number(maxEnvelopeBytes, "MAILSLOT_MAX_ENVELOPE_BYTES", "max envelope") {
+            guard (Envelope.minimumSize...Envelope.maximumSize).contains(value) else {
+                throw ValidationError("--max-envelope-bytes must be \(Envelope.minimumSize) to \(Envelope.maximumSize)")
+            }
+            configuration.maxEnvelopeBytes = value
+            configuration.maxBodyBytes = value * 4 / 3 + 4096
+            configuration.maxFrameBytes = value * 4 / 3 + 4096
+        }
+        if let value = try number(maxPending, "MAILSLOT_MAX_PENDING", "max pending") { configuration.maxPendingPerMailbox = max(1, value) }
+        if let value = try number(createRate, "MAILSLOT_CREATE_RATE", "create rate") { configuration.createRate = max(0.001, value) }
+        if let value = try number(createBurst, "MAILSLOT_CREATE_BURST", "create burst") { configuration.createBurst = max(1, value) }
+        if let value = try number(window, "MAILSLOT_WINDOW", "window") { configuration.deliveryWindow = max(1, value) }
+        if let value = try number(maxConnections, "MAILSLOT_MAX_CONNECTIONS", "max connections") { configuration.maxConnections = max(1, value) }
+        if let value = try number(sessionTTL, "MAILSLOT_SESSION_TTL", "session ttl") { configuration.sessionLifetime = max(60, value) }
+
+        var keys = issuerPublicKey
+        if keys.isEmpty, let variable = setting(nil, "MAILSLOT_ISSUER_PUBLIC_KEY") {
+            keys = variable.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+        }
+        for text in keys {
+            do { configuration.issuerKeys.append(try IdentityPublicKey(paserk: text)) } catch {
+                throw ValidationError("an issuer public key must be PASERK k4.public.… (mailslot-relay keygen prints one)")
+            }
+        }
+        if configuration.issuerKeys.isEmpty {
+            configuration.issuerKeys = [try developmentIssuerKey(configuration, logger: logger)]
+        }
+
+        let relay: Relay
+        do { relay = try Relay(configuration: configuration, logger: logger) } catch let error as RelayConfigurationError {
+            throw ValidationError(error.description)
+        }
+        let configured = configuration
+        try await relay.run { port in
+            logger.info("listening", metadata: ["address": "\(configured.host):\(port)", "data": "\(configured.dataDirectory)",
+                                                "audience": "\(configured.audience)",
+                                                "issuer_kids": "\(configured.issuerKeys.map(\.paserkID).joined(separator: ","))"])
+        }
+    }
+
+    /// Loads, or creates on first run, the development issuer key in the data folder, and says so loudly.
+    private func developmentIssuerKey(_ configuration: RelayConfiguration, logger: Logger) throws -> IdentityPublicKey {
+        guard ["127.0.0.1", "localhost", "::1"].contains(configuration.host) else {
+            throw ValidationError("""
+                no issuer public key is configured, and the development key is only for loopback addresses. \
+                Give --issuer-public-key k4.public.… (or MAILSLOT_ISSUER_PUBLIC_KEY) when listening on \(configuration.host).
+                """)
+        }
+        try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        let path = DevelopmentKey.path(in: configuration.dataDirectory)
+        if !FileManager.default.fileExists(atPath: path) { try IssuerKeyFile.create(path, key: IdentityKeyPair()) }
+        let key = try IssuerKeyFile.read(path)
+        let banner = """
+
+            ********************************************************************************
+            DEVELOPMENT ISSUER KEY in use: \(path)
+            Anyone who can read that file can sign in as any user. For anything but local
+            development, run `mailslot-relay keygen` and start with --issuer-public-key.
+            Mint a token:  mailslot-relay token mint --uid alice --data \(configuration.dataDirectory)
+            ********************************************************************************
+
+            """
+        FileHandle.standardError.write(Data(banner.utf8))
+        logger.warning("using the development issuer key", metadata: ["kid": "\(key.publicKey.paserkID)"])
+        return key.publicKey
+    }
+}
+
+/// Where the development issuer key lives in a data folder.
+enum DevelopmentKey {
+    static func path(in dataDirectory: String) -> String {
+        (dataDirectory as NSString).appendingPathComponent("dev-issuer.key")
+    }
+}
