@@ -56,8 +56,8 @@ let package = Package(
             name: "MailslotRelayTests",
             dependencies: [
                 "MailslotRelay",
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         .testTarget(name: "mailslot-relayTests", dependencies: ["mailslot-relay", "MailslotCrypto"]),

@@ -43,10 +43,7 @@ public struct Relay: Sendable {
 
     /// The HTTP + WebSocket application. `onServerRunning` receives the bound port.
     public func application(onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> some ApplicationProtocol {
-        let router = Router(context: RelayContext.self)
-        router.add(middleware: AccessLogMiddleware())
-        router.add(middleware: ProblemMiddleware())
-        Routes(sessions: sessions, mailboxes: mailboxes, configuration: configuration).add(to: router)
+        let router = makeRouter()
 
         let subscription = SubscriptionSession(mailboxes: mailboxes, sessions: sessions, hub: mailboxes.hub,
                                                window: configuration.deliveryWindow, maxFrameBytes: configuration.maxFrameBytes,
@@ -70,6 +67,15 @@ public struct Relay: Sendable {
                        ErasureService(erasure: erasure, logger: logger)],
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? 0) },
             logger: logger)
+    }
+
+    /// The HTTP router with every route (the WebSocket upgrade has its own).
+    func makeRouter() -> Router<RelayContext> {
+        let router = Router(context: RelayContext.self)
+        router.add(middleware: AccessLogMiddleware())
+        router.add(middleware: ProblemMiddleware())
+        Routes(sessions: sessions, mailboxes: mailboxes, configuration: configuration).add(to: router)
+        return router
     }
 
     /// Runs until SIGTERM or SIGINT: then stops accepting, lets requests finish, closes sockets,
