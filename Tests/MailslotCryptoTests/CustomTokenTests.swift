@@ -138,6 +138,12 @@ import Testing
         #expect(throws: TokenError.wrongAudience) { try verifier.verify(raw(#"{"sub":"alice"}"#), now: now) }
     }
 
+    @Test func audienceAndKeyIDAreComparedByteForByte() {
+        // "K" (U+004B) and the Kelvin sign (U+212A) are canonically equivalent; bytes differ.
+        let kelvin = TokenVerifier(issuerKeys: [issuerKey.publicKey], audience: "relay.\u{212A}x")
+        #expect(throws: TokenError.wrongAudience) { try kelvin.verify(raw(claims(aud: "relay.Kx")), now: now) }
+    }
+
     @Test func anEmptyConfiguredAudienceAcceptsNothing() {
         let unconfigured = TokenVerifier(issuerKeys: [issuerKey.publicKey], audience: "")
         #expect(throws: TokenError.wrongAudience) { try unconfigured.verify(raw(claims(aud: "")), now: now) }

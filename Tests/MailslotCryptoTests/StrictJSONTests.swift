@@ -32,6 +32,18 @@ import Testing
         #expect(throws: StrictJSON.Failure.tooDeep) { try StrictJSON.validate(Array(hostile.utf8)) }
     }
 
+    /// Foundation's JSONDecoder traps (SIGILL) decoding an integer from some very long literals;
+    /// the check refuses them first, so no input can crash a client or the relay.
+    static let crashingNumber = "90071992547409930" + String(repeating: "0", count: 150) + "e-151"
+
+    @Test func refusesNumberLiteralsLongerThan64Characters() throws {
+        try StrictJSON.validate(Array(("[" + String(repeating: "1", count: 64) + "]").utf8))
+        #expect(throws: StrictJSON.Failure.self) { try StrictJSON.validate(Array(("[" + String(repeating: "1", count: 65) + "]").utf8)) }
+        #expect(throws: StrictJSON.Failure.self) { try StrictJSON.validate(Array(Self.crashingNumber.utf8)) }
+        let body = #"{"payload":{"text":"hi"},"sender":{"id":"a"},"timestamp":\#(Self.crashingNumber),"type":"text"}"#
+        #expect(throws: EnvelopeError.self) { try ChatMessage.decode(Array(body.utf8)) }
+    }
+
     @Test func refusesInvalidUTF8() {
         #expect(throws: StrictJSON.Failure.self) { try StrictJSON.validate([0x22, 0xFF, 0x22]) }
         #expect(throws: StrictJSON.Failure.self) { try StrictJSON.validate([0x22, 0xC3, 0x22]) }

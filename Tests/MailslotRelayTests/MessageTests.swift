@@ -42,6 +42,8 @@ import MailslotWire
             (path, "[1,2", "invalid_json", 400),
             (path, #"{"envelope":"AAAA","envelope":"BBBB"}"#, "invalid_json", 400),
             (path, String(repeating: "[", count: 40) + String(repeating: "]", count: 40), "invalid_json", 400),
+            // A number literal that traps Foundation's JSONDecoder: refused before it is parsed.
+            (path, #"{"envelope":"AAAA","ttl_seconds":90071992547409930"# + String(repeating: "0", count: 150) + "e-151}", "invalid_json", 400),
             ("/v1/users/bob/messages/short", ["envelope": "AAAA"], "invalid_message_id", 400),
             ("/v1/users/b%2Fob/messages/\(messageID(1))", ["envelope": "AAAA"], "invalid_uid", 400),
             ("/v1/users/%2E%2E/messages/\(messageID(1))", ["envelope": "AAAA"], "invalid_uid", 400),

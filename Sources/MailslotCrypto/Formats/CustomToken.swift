@@ -147,7 +147,8 @@ public struct TokenVerifier: Sendable {
         guard let footer = Self.object(parsed.footer), let kid = footer["kid"] as? String else {
             throw .malformed("the footer is not a JSON object with a string \"kid\"")
         }
-        guard let key = keysByID[kid] else { throw .unknownKey }
+        // Ids are ASCII; looking up anything else could match by Unicode equivalence.
+        guard kid.utf8.allSatisfy({ $0 < 0x80 }), let key = keysByID[kid] else { throw .unknownKey }
 
         let message: [UInt8]
         do {
@@ -161,7 +162,9 @@ public struct TokenVerifier: Sendable {
         guard let claims = Self.object(message) else { throw .malformed("the claims are not a JSON object") }
         guard let uid = claims["sub"] as? String, Identifier.isValidUID(uid) else { throw .invalidSubject }
         // An unconfigured (empty) audience accepts nothing, as the minter never writes one.
-        guard let aud = claims["aud"] as? String, !audience.isEmpty, aud == audience else { throw .wrongAudience }
+        guard let aud = claims["aud"] as? String, !audience.isEmpty, aud.utf8.elementsEqual(audience.utf8) else {
+            throw .wrongAudience  // byte for byte, not by Unicode equivalence
+        }
         let issuedAt = try Self.time(claims, "iat")
         let expiresAt = try Self.time(claims, "exp")
         let notBefore = claims["nbf"] == nil ? nil : try Self.time(claims, "nbf")

@@ -15,9 +15,12 @@ public enum StrictJSON {
         case duplicateMember(String)
     }
 
+    /// The longest number literal accepted, in characters.
+    public static let maxNumberLength = 64
+
     /// Checks that `bytes` are one RFC 8259 JSON value (UTF-8, no BOM, surrounding whitespace
     /// allowed), nested at most `maxDepth` deep, with unique member names in every object and no
-    /// unpaired surrogate escapes.
+    /// unpaired surrogate escapes, and no number literal longer than ``maxNumberLength``.
     public static func validate(_ bytes: some Collection<UInt8>, maxDepth: Int = 64) throws(Failure) {
         var parser = Parser(bytes: Array(bytes), maxDepth: maxDepth)
         parser.skipWhitespace()
@@ -173,6 +176,14 @@ public enum StrictJSON {
         }
 
         mutating func number() throws(Failure) {
+            let start = index
+            try numberLiteral()
+            // Foundation's JSONDecoder traps on some very long number literals (seen with 171+
+            // characters and an exponent, decoding an integer). No real number needs more than 64.
+            guard index - start <= StrictJSON.maxNumberLength else { throw failure("number literal longer than \(StrictJSON.maxNumberLength) characters") }
+        }
+
+        mutating func numberLiteral() throws(Failure) {
             if current == UInt8(ascii: "-") { index += 1 }
             guard let first = current, Self.isDigit(first) else { throw failure("invalid number") }
             index += 1

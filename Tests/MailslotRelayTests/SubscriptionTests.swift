@@ -1,0 +1,140 @@
+import Foundation
+import Testing
+@testable import MailslotRelay
+import MailslotWire
+
+/// The WebSocket subscription: backlog, live push, acks, the window, redelivery, takeover, sends.
+@Suite struct SubscriptionTests {
+    @Test func backlogThenLiveThenAckErases() async throws {
+        let relay = try await TestRelay.start()
+        defer { Task { try? await relay.finish() } }
+        let alice = try await relay.signIn("alice").session
+        let bob = try await relay.signIn("bob").session
+        for n in 1...3 { try await relay.send(alice, to: "bob", id: messageID(n)) }
+
+        let socket = TestSocket.open(relay, "bob", session: bob)
+        let ready = try #require(try await socket.next())
+        #expect(ready.type == "ready")
+        #expect(ready.pending == 3)
+        var delivered: [String] = []
+        for _ in 1...3 {
+            let frame = try #require(try await socket.next())
+            #expect(frame.type == "message")
+            #expect(frame.message?.author == "alice")
+            #expect(frame.message?.envelope != nil)
+            delivered.append(frame.message?.id ?? "")
+        }
+        #expect(delivered == [messageID(1), messageID(2), messageID(3)], "oldest first")
+
+        try await relay.send(alice, to: "bob", id: messageID(4))
+        let live = try #require(try await socket.next())
+        #expect(live.type == "message" && live.message?.id == messageID(4), "pushed as it lands")
+
+        for n in 1...4 {
+            try await socket.send(.ack(messageID(n)))
+            let acked = try #require(try await socket.next())
+            #expect(acked.type == "acked" && acked.id == messageID(n))
+        }
+        try await socket.send(.ack(messageID(4)))
+        #expect(try await socket.next()?.type == "acked", "a repeated ack is acknowledged too")
+        let rows = try await relay.relay.store.pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM messages") }
+        #expect(rows == 0, "nothing is left on the relay")
+        await socket.close()
+    }
+
+    @Test func theWindowBoundsUnackedDeliveriesAndUnackedOnesComeAgain() async throws {
+        let relay = try await TestRelay.start { $0.deliveryWindow = 2 }
+        defer { Task { try? await relay.finish() } }
+        let alice = try await relay.signIn("alice").session
+        let bob = try await relay.signIn("bob").session
+        for n in 1...5 { try await relay.send(alice, to: "bob", id: messageID(n)) }
+
+        let first = TestSocket.open(relay, "bob", session: bob)
+        #expect(try await first.next()?.pending == 5)
+        #expect(try await first.next()?.message?.id == messageID(1))
+        #expect(try await first.next()?.message?.id == messageID(2))
+        #expect(try await first.next(timeout: .milliseconds(300)) == nil, "the window is full")
+        try await first.send(.ack(messageID(1)))
+        #expect(try await first.next()?.type == "acked")
+        #expect(try await first.next()?.message?.id == messageID(3), "an ack makes room")
+        await first.close()
+
+        // 2 and 3 were delivered but never acked: they come again, first.
+        let second = TestSocket.open(relay, "bob", session: bob)
+        #expect(try await second.next()?.pending == 4)
+        #expect(try await second.next()?.message?.id == messageID(2))
+        #expect(try await second.next()?.message?.id == messageID(3))
+        await second.close()
+    }
+
+    @Test func aNewerSubscriptionTakesOver() async throws {
+        let relay = try await TestRelay.start()
+        defer { Task { try? await relay.finish() } }
+        let bob = try await relay.signIn("bob").session
+        let older = TestSocket.open(relay, "bob", session: bob)
+        #expect(try await older.next()?.type == "ready")
+        let newer = TestSocket.open(relay, "bob", session: bob)
+        #expect(try await newer.next()?.type == "ready")
+        #expect(try await older.closeCode() == CloseCode.replaced)
+        let alice = try await relay.signIn("alice").session
+        try await relay.send(alice, to: "bob", id: messageID(1))
+        #expect(try await newer.next()?.message?.id == messageID(1))
+        await newer.close()
+    }
+
+    @Test func sendsTravelOnTheSameSocketWithTheSameRules() async throws {
+        let relay = try await TestRelay.start()
+        defer { Task { try? await relay.finish() } }
+        let bob = try await relay.signIn("bob").session
+        let carol = try await relay.signIn("carol").session
+        let socket = TestSocket.open(relay, "bob", session: bob)
+        #expect(try await socket.next()?.type == "ready")
+        let envelope = randomBytes(512)
+        try await socket.send(.send(ref: "r1", to: "carol", id: messageID(1), envelope: envelope))
+        let sent = try #require(try await socket.next())
+        #expect(sent.type == "sent" && sent.ref == "r1" && sent.created == true)
+        #expect(sent.message?.author == "bob")
+        #expect(sent.message?.envelope == nil, "the author does not get the envelope back")
+        try await socket.send(.send(ref: "r2", to: "carol", id: messageID(1), envelope: envelope))
+        let retry = try #require(try await socket.next())
+        #expect(retry.type == "sent" && retry.created == false)
+        try await socket.send(.send(ref: "r3", to: "carol", id: messageID(1), envelope: randomBytes(512)))
+        #expect(try await socket.next()?.problem?.code == .conflict)
+        try await socket.send(.send(ref: "r4", to: "carol", id: "short", envelope: envelope))
+        let invalid = try #require(try await socket.next())
+        #expect(invalid.type == "error" && invalid.ref == "r4" && invalid.problem?.code == .invalidMessageID)
+        // The owner of another mailbox cannot ack (erase) carol's message through this socket.
+        try await socket.send(.ack(messageID(1)))
+        #expect(try await socket.next()?.type == "acked", "an ack only ever touches the socket owner's own mailbox")
+        let list = try await relay.call("GET", "/v1/users/carol/messages", session: carol)
+        #expect((list.json["messages"] as? [[String: Any]])?.first?["id"] as? String == messageID(1), "carol's message is intact")
+        await socket.close()
+    }
+
+    @Test func refusedSubscriptionsSayWhyThenClose() async throws {
+        let relay = try await TestRelay.start()
+        defer { Task { try? await relay.finish() } }
+        let carol = try await relay.signIn("carol").session
+        let anonymous = TestSocket.open(relay, "bob", session: nil)
+        #expect(try await anonymous.next()?.problem?.code == .unauthenticated)
+        #expect(try await anonymous.closeCode() == 4401)
+        let stranger = TestSocket.open(relay, "bob", session: carol)
+        #expect(try await stranger.next()?.problem?.code == .forbidden)
+        #expect(try await stranger.closeCode() == 4403)
+    }
+
+    @Test func malformedFramesGetErrorsAndPersistentGarbageIsDisconnected() async throws {
+        let relay = try await TestRelay.start()
+        defer { Task { try? await relay.finish() } }
+        let bob = try await relay.signIn("bob").session
+        let socket = TestSocket.open(relay, "bob", session: bob)
+        #expect(try await socket.next()?.type == "ready")
+        try await socket.send(text: #"{"type":"dance"}"#)
+        #expect(try await socket.next()?.problem?.code == .badRequest)
+        for text in Array(repeating: "{not json", count: 9) + [#"{"type":"ack","type":"send"}"#] {
+            try await socket.send(text: text)
+            #expect(try await socket.next()?.problem?.code == .invalidJSON)
+        }
+        #expect(try await socket.closeCode() == CloseCode.protocolViolation)
+    }
+}
