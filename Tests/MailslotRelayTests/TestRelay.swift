@@ -25,7 +25,7 @@ final class TestRelay: Sendable {
     }()
 
     /// Starts a relay; `configure` adjusts the defaults. `dataDirectory` reuses a folder (restarts).
-    static func start(issuer: IdentityKeyPair = IdentityKeyPair(), dataDirectory: String? = nil,
+    static func start(issuer: IdentityKeyPair = IdentityKeyPair(), dataDirectory: String? = nil, logger: Logger = TestRelay.logger,
                       _ configure: (inout RelayConfiguration) -> Void = { _ in }) async throws -> TestRelay {
         var configuration = RelayConfiguration()
         configuration.host = "127.0.0.1"
