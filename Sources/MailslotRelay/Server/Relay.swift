@@ -54,10 +54,15 @@ public struct Relay: Sendable {
                                        authorization: context.request.headers[.authorization], inbound: inbound, outbound: outbound)
         }
 
-        let server = HTTPServerBuilder.http1WebSocketUpgrade(
-            webSocketRouter: webSocketRouter,
-            configuration: .init(http1: .init(idleTimeout: .seconds(60)),
-                                 ws: .init(maxFrameSize: configuration.maxFrameBytes, autoPing: .enabled(timePeriod: .seconds(30)))))
+        let webSocketResponder = webSocketRouter.buildResponder()
+        let channelConfiguration = HTTP1WebSocketUpgradeChannel.Configuration(
+            http1: .init(idleTimeout: .seconds(60), httpDecoderConfiguration: .init(maxHeaderFieldSize: 16 * 1024, maxHeaderListSize: 32 * 1024,
+                                                                                     maxHeaderFieldCount: 100)),
+            ws: .init(maxFrameSize: configuration.maxFrameBytes, autoPing: .enabled(timePeriod: .seconds(30))))
+        let server = HTTPServerBuilder { responder in
+            RelayChildChannel(base: HTTP1WebSocketUpgradeChannel(responder: responder, webSocketResponder: webSocketResponder,
+                                                                 configuration: channelConfiguration))
+        }
         return Application(
             router: router,
             server: server,
