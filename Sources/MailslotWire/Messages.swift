@@ -71,6 +71,15 @@ public struct MessagePage: Sendable, Equatable, Codable {
         self.messages = messages
         self.next = next
     }
+
+    enum CodingKeys: String, CodingKey { case messages, next }
+
+    /// Writes `next` as `null` at the end, rather than leaving it out.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(messages, forKey: .messages)
+        try container.encode(next, forKey: .next)
+    }
 }
 
 /// `PATCH /v1/users/{uid}/messages/{id}`: the owner's metadata. The sealed body never changes.

@@ -18,21 +18,19 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
     case invalidToken = "invalid_token"
     case refreshInvalid = "refresh_invalid"
     case refreshReused = "refresh_reused"
-    // 403, 404, 405, 409.
+    // 403, 404, 409.
     case forbidden = "forbidden"
     case blocked = "blocked"
     case notFound = "not_found"
-    case methodNotAllowed = "method_not_allowed"
     case conflict = "conflict"
-    // 413, 415, 429, 431: limits.
+    // 413, 415, 429: limits. (Oversized headers close the connection; connections over the
+    // limit wait to be accepted: neither has a request to answer.)
     case bodyTooLarge = "body_too_large"
     case envelopeTooLarge = "envelope_too_large"
     case unsupportedMediaType = "unsupported_media_type"
     case rateLimited = "rate_limited"
     case mailboxFull = "mailbox_full"
-    case headersTooLarge = "headers_too_large"
     // 5xx.
-    case tooManyConnections = "too_many_connections"
     case internalError = "internal"
 
     /// The HTTP status that goes with the code.
@@ -43,13 +41,10 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
         case .unauthenticated, .sessionExpired, .invalidToken, .refreshInvalid, .refreshReused: 401
         case .forbidden, .blocked: 403
         case .notFound: 404
-        case .methodNotAllowed: 405
         case .conflict: 409
         case .bodyTooLarge, .envelopeTooLarge: 413
         case .unsupportedMediaType: 415
         case .rateLimited, .mailboxFull: 429
-        case .headersTooLarge: 431
-        case .tooManyConnections: 503
         case .internalError: 500
         }
     }

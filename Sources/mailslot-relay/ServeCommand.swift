@@ -48,7 +48,7 @@ struct ServeCommand: AsyncParsableCommand {
         umask(0o077)
         let environment = ProcessInfo.processInfo.environment
         func setting(_ flag: String?, _ variable: String) -> String? { flag ?? environment[variable].flatMap { $0.isEmpty ? nil : $0 } }
-        func number<T: LosslessStringConvertible>(_ flag: T?, _ variable: String, _ name: String) throws -> T? {
+        func number<T: LosslessStringConvertible>(_ flag: T?, _ variable: String, _: String) throws -> T? {
             if let flag { return flag }
             guard let text = setting(nil, variable) else { return nil }
             guard let value = T(text) else { throw ValidationError("\(variable) must be a number, not '\(text)'") }
@@ -83,12 +83,16 @@ struct ServeCommand: AsyncParsableCommand {
             configuration.maxBodyBytes = value * 4 / 3 + 4096
             configuration.maxFrameBytes = value * 4 / 3 + 4096
         }
-        if let value = try number(maxPending, "MAILSLOT_MAX_PENDING", "max pending") { configuration.maxPendingPerMailbox = max(1, value) }
-        if let value = try number(createRate, "MAILSLOT_CREATE_RATE", "create rate") { configuration.createRate = max(0.001, value) }
-        if let value = try number(createBurst, "MAILSLOT_CREATE_BURST", "create burst") { configuration.createBurst = max(1, value) }
-        if let value = try number(window, "MAILSLOT_WINDOW", "window") { configuration.deliveryWindow = max(1, value) }
-        if let value = try number(maxConnections, "MAILSLOT_MAX_CONNECTIONS", "max connections") { configuration.maxConnections = max(1, value) }
-        if let value = try number(sessionTTL, "MAILSLOT_SESSION_TTL", "session ttl") { configuration.sessionLifetime = max(60, value) }
+        func atLeast<T: Comparable>(_ value: T?, _ minimum: T, _ name: String) throws -> T? {
+            if let value, value < minimum { throw ValidationError("\(name) must be at least \(minimum)") }
+            return value
+        }
+        if let value = try atLeast(try number(maxPending, "MAILSLOT_MAX_PENDING", ""), 1, "--max-pending") { configuration.maxPendingPerMailbox = value }
+        if let value = try atLeast(try number(createRate, "MAILSLOT_CREATE_RATE", ""), 0.01, "--create-rate") { configuration.createRate = value }
+        if let value = try atLeast(try number(createBurst, "MAILSLOT_CREATE_BURST", ""), 1, "--create-burst") { configuration.createBurst = value }
+        if let value = try atLeast(try number(window, "MAILSLOT_WINDOW", ""), 1, "--window") { configuration.deliveryWindow = value }
+        if let value = try atLeast(try number(maxConnections, "MAILSLOT_MAX_CONNECTIONS", ""), 1, "--max-connections") { configuration.maxConnections = value }
+        if let value = try atLeast(try number(sessionTTL, "MAILSLOT_SESSION_TTL", ""), 60, "--session-ttl") { configuration.sessionLifetime = value }
 
         var keys = issuerPublicKey
         if keys.isEmpty, let variable = setting(nil, "MAILSLOT_ISSUER_PUBLIC_KEY") {

@@ -42,7 +42,7 @@ final class CapturedLog: Sendable {
         let session = try #require(signIn.json["session"] as? String)
         let refresh = try #require(signIn.json["refresh"] as? String)
         let bob = try await relay.signIn("bob").session
-        let envelope = randomBytes(600)
+        let envelope = randomBytes(1024)
         try await relay.send(session, to: "bob", id: messageID(1), envelope: envelope)
         let socket = TestSocket.open(relay, "bob", session: bob)
         _ = try await socket.next()

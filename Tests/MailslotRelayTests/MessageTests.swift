@@ -15,6 +15,7 @@ import MailslotWire
         let first = try await relay.send(alice, to: "bob", id: messageID(1), envelope: envelope)
         #expect(first.status == 201)
         #expect(first.json["size"] as? Int == 512)
+        #expect(first.json["seq"] == nil && first.json["envelope"] == nil, "a sender learns nothing of the mailbox")
         let retry = try await relay.send(alice, to: "bob", id: messageID(1), envelope: envelope)
         #expect(retry.status == 200)
         #expect(retry.json["created_at"] as? String == first.json["created_at"] as? String)
@@ -49,6 +50,8 @@ import MailslotWire
             ("/v1/users/%2E%2E/messages/\(messageID(1))", ["envelope": "AAAA"], "invalid_uid", 400),
             ("/v1/users/\(String(repeating: "u", count: 129))/messages/\(messageID(1))", ["envelope": "AAAA"], "invalid_uid", 400),
             (path, ["envelope": Base64URL.encode(randomBytes(65 * 1024))], "envelope_too_large", 413),
+            (path, ["envelope": Base64URL.encode(randomBytes(600))], "invalid_envelope", 400),
+            (path, ["envelope": Base64URL.encode(randomBytes(256))], "invalid_envelope", 400),
         ]
         for (target, body, code, status) in cases {
             let answer = try await relay.call("PUT", target, session: alice, body: body)
@@ -56,6 +59,9 @@ import MailslotWire
             #expect(answer.code == code, "\(target) \(code)")
             #expect(answer.headers["content-type"] == "application/problem+json")
         }
+        let xml = try await relay.call("PUT", path, session: alice, body: "<envelope/>", headers: ["Content-Type": "application/xml"])
+        #expect(xml.status == 415)
+        #expect(xml.code == "unsupported_media_type")
         let huge = try await relay.call("PUT", path, session: alice, body: Data(repeating: 0x41, count: 200 * 1024))
         #expect(huge.status == 413)
         #expect(huge.code == "body_too_large")
@@ -82,6 +88,8 @@ import MailslotWire
             cursor = page.json["next"] as? String
         } while cursor != nil
         #expect(ids == (0..<7).map { messageID(100 - $0) }, "in the order they were stored")
+        let last = try await relay.call("GET", "/v1/users/bob/messages?limit=100", session: bob)
+        #expect(last.json.keys.contains("next") && last.json["next"] is NSNull, "next is null at the end")
         #expect(try await relay.call("GET", "/v1/users/bob/messages?after=x", session: bob).code == "invalid_cursor")
         #expect(try await relay.call("GET", "/v1/users/bob/messages?limit=0", session: bob).code == "bad_request")
         #expect(try await relay.call("GET", "/v1/users/bob/messages?limit=501", session: bob).code == "bad_request")
@@ -100,8 +108,13 @@ import MailslotWire
         #expect(leased.json["lease_holder"] as? String == "worker-1")
         #expect(leased.json["lease_until"] is String)
         #expect(leased.json["envelope"] as? String == Base64URL.encode(envelope))
-        let released = try await relay.call("PATCH", path, session: bob, body: ["lease_seconds": 0])
+        let taken = try await relay.call("PATCH", path, session: bob, body: ["lease_seconds": 60, "lease_holder": "worker-2"])
+        #expect(taken.status == 409, "another worker cannot take a running lease")
+        #expect(taken.code == "conflict")
+        let released = try await relay.call("PATCH", path, session: bob, body: ["lease_seconds": 0, "lease_holder": "worker-1"])
         #expect(released.json["lease_until"] == nil)
+        #expect(try await relay.call("PATCH", path, session: bob, body: ["lease_seconds": 60, "lease_holder": "worker-2"]).status == 200,
+                "free again once released")
         #expect(try await relay.call("PATCH", path, session: bob, body: ["lease_seconds": 7200]).code == "invalid_lease")
         #expect(try await relay.call("PATCH", path, session: bob, body: ["envelope": "AAAA"]).code == "invalid_lease")
         #expect(try await relay.call("PATCH", "/v1/users/bob/messages/\(messageID(2))", session: bob, body: ["lease_seconds": 5]).status == 404)
@@ -149,7 +162,7 @@ import MailslotWire
         try await withThrowingTaskGroup(of: TestRelay.Answer.self) { group in
             for n in 0..<1000 {
                 if n >= 16 { let answer = try await group.next()!; if answer.status == 201 { created += 1 } else if answer.status == 429 { limited += 1; retryAfter = answer.headers["retry-after"] } }
-                group.addTask { try await relay.send(alice, to: "flood-\(n % 50)", id: messageID(n), envelope: [1, 2, 3]) }
+                group.addTask { try await relay.send(alice, to: "flood-\(n % 50)", id: messageID(n), envelope: randomBytes(512)) }
             }
             for try await answer in group {
                 if answer.status == 201 { created += 1 } else if answer.status == 429 { limited += 1; retryAfter = answer.headers["retry-after"] }
@@ -175,6 +188,8 @@ import MailslotWire
         #expect(refused.status == 403)
         #expect(refused.code == "blocked")
         #expect(try await relay.call("GET", "/v1/users/bob/messages/\(messageID(1))", session: bob).status == 200, "earlier messages stay")
+        #expect(try await relay.call("GET", "/v1/users/bob/blocked", session: bob).json["blocked"] as? [String] == ["alice"])
+        #expect(try await relay.call("GET", "/v1/users/bob/blocked", session: alice).status == 403)
         #expect(try await relay.call("DELETE", "/v1/users/bob/blocked/alice", session: bob).status == 204)
         #expect(try await relay.call("DELETE", "/v1/users/bob/blocked/alice", session: bob).status == 404)
         #expect(try await relay.send(alice, to: "bob", id: messageID(2)).status == 201)
@@ -204,5 +219,11 @@ import MailslotWire
         #expect(try await relay.call("PUT", "/v1/users/bob/keys", session: bob, body: Data(bundle.encoded())).status == 204)
         let fetched = try await relay.call("GET", "/v1/users/bob/keys", session: alice)
         #expect(try KeyBundle.decode(Array(fetched.body), for: "bob") == bundle)
+        #expect(try await relay.call("DELETE", "/v1/users/bob/keys", session: alice).status == 403)
+        #expect(try await relay.call("DELETE", "/v1/users/bob/keys", session: bob).status == 204)
+        #expect(try await relay.call("GET", "/v1/users/bob/keys", session: alice).status == 404)
+        #expect(try await relay.call("DELETE", "/v1/users/bob", session: alice).status == 403)
+        #expect(try await relay.call("DELETE", "/v1/users/bob", session: bob).status == 204)
+        #expect(try await relay.call("GET", "/v1/users/bob", session: bob).status == 404)
     }
 }

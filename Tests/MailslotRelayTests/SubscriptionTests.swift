@@ -121,6 +121,27 @@ import MailslotWire
         let stranger = TestSocket.open(relay, "bob", session: carol)
         #expect(try await stranger.next()?.problem?.code == .forbidden)
         #expect(try await stranger.closeCode() == 4403)
+        let invalid = TestSocket.open(relay, "b..%20b", session: carol)
+        #expect(try await invalid.next()?.problem?.code == .invalidUID)
+        #expect(try await invalid.closeCode() == 4400)
+    }
+
+    @Test func signingOutEndsAnOpenSubscription() async throws {
+        let relay = try await TestRelay.start { $0.sessionCheckInterval = 0.1 }
+        defer { Task { try? await relay.finish() } }
+        let bob = try await relay.signIn("bob").session
+        let socket = TestSocket.open(relay, "bob", session: bob)
+        #expect(try await socket.next()?.type == "ready")
+        #expect(try await relay.call("DELETE", "/v1/sessions/current", session: bob).status == 204)
+        #expect(try await socket.closeCode() == CloseCode.sessionEnded)
+    }
+
+    @Test func anExpiringSessionEndsAnIdleSubscription() async throws {
+        let relay = try await TestRelay.start { $0.sessionLifetime = 1 }
+        defer { Task { try? await relay.finish() } }
+        let socket = TestSocket.open(relay, "bob", session: try await relay.signIn("bob").session)
+        #expect(try await socket.next()?.type == "ready")
+        #expect(try await socket.closeCode() == CloseCode.sessionEnded)
     }
 
     @Test func malformedFramesGetErrorsAndPersistentGarbageIsDisconnected() async throws {

@@ -90,7 +90,9 @@ final class TestRelay: Sendable {
         case let text as String: request.httpBody = Data(text.utf8)
         case let object?: request.httpBody = try JSONSerialization.data(withJSONObject: object)
         }
-        if request.httpBody != nil { request.setValue("application/json", forHTTPHeaderField: "Content-Type") }
+        if request.httpBody != nil, headers["Content-Type"] == nil {
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
         let (data, response) = try await URLSession.shared.data(for: request)
         let http = response as! HTTPURLResponse
         var fields: [String: String] = [:]

@@ -24,6 +24,10 @@ enum JSONBody {
 
     /// The request body, at most `limit` bytes, checked for nesting depth.
     static func bytes(of request: Request, limit: Int, maxDepth: Int) async throws -> Data {
+        if let type = request.headers[.contentType],
+           type.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased() != "application/json" {
+            throw Problem(.unsupportedMediaType, "send Content-Type: application/json")
+        }
         if let length = request.headers[.contentLength].flatMap(Int.init), length > limit {
             throw Problem(.bodyTooLarge, "the request body is at most \(limit) bytes")
         }

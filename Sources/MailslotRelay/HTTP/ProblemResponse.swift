@@ -29,7 +29,6 @@ struct ProblemMiddleware: RouterMiddleware {
         } catch let error as HTTPError {
             switch error.status {
             case .notFound: throw Problem(.notFound, "no such route")
-            case .methodNotAllowed: throw Problem(.methodNotAllowed)
             case .contentTooLarge: throw Problem(.bodyTooLarge, "the request body is too large")
             case .unsupportedMediaType: throw Problem(.unsupportedMediaType, "send application/json")
             case .badRequest: throw Problem(.badRequest)

@@ -36,6 +36,11 @@ struct Routes: Sendable {
             return Response(status: .noContent)
         }
 
+        router.delete("/v1/users/:uid") { request, context in
+            try await mailboxes.deleteDocument(try await principal(request), owner: try context.uid())
+            return Response(status: .noContent)
+        }
+
         router.get("/v1/users/:uid/keys") { request, context in
             JSONBody.response(raw: try await mailboxes.keyBundle(try await principal(request), owner: try context.uid()))
         }
@@ -43,6 +48,11 @@ struct Routes: Sendable {
             let principal = try await principal(request)
             let body = try await JSONBody.bytes(of: request, limit: 4096, maxDepth: configuration.maxJSONDepth)
             try await mailboxes.putKeyBundle(principal, owner: try context.uid(), body: body, now: Clock.now())
+            return Response(status: .noContent)
+        }
+
+        router.delete("/v1/users/:uid/keys") { request, context in
+            try await mailboxes.deleteKeyBundle(try await principal(request), owner: try context.uid())
             return Response(status: .noContent)
         }
 
@@ -78,6 +88,9 @@ struct Routes: Sendable {
             return Response(status: .noContent)
         }
 
+        router.get("/v1/users/:uid/blocked") { request, context in
+            JSONBody.response(["blocked": try await mailboxes.blockList(try await principal(request), owner: try context.uid())])
+        }
         router.put("/v1/users/:uid/blocked/:author") { request, context in
             try await mailboxes.block(try await principal(request), owner: try context.uid(), author: try context.parameter("author"),
                                       now: Clock.now())

@@ -35,6 +35,18 @@ struct MailboxService: Sendable {
         guard envelope.count <= configuration.maxEnvelopeBytes else {
             throw Problem(.envelopeTooLarge, "envelopes are at most \(configuration.maxEnvelopeBytes) bytes")
         }
+        // The relay cannot open an envelope, but it can insist on the size classes, so that it
+        // never stores (or lets anyone observe) an exact length.
+        guard envelope.count >= Envelope.minimumSize, envelope.count & (envelope.count - 1) == 0 else {
+            throw Problem(.invalidEnvelope, "an envelope is a power of two from \(Envelope.minimumSize) bytes (spec/envelope.md)")
+        }
+        let forOwner = AccessRules.allows(.read, .message, principal: principal.uid, owner: recipient)
+        // An identical retry is answered before the rate limit: a client that lost an answer must
+        // not be told to slow down for repeating itself.
+        if let existing = try await store.message(recipient: recipient, id: id, now: now),
+           existing.author == principal.uid, existing.envelope == Data(envelope) {
+            return (existing.record(forOwner: forOwner), false)
+        }
         if let retryAfter = await rateLimiter.take(principal.uid, now: now) {
             throw Problem(.rateLimited, "too many messages; slow down", retryAfter: retryAfter)
         }
@@ -42,10 +54,13 @@ struct MailboxService: Sendable {
             let outcome = try await store.createMessage(recipient: recipient, id: id, author: principal.uid, envelope: Data(envelope),
                                                         now: now, expiresAt: now + ttl * 1000,
                                                         maxPending: configuration.maxPendingPerMailbox)
-            if case .created = outcome { await hub.notify(recipient) }
-            let withEnvelope = AccessRules.allows(.read, .message, principal: principal.uid, owner: recipient)
-            if case .created = outcome { return (outcome.message.record(withEnvelope: withEnvelope), true) }
-            return (outcome.message.record(withEnvelope: withEnvelope), false)
+            switch outcome {
+            case .created(let message):
+                await hub.notify(recipient)
+                return (message.record(forOwner: forOwner), true)
+            case .duplicate(let message):
+                return (message.record(forOwner: forOwner), false)
+            }
         } catch let refusal as StoreRefusal {
             switch refusal {
             case .conflict: throw Problem(.conflict, "this message id is already used in this mailbox with another envelope")
@@ -63,7 +78,7 @@ struct MailboxService: Sendable {
         guard let message = try await store.message(recipient: owner, id: id, now: now) else {
             throw Problem(.notFound, "no such message")
         }
-        return message.record(withEnvelope: true)
+        return message.record(forOwner: true)
     }
 
     /// A page of the mailbox, oldest first, for its owner.
@@ -84,7 +99,7 @@ struct MailboxService: Sendable {
         let messages = try await store.messages(recipient: owner, after: after, limit: pageSize + 1, now: now)
         let page = messages.prefix(pageSize)
         let next = messages.count > pageSize ? page.last.map { String($0.seq) } : nil
-        return MessagePage(messages: page.map { $0.record(withEnvelope: true) }, next: next)
+        return MessagePage(messages: page.map { $0.record(forOwner: true) }, next: next)
     }
 
     /// The owner's metadata update: a processing lease. The envelope never changes.
@@ -95,13 +110,13 @@ struct MailboxService: Sendable {
         guard let seconds = patch.leaseSeconds, (0...3600).contains(seconds) else {
             throw Problem(.invalidLease, "lease_seconds must be 0 (release) to 3600")
         }
-        if let holder = patch.leaseHolder, holder.utf8.count > 64 { throw Problem(.invalidLease, "lease_holder is at most 64 bytes") }
-        let until = seconds == 0 ? nil : now + seconds * 1000
-        guard let updated = try await store.setLease(recipient: owner, id: id, until: until,
-                                                     holder: seconds == 0 ? nil : patch.leaseHolder, now: now) else {
-            throw Problem(.notFound, "no such message")
+        let holder = patch.leaseHolder ?? ""
+        guard holder.utf8.count <= 64 else { throw Problem(.invalidLease, "lease_holder is at most 64 bytes") }
+        switch try await store.setLease(recipient: owner, id: id, until: seconds == 0 ? nil : now + seconds * 1000, holder: holder, now: now) {
+        case .updated(let message): return message.record(forOwner: true)
+        case .notFound: throw Problem(.notFound, "no such message")
+        case .held: throw Problem(.conflict, "another holder's lease on this message is still running")
         }
-        return updated.record(withEnvelope: true)
     }
 
     /// Erases a message: the owner's acknowledgement or the author's unsend. Anyone else gets 403
@@ -111,8 +126,12 @@ struct MailboxService: Sendable {
         try Self.check(messageID: id)
         let author = try await store.message(recipient: owner, id: id, now: now)?.author
         try require(.delete, .message, principal, owner: owner, author: author)
-        // Only the owner may learn that the message is not there (any more).
-        guard try await store.deleteMessage(recipient: owner, id: id) else { throw Problem(.notFound, "no such message") }
+        // Only the owner may learn that the message is not there (any more). An author's unsend
+        // erases only a message that author wrote, even if the id was reused meanwhile.
+        let isOwner = AccessRules.allows(.delete, .message, principal: principal.uid, owner: owner, author: nil)
+        guard try await store.deleteMessage(recipient: owner, id: id, author: isOwner ? nil : principal.uid, now: now) else {
+            throw Problem(isOwner ? .notFound : .forbidden, isOwner ? "no such message" : "you may not do this")
+        }
         erasure.erased()
     }
 
@@ -135,6 +154,24 @@ struct MailboxService: Sendable {
             throw Problem(.invalidDocument, "the document must be a JSON object")
         }
         try await store.putDocument(uid: owner, body: body, now: now)
+    }
+
+    func deleteDocument(_ principal: Principal, owner: String) async throws {
+        try Self.check(uid: owner)
+        try require(.delete, .userDocument, principal, owner: owner)
+        guard try await store.deleteDocument(uid: owner) else { throw Problem(.notFound, "no document") }
+    }
+
+    func deleteKeyBundle(_ principal: Principal, owner: String) async throws {
+        try Self.check(uid: owner)
+        try require(.delete, .keyBundle, principal, owner: owner)
+        guard try await store.deleteKeyBundle(uid: owner) else { throw Problem(.notFound, "no key bundle") }
+    }
+
+    func blockList(_ principal: Principal, owner: String) async throws -> [String] {
+        try Self.check(uid: owner)
+        try require(.read, .blockEntry, principal, owner: owner)
+        return try await store.blocked(owner: owner)
     }
 
     func keyBundle(_ principal: Principal, owner: String) async throws -> Data {

@@ -47,7 +47,8 @@ public struct Relay: Sendable {
 
         let subscription = SubscriptionSession(mailboxes: mailboxes, sessions: sessions, hub: mailboxes.hub,
                                                window: configuration.deliveryWindow, maxFrameBytes: configuration.maxFrameBytes,
-                                               maxJSONDepth: configuration.maxJSONDepth, logger: logger)
+                                               maxJSONDepth: configuration.maxJSONDepth,
+                                               sessionCheckInterval: configuration.sessionCheckInterval, logger: logger)
         let webSocketRouter = Router(context: RelayContext.self)
         webSocketRouter.ws("/v1/users/:uid/subscribe") { inbound, outbound, context in
             try await subscription.run(owner: context.requestContext.parameters.get("uid") ?? "",

@@ -43,6 +43,8 @@ public struct RelayConfiguration: Sendable {
     public var maxConnections = 10_000
     /// The largest owner document, in bytes.
     public var maxDocumentBytes = Defaults.maxDocumentBytes
+    /// How often an open subscription re-checks that its session was not revoked, in seconds.
+    public var sessionCheckInterval: Double = 5
     /// How often expired messages are swept, in seconds.
     public var sweepInterval: Double = 60
     /// How soon after an erasure the WAL is truncated, in seconds: the bound on how long erased

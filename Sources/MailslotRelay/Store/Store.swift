@@ -68,10 +68,13 @@ final class Store: Sendable {
         try await pool.write { db in
             if let existing = try Row.fetchOne(db, sql: "SELECT * FROM messages WHERE recipient = ? AND id = ?",
                                                arguments: [recipient, id]).map(StoredMessage.init(row:)) {
-                guard existing.author == author, existing.envelope == envelope, existing.expiresAt > now else {
-                    throw StoreRefusal.conflict
+                if existing.expiresAt <= now {
+                    // Expired but not swept yet: it is gone for every purpose, so erase it now.
+                    try db.execute(sql: "DELETE FROM messages WHERE seq = ?", arguments: [existing.seq])
+                } else {
+                    guard existing.author == author, existing.envelope == envelope else { throw StoreRefusal.conflict }
+                    return .duplicate(existing)
                 }
-                return .duplicate(existing)
             }
             if try Bool.fetchOne(db, sql: "SELECT 1 FROM blocked WHERE owner = ? AND author = ?", arguments: [recipient, author]) == true {
                 throw StoreRefusal.blocked
@@ -113,24 +116,42 @@ final class Store: Sendable {
         }
     }
 
-    /// Erases message `id` of `recipient`'s mailbox; true if it was there.
+    /// Erases message `id` of `recipient`'s mailbox — only if `author` wrote it, when given (an
+    /// unsend must not erase a newer message that reuses the id). True if an unexpired message
+    /// was erased.
     @discardableResult
-    func deleteMessage(recipient: String, id: String) async throws -> Bool {
+    func deleteMessage(recipient: String, id: String, author: String? = nil, now: Int64) async throws -> Bool {
         try await pool.write { db in
+            let expiresAt = try Int64.fetchOne(db, sql: """
+                SELECT expires_at FROM messages WHERE recipient = ? AND id = ? AND (? IS NULL OR author = ?)
+                """, arguments: [recipient, id, author, author])
+            guard let expiresAt else { return false }
             try db.execute(sql: "DELETE FROM messages WHERE recipient = ? AND id = ?", arguments: [recipient, id])
-            return db.changesCount > 0
+            return expiresAt > now
         }
     }
 
-    /// Sets or clears the owner's processing lease on a message; the updated row, or nil if absent.
-    func setLease(recipient: String, id: String, until: Int64?, holder: String?, now: Int64) async throws -> StoredMessage? {
+    /// The outcome of taking or releasing a lease.
+    enum LeaseOutcome: Sendable, Equatable {
+        case updated(StoredMessage)
+        case notFound
+        /// Another holder's lease is still running.
+        case held
+    }
+
+    /// Takes (`until` set) or releases (`until` nil) the processing lease on a message, as
+    /// `holder`. A running lease of another holder is never overwritten: that is what lets several
+    /// workers share one mailbox without doing the same message twice.
+    func setLease(recipient: String, id: String, until: Int64?, holder: String, now: Int64) async throws -> LeaseOutcome {
         try await pool.write { db in
-            try db.execute(sql: """
-                UPDATE messages SET lease_until = ?, lease_holder = ? WHERE recipient = ? AND id = ? AND expires_at > ?
-                """, arguments: [until, holder, recipient, id, now])
-            guard db.changesCount > 0 else { return nil }
-            return try Row.fetchOne(db, sql: "SELECT * FROM messages WHERE recipient = ? AND id = ?",
-                                    arguments: [recipient, id]).map(StoredMessage.init(row:))
+            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM messages WHERE recipient = ? AND id = ? AND expires_at > ?",
+                                             arguments: [recipient, id, now]) else { return .notFound }
+            let current = StoredMessage(row: row)
+            if let leaseUntil = current.leaseUntil, leaseUntil > now, current.leaseHolder != holder { return .held }
+            try db.execute(sql: "UPDATE messages SET lease_until = ?, lease_holder = ? WHERE seq = ?",
+                           arguments: [until, until == nil ? nil : holder, current.seq])
+            let updated = try Row.fetchOne(db, sql: "SELECT * FROM messages WHERE seq = ?", arguments: [current.seq])!
+            return .updated(StoredMessage(row: updated))
         }
     }
 
@@ -139,7 +160,8 @@ final class Store: Sendable {
         try await pool.write { db in
             try db.execute(sql: "DELETE FROM messages WHERE expires_at <= ?", arguments: [now])
             let erased = db.changesCount
-            try db.execute(sql: "DELETE FROM sessions WHERE expires_at <= ?", arguments: [now])
+            // Expired sessions are kept a day, so that using one says `session_expired`, not `unauthenticated`.
+            try db.execute(sql: "DELETE FROM sessions WHERE expires_at <= ?", arguments: [now - 24 * 3600 * 1000])
             return erased
         }
     }
@@ -181,6 +203,29 @@ final class Store: Sendable {
                 INSERT INTO key_bundles (uid, bundle, updated_at) VALUES (?, ?, ?)
                 ON CONFLICT (uid) DO UPDATE SET bundle = excluded.bundle, updated_at = excluded.updated_at
                 """, arguments: [uid, bundle, now])
+        }
+    }
+
+    @discardableResult
+    func deleteDocument(uid: String) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM documents WHERE uid = ?", arguments: [uid])
+            return db.changesCount > 0
+        }
+    }
+
+    @discardableResult
+    func deleteKeyBundle(uid: String) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM key_bundles WHERE uid = ?", arguments: [uid])
+            return db.changesCount > 0
+        }
+    }
+
+    /// The authors `owner` has blocked, in byte order.
+    func blocked(owner: String) async throws -> [String] {
+        try await pool.read { db in
+            try String.fetchAll(db, sql: "SELECT author FROM blocked WHERE owner = ? ORDER BY author", arguments: [owner])
         }
     }
 

@@ -30,11 +30,12 @@ struct StoredMessage: Sendable, Equatable {
         leaseHolder = row["lease_holder"]
     }
 
-    /// The wire form; the envelope only for the owner.
-    func record(withEnvelope: Bool) -> MessageRecord {
+    /// The wire form. The envelope, the mailbox position and the lease only for the owner: `seq`
+    /// counts every message the relay stored, which is no business of a sender.
+    func record(forOwner: Bool) -> MessageRecord {
         MessageRecord(id: id, author: author, createdAt: Clock.format(createdAt), expiresAt: Clock.format(expiresAt),
-                      size: size, seq: seq, leaseUntil: leaseUntil.map(Clock.format), leaseHolder: leaseHolder,
-                      envelope: withEnvelope ? Base64URL.encode(envelope) : nil)
+                      size: size, seq: forOwner ? seq : nil, leaseUntil: forOwner ? leaseUntil.map(Clock.format) : nil,
+                      leaseHolder: forOwner ? leaseHolder : nil, envelope: forOwner ? Base64URL.encode(envelope) : nil)
     }
 }
 

@@ -13,6 +13,8 @@ struct SubscriptionSession {
     let window: Int
     let maxFrameBytes: Int
     let maxJSONDepth: Int
+    /// How often an open socket re-checks that its session is still valid, in seconds.
+    let sessionCheckInterval: Double
     let logger: Logger
 
     /// What has been delivered and not yet acknowledged on this socket.
@@ -32,7 +34,8 @@ struct SubscriptionSession {
         } catch let problem as Problem {
             // The upgrade cannot answer 401/403 itself, so the first frame says it, then the socket closes.
             try await send(RelayFrame(type: "error", problem: problem), outbound)
-            try await outbound.close(.unknown(problem.status == 401 ? 4401 : 4403), reason: problem.code.rawValue)
+            // 4400, 4401, 4403: the HTTP status the request would have had, in the private-use range.
+            try await outbound.close(.unknown(UInt16(4000 + problem.code.status)), reason: problem.code.rawValue)
             return
         }
 
@@ -45,6 +48,7 @@ struct SubscriptionSession {
         let outcome = await withTaskGroup(of: CloseReason.self) { group in
             group.addTask { await deliver(owner: owner, principal: principal, subscription: subscription, inFlight: inFlight, outbound) }
             group.addTask { await receive(owner: owner, principal: principal, subscription: subscription, inFlight: inFlight, inbound, outbound) }
+            group.addTask { await watch(principal, authorization: authorization) }
             let first = await group.next() ?? .clientLeft
             group.cancelAll()
             return first
@@ -63,6 +67,19 @@ struct SubscriptionSession {
         case protocolViolation(String)
     }
 
+    /// Ends the subscription when its session expires or is revoked (sign-out, refresh reuse),
+    /// checking every `sessionCheckInterval` seconds.
+    private func watch(_ principal: SessionService.Principal, authorization: String?) async -> CloseReason {
+        while !Task.isCancelled {
+            let remaining = principal.expiresAt - Clock.now()
+            guard remaining > 0 else { return .sessionEnded }
+            let pause = min(Double(remaining) / 1000, sessionCheckInterval)
+            do { try await Task.sleep(for: .milliseconds(Int64(pause * 1000))) } catch { return .clientLeft }
+            guard (try? await sessions.authenticate(authorization: authorization, now: Clock.now())) != nil else { return .sessionEnded }
+        }
+        return .clientLeft
+    }
+
     /// Sends stored messages after the cursor while the window has room; sleeps until woken by a
     /// new message or an ack. Ends when the subscription is replaced.
     private func deliver(owner: String, principal: SessionService.Principal, subscription: MailboxHub.Subscription,
@@ -79,7 +96,7 @@ struct SubscriptionSession {
                     for message in batch {
                         await inFlight.add(message.id)
                         cursor = message.seq
-                        try await send(RelayFrame(type: "message", message: message.record(withEnvelope: true)), outbound)
+                        try await send(RelayFrame(type: "message", message: message.record(forOwner: true)), outbound)
                     }
                 }
             } catch {
