@@ -126,6 +126,22 @@ import MailslotWire
         #expect(try await invalid.closeCode() == 4400)
     }
 
+    @Test func anOversizedFrameClosesTheSocketAndLosesNothing() async throws {
+        let relay = try await TestRelay.start { $0.maxFrameBytes = 4096 }
+        defer { Task { try? await relay.finish() } }
+        let bob = try await relay.signIn("bob").session
+        let alice = try await relay.signIn("alice").session
+        try await relay.send(alice, to: "bob", id: messageID(1))
+        let socket = TestSocket.open(relay, "bob", session: bob)
+        #expect(try await socket.next()?.type == "ready")
+        #expect(try await socket.next()?.type == "message")
+        try await socket.send(text: #"{"type":"ack","id":""# + String(repeating: "x", count: 8000) + #""}"#)
+        _ = try await socket.closeCode()
+        #expect(try await socket.next(timeout: .milliseconds(200)) == nil, "the relay closed the socket")
+        let list = try await relay.call("GET", "/v1/users/bob/messages", session: bob)
+        #expect((list.json["messages"] as? [Any])?.count == 1, "the unacked message is still there for the next subscription")
+    }
+
     @Test func signingOutEndsAnOpenSubscription() async throws {
         let relay = try await TestRelay.start { $0.sessionCheckInterval = 0.1 }
         defer { Task { try? await relay.finish() } }
