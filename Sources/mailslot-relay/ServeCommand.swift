@@ -76,8 +76,8 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.audience = setting(audience, "MAILSLOT_AUDIENCE") ?? Defaults.audience
         configuration.durability = setting(durability, "MAILSLOT_DURABILITY") ?? "normal"
         if let value = try number(maxEnvelopeBytes, "MAILSLOT_MAX_ENVELOPE_BYTES", "max envelope") {
-            guard (Envelope.minimumSize...Envelope.maximumSize).contains(value) else {
-                throw ValidationError("--max-envelope-bytes must be \(Envelope.minimumSize) to \(Envelope.maximumSize)")
+            guard (Envelope.minimumSize...Envelope.maximumSize).contains(value), value & (value - 1) == 0 else {
+                throw ValidationError("--max-envelope-bytes must be a power of two from \(Envelope.minimumSize) to \(Envelope.maximumSize) (an envelope size class)")
             }
             configuration.maxEnvelopeBytes = value
             configuration.maxBodyBytes = value * 4 / 3 + 4096

@@ -55,7 +55,8 @@ struct MailboxService: Sendable {
                                                         now: now, expiresAt: now + ttl * 1000,
                                                         maxPending: configuration.maxPendingPerMailbox)
             switch outcome {
-            case .created(let message):
+            case .created(let message, let erasedExpired):
+                if erasedExpired { erasure.erased() }
                 await hub.notify(recipient)
                 return (message.record(forOwner: forOwner), true)
             case .duplicate(let message):
@@ -129,10 +130,9 @@ struct MailboxService: Sendable {
         // Only the owner may learn that the message is not there (any more). An author's unsend
         // erases only a message that author wrote, even if the id was reused meanwhile.
         let isOwner = AccessRules.allows(.delete, .message, principal: principal.uid, owner: owner, author: nil)
-        guard try await store.deleteMessage(recipient: owner, id: id, author: isOwner ? nil : principal.uid, now: now) else {
-            throw Problem(isOwner ? .notFound : .forbidden, isOwner ? "no such message" : "you may not do this")
-        }
-        erasure.erased()
+        let erased = try await store.deleteMessage(recipient: owner, id: id, author: isOwner ? nil : principal.uid, now: now)
+        erasure.erased()  // also when the row was expired: it was deleted all the same
+        guard erased else { throw Problem(isOwner ? .notFound : .forbidden, isOwner ? "no such message" : "you may not do this") }
     }
 
     // MARK: Documents, keys, block lists

@@ -14,14 +14,14 @@ enum StoreRefusal: Error, Equatable {
 
 /// The outcome of creating a message.
 enum CreateOutcome: Sendable, Equatable {
-    /// Stored now.
-    case created(StoredMessage)
+    /// Stored now. `erasedExpired`: an expired message under the same id was erased to make room.
+    case created(StoredMessage, erasedExpired: Bool)
     /// The same author sent the same envelope under this id before: nothing changed.
     case duplicate(StoredMessage)
 
     var message: StoredMessage {
         switch self {
-        case .created(let message), .duplicate(let message): message
+        case .created(let message, _), .duplicate(let message): message
         }
     }
 }
@@ -66,11 +66,13 @@ final class Store: Sendable {
     func createMessage(recipient: String, id: String, author: String, envelope: Data, now: Int64, expiresAt: Int64,
                        maxPending: Int) async throws -> CreateOutcome {
         try await pool.write { db in
+            var erasedExpired = false
             if let existing = try Row.fetchOne(db, sql: "SELECT * FROM messages WHERE recipient = ? AND id = ?",
                                                arguments: [recipient, id]).map(StoredMessage.init(row:)) {
                 if existing.expiresAt <= now {
                     // Expired but not swept yet: it is gone for every purpose, so erase it now.
                     try db.execute(sql: "DELETE FROM messages WHERE seq = ?", arguments: [existing.seq])
+                    erasedExpired = true
                 } else {
                     guard existing.author == author, existing.envelope == envelope else { throw StoreRefusal.conflict }
                     return .duplicate(existing)
@@ -87,7 +89,7 @@ final class Store: Sendable {
                 VALUES (?, ?, ?, ?, ?, ?, ?)
                 """, arguments: [recipient, id, author, now, expiresAt, envelope.count, envelope])
             let row = try Row.fetchOne(db, sql: "SELECT * FROM messages WHERE seq = ?", arguments: [db.lastInsertedRowID])!
-            return .created(StoredMessage(row: row))
+            return .created(StoredMessage(row: row), erasedExpired: erasedExpired)
         }
     }
 
@@ -118,7 +120,7 @@ final class Store: Sendable {
 
     /// Erases message `id` of `recipient`'s mailbox — only if `author` wrote it, when given (an
     /// unsend must not erase a newer message that reuses the id). True if an unexpired message
-    /// was erased.
+    /// was erased; an expired one is erased too, but reported as absent.
     @discardableResult
     func deleteMessage(recipient: String, id: String, author: String? = nil, now: Int64) async throws -> Bool {
         try await pool.write { db in
