@@ -28,6 +28,17 @@ public struct ClientFrame: Sendable, Equatable, Codable {
         ClientFrame(type: "send", id: id, ref: ref, to: to, envelope: Base64URL.encode(envelope), ttlSeconds: ttlSeconds)
     }
 
+    /// Whether the members its type requires are present: `id` for an ack; `to`, `id` and
+    /// `envelope` for a send (a missing or unusable `ref` is answered on its own, without a ref).
+    /// Unknown types are answered separately.
+    public var hasRequiredMembers: Bool {
+        switch type {
+        case "ack": id != nil
+        case "send": to != nil && id != nil && envelope != nil
+        default: true
+        }
+    }
+
     enum CodingKeys: String, CodingKey {
         case type, id, ref, to, envelope
         case ttlSeconds = "ttl_seconds"

@@ -168,7 +168,10 @@ import MailslotWire
         #expect(try await socket.next()?.type == "ready")
         try await socket.send(text: #"{"type":"dance"}"#)
         #expect(try await socket.next()?.problem?.code == .badRequest)
-        for text in Array(repeating: "{not json", count: 9) + [#"{"type":"ack","type":"send"}"#] {
+        try await socket.send(text: #"{"type":"send","ref":"","to":"carol","id":"01KF0000000000000000000001","envelope":"AAAA"}"#)
+        let noRef = try #require(try await socket.next())
+        #expect(noRef.problem?.code == .badRequest && noRef.ref == nil, "an unusable ref is not echoed")
+        for text in Array(repeating: "{not json", count: 7) + [#"{"type":"ack"}"#, #"{"type":"send","ref":"r"}"#, #"{"type":"ack","type":"send"}"#] {
             try await socket.send(text: text)
             #expect(try await socket.next()?.problem?.code == .invalidJSON)
         }

@@ -73,10 +73,19 @@ final class TestSocket: Sendable {
         _ = try? await connection.value
     }
 
-    /// How the relay closed the socket (waits for it).
-    func closeCode() async throws -> UInt16? {
-        guard let frame = try await connection.value else { return nil }
-        if case .unknown(let code) = frame.closeCode { return code }
+    /// How the relay closed the socket: waits for it, at most `timeout` (then nil, and the
+    /// connection is abandoned), so that a relay that never closes fails the test instead of hanging it.
+    func closeCode(timeout: Duration = .seconds(20)) async throws -> UInt16? {
+        let connection = self.connection
+        let frame = await withTaskGroup(of: WebSocketCloseFrame?.self) { group in
+            group.addTask { try? await connection.value }
+            group.addTask { try? await Task.sleep(for: timeout); return nil }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            connection.cancel()
+            return first
+        }
+        if case .unknown(let code) = frame?.closeCode { return code }
         return nil
     }
 }

@@ -27,6 +27,10 @@ struct SubscriptionSession {
 
     /// Runs the socket until the client leaves, the session ends, or a newer subscription takes over.
     func run(owner: String, authorization: String?, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
+        // Some WebSocket clients (NIO's among them, seen in our tests) drop a frame that reaches
+        // them in the same read as the 101 response. A short pause before the first frame keeps
+        // it out of that read; every later frame is unaffected.
+        try? await Task.sleep(for: .milliseconds(25))
         let principal: SessionService.Principal
         do {
             principal = try await sessions.authenticate(authorization: authorization, now: Clock.now())
@@ -114,7 +118,8 @@ struct SubscriptionSession {
         do {
             for try await message in inbound.messages(maxSize: maxFrameBytes) {
                 if Clock.now() >= principal.expiresAt { return .sessionEnded }
-                guard case .text(let text) = message, let frame = decode(text) else {
+                // A frame that is not JSON, or lacks a member its type requires, is malformed.
+                guard case .text(let text) = message, let frame = decode(text), frame.hasRequiredMembers else {
                     garbage += 1
                     try await send(RelayFrame(type: "error", problem: Problem(.invalidJSON, "frames are JSON text: ack or send")), outbound)
                     if garbage >= 10 { return .protocolViolation("too many malformed frames") }
@@ -134,16 +139,18 @@ struct SubscriptionSession {
                     }
                     if await inFlight.remove(id) { subscription.wake() }
                 case "send":
+                    guard let ref = frame.ref, !ref.isEmpty, ref.utf8.count <= 64 else {
+                        // Not echoed: a reference the client cannot have meant is no reference.
+                        try await send(RelayFrame(type: "error", problem: Problem(.badRequest, "a send needs a ref of 1 to 64 bytes")), outbound)
+                        continue
+                    }
                     do {
-                        guard let ref = frame.ref, !ref.isEmpty, ref.utf8.count <= 64 else {
-                            throw Problem(.badRequest, "a send needs a ref of 1 to 64 bytes")
-                        }
                         let (record, created) = try await mailboxes.send(principal, to: frame.to ?? "", id: frame.id ?? "",
                                                                          envelope: frame.envelope ?? "", ttlSeconds: frame.ttlSeconds,
                                                                          now: Clock.now())
                         try await send(RelayFrame(type: "sent", message: record, ref: ref, created: created), outbound)
                     } catch let problem as Problem {
-                        try await send(RelayFrame(type: "error", ref: frame.ref, problem: problem), outbound)
+                        try await send(RelayFrame(type: "error", ref: ref, problem: problem), outbound)
                     }
                 default:
                     try await send(RelayFrame(type: "error", problem: Problem(.badRequest, "unknown frame type")), outbound)

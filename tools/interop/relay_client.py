@@ -1,0 +1,1335 @@
+#!/usr/bin/env python3
+"""Independent Mailslot relay client, written from spec/ alone (protocol.md, openapi.yaml,
+tokens.md, envelope.md), run against a relay it starts itself.
+
+Python stdlib + PyNaCl (libsodium) + pyseto (PASETO) + websockets. The token, envelope and
+key-bundle formats come from check.py (the earlier independent implementation of those specs).
+
+    relay_client.py --relay-binary PATH
+
+It makes its own issuer key pair, starts `mailslot-relay serve` on a free loopback port with a
+temporary data folder, and then, as clients:
+
+  * signs in (custom tokens minted with pyseto), publishes and verifies key bundles, seals chat
+    messages (text, location, receipt), sends them over HTTP PUT and the WebSocket `send` frame,
+    receives them over the subscription, opens and verifies them, acks them, and checks that the
+    mailbox is empty and the envelopes are gone from the database files;
+  * sessions: refresh rotation, reuse, sign-out (and the sockets they end); idempotent retry
+    and conflicts; leases; paging; expiry;
+  * the access-rules table of protocol.md §2, black-box, for every route and every principal
+    (owner, author, another signed-in user, no session, a signed-out session);
+  * limits: envelope size and size classes, strict JSON, Content-Type, rate limit (the relay runs
+    with a small --create-burst/--create-rate), mailbox full (--max-pending), bad frames;
+  * erasure (§6): erased ciphertext is in neither database file shortly after;
+  * `serve` refusing unusable settings (§11).
+
+Every wait is bounded; a run takes about 20 s. Only what a client can observe is checked.
+
+Prints `PASS name` / `FAIL name: why` per check, then `N passed, M failed`; exits 0 only when
+nothing failed. The relay is always stopped with SIGTERM and must exit 0.
+"""
+import argparse, http.client, json, os, re, secrets, shutil, signal, socket, stat, subprocess, sys, tempfile, time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check as fmt  # noqa: E402  (check.py: tokens.md / envelope.md formats)
+
+import nacl.public, nacl.signing  # noqa: E402
+import pyseto  # noqa: E402
+from pyseto import Key  # noqa: E402
+import websockets.exceptions  # noqa: E402
+from websockets.sync.client import connect as ws_connect  # noqa: E402
+
+AUDIENCE = "interop.relay.test"
+CREATE_BURST, CREATE_RATE, MAX_PENDING, WINDOW = 30, 0.5, 10, 4   # relay flags, so the limits are reachable
+MAX_ENVELOPE = 65536                                      # the default (protocol.md §11)
+DEFAULT_TTL = 604800
+TIMEOUT = 5.0                                             # every single wait is bounded by this
+
+RESULTS = []
+NOTES = []          # observations that are not pass/fail (where the spec leaves a choice)
+
+
+def ok(name, cond, why=""):
+    RESULTS.append(bool(cond))
+    print(f"PASS {name}" if cond else f"FAIL {name}: {why}", flush=True)
+    return bool(cond)
+
+
+# ---------------------------------------------------------------- the relay process
+
+class Relay:
+    def __init__(self, binary, tmp, issuer_public):
+        self.binary, self.tmp, self.issuer_public = binary, tmp, issuer_public
+        self.data = os.path.join(tmp, "data")          # does not exist yet: the relay creates it
+        self.log_path = os.path.join(tmp, "relay.log")
+        self.proc = None
+        self.port = None
+
+    def start(self):
+        for _ in range(3):                               # a free port can be taken in between
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                self.port = s.getsockname()[1]
+            log = open(self.log_path, "ab")
+            self.proc = subprocess.Popen(
+                [self.binary, "serve", "--listen", f"127.0.0.1:{self.port}", "--data", self.data,
+                 "--issuer-public-key", self.issuer_public, "--audience", AUDIENCE,
+                 "--create-burst", str(CREATE_BURST), "--create-rate", str(CREATE_RATE),
+                 "--max-pending", str(MAX_PENDING), "--window", str(WINDOW), "--log-level", "warning"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            log.close()
+            deadline = time.monotonic() + 15
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                try:
+                    r = request(self, "GET", "/healthz", timeout=1)
+                    if r.status == 200:
+                        return r
+                except OSError:
+                    pass
+                time.sleep(0.05)
+            self.stop(quiet=True)
+        raise RuntimeError("the relay did not answer /healthz; log:\n" + self.log_tail())
+
+    def stop(self, quiet=False):
+        """SIGTERM, then wait; returns the exit status (None if it had to be killed)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+            return None
+
+    def log_tail(self, n=30):
+        try:
+            return "".join(open(self.log_path, errors="replace").readlines()[-n:])
+        except OSError:
+            return ""
+
+
+# ---------------------------------------------------------------- HTTP
+
+class Resp:
+    def __init__(self, status, headers, body):
+        self.status, self.headers, self.body = status, headers, body
+        try:
+            self.json = json.loads(body) if body else None
+        except ValueError:
+            self.json = None
+
+    @property
+    def code(self):
+        return self.json.get("code") if isinstance(self.json, dict) else None
+
+    def __repr__(self):
+        b = self.body[:300].decode("utf-8", "replace")
+        return f"{self.status} {b}"
+
+
+def request(relay, method, path, body=None, session=None, headers=None, timeout=TIMEOUT, auth=None,
+            ctype="application/json"):
+    """One request on a fresh connection. body: dict/list (JSON-encoded) or bytes (sent as is);
+    ctype: the Content-Type sent with a body (None: no header)."""
+    h = {"Connection": "close"}
+    if body is not None:
+        if not isinstance(body, (bytes, bytearray)):
+            body = json.dumps(body, separators=(",", ":")).encode()
+        if ctype is not None:
+            h["Content-Type"] = ctype
+    if session is not None:
+        h["Authorization"] = f"Bearer {session}"
+    if auth is not None:
+        h["Authorization"] = auth
+    h.update(headers or {})
+    conn = http.client.HTTPConnection("127.0.0.1", relay.port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=h)
+        r = conn.getresponse()
+        return Resp(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read())
+    finally:
+        conn.close()
+
+
+def is_problem(r, status, code):
+    """A problem answer per protocol.md §10.1."""
+    j = r.json
+    return (r.status == status and r.headers.get("content-type", "").startswith("application/problem+json")
+            and isinstance(j, dict) and j.get("code") == code and j.get("status") == status
+            and j.get("title") == code.replace("_", " ") and "type" not in j)
+
+
+def expect(name, r, status, code=None):
+    """Status (and problem code) check; a status-only expectation for 2xx/401/403/404 with code."""
+    if code is not None:
+        return ok(name, is_problem(r, status, code), f"got {r!r}, expected {status} {code}")
+    return ok(name, r.status == status, f"got {r!r}, expected {status}")
+
+
+TIME_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z")
+
+
+def relay_time(s):
+    """RFC 3339 with milliseconds and Z (protocol.md §1) → epoch seconds, or None."""
+    return fmt.parse_time(s) if isinstance(s, str) and TIME_RE.fullmatch(s) else None
+
+
+def new_id():
+    return "m" + secrets.token_urlsafe(18)        # 25 characters of A-Z a-z 0-9 _ -
+
+
+def rand_envelope(n=512):
+    return fmt.b64e(os.urandom(n))
+
+
+# ---------------------------------------------------------------- WebSocket
+
+class WSClosed(Exception):
+    def __init__(self, code, reason):
+        super().__init__(f"closed {code} {reason!r}")
+        self.code, self.reason = code, reason
+
+
+class WS:
+    """A subscription socket; frames that were not asked for yet are kept in order."""
+
+    def __init__(self, relay, uid, session, auth=None):
+        h = {}
+        if session is not None:
+            h["Authorization"] = f"Bearer {session}"
+        if auth is not None:
+            h["Authorization"] = auth
+        self.c = ws_connect(f"ws://127.0.0.1:{relay.port}/v1/users/{uid}/subscribe", additional_headers=h,
+                            open_timeout=TIMEOUT, close_timeout=2, max_size=2 ** 21, compression=None, legacy=True)
+        self.buf = []
+
+    def send(self, obj):
+        self.c.send(obj if isinstance(obj, str) else json.dumps(obj, separators=(",", ":")))
+
+    def _recv(self, timeout):
+        try:
+            text = self.c.recv(timeout=timeout)
+        except websockets.exceptions.ConnectionClosed as e:
+            rc = e.rcvd
+            raise WSClosed(rc.code if rc else None, rc.reason if rc else None)
+        return json.loads(text)
+
+    def frame(self, pred=lambda f: True, timeout=TIMEOUT):
+        for i, f in enumerate(self.buf):
+            if pred(f):
+                return self.buf.pop(i)
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("no matching frame")
+            f = self._recv(left)
+            if pred(f):
+                return f
+            self.buf.append(f)
+
+    def of(self, typ, timeout=TIMEOUT, **kw):
+        return self.frame(lambda f: f.get("type") == typ and all(f.get(k) == v for k, v in kw.items()), timeout)
+
+    def quiet(self, timeout=0.3):
+        """True if no frame arrives within timeout (and none is buffered)."""
+        if self.buf:
+            return False
+        try:
+            self.buf.append(self._recv(timeout))
+            return False
+        except TimeoutError:
+            return True
+
+    def closed(self, timeout=TIMEOUT):
+        """Waits for the close; returns (code, reason, frames seen before it)."""
+        seen = list(self.buf)
+        self.buf = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                seen.append(self._recv(deadline - time.monotonic()))
+            except WSClosed as e:
+                return e.code, e.reason, seen
+            except TimeoutError:
+                break
+        return None, None, seen
+
+    def close(self):
+        try:
+            self.c.close()
+        except Exception:
+            pass
+
+
+def ws_refused(name, relay, uid, session, code, close_code, auth=None):
+    """protocol.md §8.1: a failed opening is one `error` frame, then close 4401/4403 with the code."""
+    try:
+        w = WS(relay, uid, session, auth)
+    except Exception as e:
+        return ok(name, False, f"upgrade failed: {e!r}")
+    try:
+        cc, reason, frames = w.closed()
+        good = (len(frames) == 1 and frames[0].get("type") == "error" and frames[0].get("problem", {}).get("code") == code
+                and cc == close_code and reason == code)
+        return ok(name, good, f"frames {frames}, close {cc} {reason!r}; expected error {code}, close {close_code}")
+    finally:
+        w.close()
+
+
+# ---------------------------------------------------------------- users, keys, tokens
+
+class Issuer:
+    def __init__(self):
+        sk = nacl.signing.SigningKey.generate()
+        self.public = fmt.paserk_public(bytes(sk.verify_key))
+        self.secret = fmt.paserk_secret(bytes(sk) + bytes(sk.verify_key))
+        self.kid = Key.from_paserk(self.public).to_paserk_id()
+
+    def token(self, uid, lifetime=300, aud=AUDIENCE, **extra):
+        """tokens.md §8: claims as bytes, footer {"kid": pid}, empty implicit assertion."""
+        now = int(time.time())
+        claims = {"sub": uid, "aud": aud, "iat": fmt.fmt_time(now), "exp": fmt.fmt_time(now + lifetime), **extra}
+        return pyseto.encode(Key.from_paserk(self.secret), json.dumps(claims, separators=(",", ":"), sort_keys=True).encode(),
+                             footer=json.dumps({"kid": self.kid}, separators=(",", ":")).encode()).decode()
+
+
+class User:
+    def __init__(self, uid):
+        self.uid = uid
+        self.identity = nacl.signing.SigningKey.generate()
+        self.mailbox = nacl.public.PrivateKey.generate()
+        self.grant = None
+        self.pins = {}                                     # uid → pinned identity key (TOFU)
+        self.peer_mailbox = {}                             # uid → verified mailbox public key
+
+    @property
+    def session(self):
+        return self.grant["session"]
+
+    def bundle(self, uid=None, created_at=None):
+        """envelope.md §4: compact, sorted, created_at whole seconds +00:00, self-signed."""
+        uid = uid or self.uid
+        ik, mk = bytes(self.identity.verify_key), bytes(self.mailbox.public_key)
+        created = created_at or fmt.fmt_time(int(time.time()))
+        sig = self.identity.sign(fmt.pae(b"mailslot-key-bundle-v1", uid.encode(), ik, mk, created.encode())).signature
+        return fmt.jdump({"version": 1, "uid": uid, "identity_key": fmt.b64e(ik), "mailbox_key": fmt.b64e(mk),
+                          "created_at": created, "signature": fmt.b64e(sig)})
+
+    def body(self, typ, payload, ts=None):
+        """envelope.md §3, in the §3.4 form."""
+        return fmt.jdump({"timestamp": ts if ts is not None else int(time.time() * 1000), "type": typ,
+                          "sender": {"id": self.uid, "name": self.uid.capitalize()}, "payload": payload})
+
+    def seal(self, to, mid, body):
+        return fmt.seal(body, mid, self.uid, self.identity, to, self.peer_mailbox[to])
+
+
+def sign_in(relay, issuer, user, name=None):
+    r = request(relay, "POST", "/v1/sessions", {"token": issuer.token(user.uid)})
+    g = r.json if r.status == 201 else None
+    if name:
+        good = (g is not None and g.get("uid") == user.uid and re.fullmatch(r"mss_[A-Za-z0-9_-]{43}", g.get("session", ""))
+                and re.fullmatch(r"msr_[A-Za-z0-9_-]{43}", g.get("refresh", "")))
+        ok(name, good, f"got {r!r}")
+    if r.status != 201:
+        raise RuntimeError(f"sign-in of {user.uid} failed: {r!r}")
+    return g
+
+
+def fetch_bundle(relay, me, peer_uid):
+    """GET the peer's keys, verify for that uid (envelope.md §4), pin the identity key (§2.6)."""
+    r = request(relay, "GET", f"/v1/users/{peer_uid}/keys", session=me.session)
+    if r.status != 200:
+        raise RuntimeError(f"GET keys of {peer_uid}: {r!r}")
+    b = fmt.decode_bundle(r.body.decode(), peer_uid)
+    ik = fmt.b64d(b["identity_key"])
+    if peer_uid in me.pins and me.pins[peer_uid] != ik:
+        raise RuntimeError("identity key changed: refusing to re-pin")
+    me.pins[peer_uid] = ik
+    me.peer_mailbox[peer_uid] = fmt.b64d(b["mailbox_key"])
+    return r
+
+
+def accept(me, record):
+    """Open a delivered record as `me` and apply the caller's checks of envelope.md §2.6.
+    Returns (sender, body, msg); raises fmt.FormatError or RuntimeError."""
+    env = fmt.b64d(record["envelope"])
+    if record.get("size") != len(env):
+        raise RuntimeError(f"size {record.get('size')} != {len(env)}")
+    sender, skey, body = fmt.open_envelope(env, record["id"], me.uid, bytes(me.mailbox))
+    if sender != record["author"]:
+        raise RuntimeError(f"signed sender {sender} != relay-stamped author {record['author']}")
+    if sender not in me.pins:
+        raise RuntimeError(f"no pinned key for {sender}")   # (the flow fetches bundles first)
+    if me.pins[sender] != skey:
+        raise RuntimeError("sender identity key differs from the pinned one")
+    return sender, body, fmt.jload(body)
+
+
+# ---------------------------------------------------------------- scenarios
+
+class Ctx:
+    pass
+
+
+OWNER_ONLY = ("seq", "lease_until", "lease_holder", "envelope")
+
+
+def record_shape(r, author, mid, owner_view):
+    """MessageRecord (protocol.md §4.7): everyone sees id, author, created_at, expires_at, size
+    (a size class); seq and envelope (and a lease) only in the owner's view. '' when fine."""
+    j = r.json if isinstance(r, Resp) else r
+    if not isinstance(j, dict):
+        return "not an object"
+    problems = [f"missing {k}" for k in ("id", "author", "created_at", "expires_at", "size") if k not in j]
+    if j.get("id") != mid:
+        problems.append(f"id {j.get('id')}")
+    if j.get("author") != author:
+        problems.append(f"author {j.get('author')}")
+    if relay_time(j.get("created_at")) is None or relay_time(j.get("expires_at")) is None:
+        problems.append("times not RFC 3339 with ms and Z")
+    size = j.get("size")
+    if not (type(size) is int and 512 <= size <= MAX_ENVELOPE and size & (size - 1) == 0):
+        problems.append(f"size {size} not a size class")
+    if owner_view:
+        problems += [f"owner view without {k}" for k in ("seq", "envelope") if k not in j]
+        if "envelope" in j and len(fmt.b64d(j["envelope"])) != size:
+            problems.append("size != envelope length")
+    else:
+        problems += [f"sender view shows {k}" for k in OWNER_ONLY if k in j]
+    problems += [f"{k} is null" for k, v in j.items() if v is None]
+    return "; ".join(problems)
+
+
+def scenario_start(c):
+    r = c.health
+    ok("GET /healthz → 200 {\"status\":\"ok\"} (§4.1)", r.status == 200 and r.json == {"status": "ok"}
+       and r.headers.get("content-type", "").startswith("application/json"), repr(r))
+    st = os.stat(c.relay.data)
+    ok("data folder created with mode 0700 (§7)", stat.S_IMODE(st.st_mode) == 0o700, oct(st.st_mode))
+    ok("relay.sqlite in the data folder (§7)", os.path.exists(os.path.join(c.relay.data, "relay.sqlite")), os.listdir(c.relay.data))
+    expect("unknown path → 404 not_found (§4)", request(c.relay, "GET", "/v1/nothing-here"), 404, "not_found")
+    expect("known path, method not served (POST /healthz) → 404 not_found (§4)", request(c.relay, "POST", "/healthz", {}),
+           404, "not_found")
+    expect("GET /metrics → 404 (§12)", request(c.relay, "GET", "/metrics"), 404, "not_found")
+
+
+def scenario_sign_in(c):
+    for u in c.users.values():
+        u.grant = sign_in(c.relay, c.issuer, u, f"sign in {u.uid}: 201 SessionGrant (§4.2)" if u.uid in ("alice", "bob") else None)
+    g = c.users["alice"].grant
+    now = time.time()
+    exp, rexp = relay_time(g.get("expires_at")), relay_time(g.get("refresh_expires_at"))
+    ok("session expires_at ≈ now + 900 s (§3)", exp is not None and abs(exp - now - 900) < 30, g.get("expires_at"))
+    ok("refresh_expires_at ≈ now + 30 days (§3)", rexp is not None and abs(rexp - now - 30 * 86400) < 30, g.get("refresh_expires_at"))
+    other = Issuer()
+    for name, tok, detail in [
+            ("token from an unknown issuer", other.token("alice"), "token_unknown_key"),
+            ("token for another audience", c.issuer.token("alice", aud="elsewhere"), "token_wrong_audience"),
+            ("token lifetime 3601 s", c.issuer.token("alice", lifetime=3601), "token_lifetime_too_long"),
+            ("not a token", "v4.public.AAAA", "token_malformed")]:
+        r = request(c.relay, "POST", "/v1/sessions", {"token": tok})
+        ok(f"sign-in refuses {name}: 401 invalid_token naming {detail} (§4.2)",
+           is_problem(r, 401, "invalid_token") and detail in r.json.get("detail", ""), repr(r))
+    tok = c.issuer.token("carol")
+    r1 = request(c.relay, "POST", "/v1/sessions", {"token": tok})
+    r2 = request(c.relay, "POST", "/v1/sessions", {"token": tok})
+    ok("a custom token is not spent by signing in (§3)", r1.status == 201 and r2.status == 201
+       and r1.json["session"] != r2.json["session"], f"{r1!r} / {r2!r}")
+    s = c.users["alice"].session
+    expect("no Authorization → 401 unauthenticated (§3)", request(c.relay, "GET", "/v1/users/alice/keys"), 401, "unauthenticated")
+    expect("scheme name is case-insensitive (`bEaReR`) (§3)",
+           request(c.relay, "GET", "/v1/users/alice", auth=f"bEaReR {s}"), 404, "not_found")
+    expect("two spaces after Bearer → 401 (§3)", request(c.relay, "GET", "/v1/users/alice", auth=f"Bearer  {s}"), 401, "unauthenticated")
+    expect("Basic scheme → 401 (§3)", request(c.relay, "GET", "/v1/users/alice", auth=f"Basic {s}"), 401, "unauthenticated")
+    expect("unknown mss_ session → 401 unauthenticated (§3)",
+           request(c.relay, "GET", "/v1/users/alice", session="mss_" + fmt.b64e(os.urandom(32))), 401, "unauthenticated")
+    expect("refresh token used as a session → 401 (§3)",
+           request(c.relay, "GET", "/v1/users/alice", session=c.users["alice"].grant["refresh"]), 401, "unauthenticated")
+
+
+def scenario_keys(c):
+    rel, a, b = c.relay, c.users["alice"], c.users["bob"]
+    for u in (a, b):
+        expect(f"PUT own key bundle as {u.uid} → 204 (§4.6)", request(rel, "PUT", f"/v1/users/{u.uid}/keys", u.bundle(), u.session), 204)
+    r = request(rel, "PUT", "/v1/users/alice/keys", b.bundle(), a.session)
+    ok("PUT bob's bundle to alice's keys → 400 invalid_key_bundle, bundle_wrong_user (§4.6)",
+       is_problem(r, 400, "invalid_key_bundle") and "bundle_wrong_user" in r.json.get("detail", ""), repr(r))
+    bad = json.loads(a.bundle())
+    bad["signature"] = fmt.b64e(bytes(64))
+    r = request(rel, "PUT", "/v1/users/alice/keys", fmt.jdump(bad), a.session)
+    ok("PUT a bundle with a bad signature → 400 invalid_key_bundle, bundle_bad_signature",
+       is_problem(r, 400, "invalid_key_bundle") and "bundle_bad_signature" in r.json.get("detail", ""), repr(r))
+    text = json.dumps(json.loads(a.bundle()), indent=1)                # same members, other bytes
+    expect("PUT a bundle with whitespace (valid JSON) → 204", request(rel, "PUT", "/v1/users/alice/keys", text.encode(), a.session), 204)
+    r = request(rel, "GET", "/v1/users/alice/keys", session=b.session)
+    ok("GET alice's keys as bob: the bundle byte for byte (§4.6)", r.status == 200 and r.body == text.encode(), repr(r))
+    for u in (a, b, c.users["carol"]):
+        request(rel, "PUT", f"/v1/users/{u.uid}/keys", u.bundle(), u.session)
+    for me, peer in ((a, b), (b, a)):
+        try:
+            fetch_bundle(rel, me, peer.uid)
+            ok(f"{me.uid} fetches and verifies {peer.uid}'s bundle, pins the identity key (envelope.md §4)",
+               me.pins[peer.uid] == bytes(peer.identity.verify_key) and me.peer_mailbox[peer.uid] == bytes(peer.mailbox.public_key),
+               "keys differ")
+        except Exception as e:
+            ok(f"{me.uid} fetches and verifies {peer.uid}'s bundle (envelope.md §4)", False, repr(e))
+    fetch_bundle(rel, b, "carol")
+    expect("GET keys of a user who published none → 404 not_found (§4.6)",
+           request(rel, "GET", "/v1/users/nobody/keys", session=a.session), 404, "not_found")
+
+
+def scenario_chat(c):
+    rel, a, b, k = c.relay, c.users["alice"], c.users["bob"], c.users["carol"]
+    sent = {}                                             # id → body bytes
+    # 1. a text while bob is offline, over HTTP PUT, with a ttl
+    m1 = new_id()
+    body1 = a.body("text", {"text": "hello, bob"})
+    env1 = a.seal("bob", m1, body1)
+    r = request(rel, "PUT", f"/v1/users/bob/messages/{m1}", {"envelope": fmt.b64e(env1), "ttl_seconds": 86400}, a.session)
+    ok("alice PUTs a sealed text to bob → 201 (§4.7)", r.status == 201, repr(r))
+    ok("sender's view of the record: id, author alice, times, size; no seq/lease/envelope (§4.7)",
+       r.status == 201 and record_shape(r, "alice", m1, False) == "", record_shape(r, "alice", m1, False) if r.json else repr(r))
+    if r.status == 201:
+        ok("size = envelope length (512), expires_at = created_at + ttl_seconds (§4.7, §5.4)",
+           r.json.get("size") == len(env1) == 512 and
+           abs(relay_time(r.json["expires_at"]) - relay_time(r.json["created_at"]) - 86400) < 0.002, repr(r))
+    sent[m1] = body1
+    first = r.json
+    r2 = request(rel, "PUT", f"/v1/users/bob/messages/{m1}", {"envelope": fmt.b64e(env1), "ttl_seconds": 5}, a.session)
+    ok("identical retry (other ttl) → 200 with the stored record, unchanged (§5.1)", r2.status == 200 and r2.json == first,
+       f"{r2!r} vs {first}")
+    env1b = a.seal("bob", m1, body1)                     # same body, fresh seal: other bytes
+    expect("same id, other envelope, same author → 409 conflict (§5.1)",
+           request(rel, "PUT", f"/v1/users/bob/messages/{m1}", {"envelope": fmt.b64e(env1b)}, a.session), 409, "conflict")
+    expect("same id, same envelope, other author → 409 conflict (§5.1)",
+           request(rel, "PUT", f"/v1/users/bob/messages/{m1}", {"envelope": fmt.b64e(env1)}, k.session), 409, "conflict")
+    # 2. bob subscribes: ready with pending 1, then the backlog
+    wb = WS(rel, "bob", b.session)
+    c.sockets.append(wb)
+    f = wb.frame()
+    ok("bob subscribes: first frame ready, pending 1 (§8.1)", f == {"type": "ready", "pending": 1}, f)
+    f = wb.of("message")
+    ok("backlog delivered: message frame in the owner's view (seq, envelope) (§8.2)",
+       record_shape(f["message"], "alice", m1, True) == "" and f["message"]["envelope"] == fmt.b64e(env1),
+       record_shape(f["message"], "alice", m1, True))
+    delivered = [f["message"]]
+    # 3. live: a location over HTTP, then alice's own socket sends a text with the `send` frame
+    m2 = new_id()
+    body2 = a.body("location", {"location": {"latitude": 48.8584, "longitude": 2.2945}})
+    r = request(rel, "PUT", f"/v1/users/bob/messages/{m2}", {"envelope": fmt.b64e(a.seal("bob", m2, body2))}, a.session)
+    ok("alice PUTs a sealed location → 201", r.status == 201, repr(r))
+    if r.status == 201:
+        ok("default ttl is 604800 s (§4.7)", abs(relay_time(r.json["expires_at"]) - relay_time(r.json["created_at"]) - DEFAULT_TTL) < 0.002,
+           repr(r))
+    sent[m2] = body2
+    wa = WS(rel, "alice", a.session)
+    c.sockets.append(wa)
+    f = wa.frame()
+    ok("alice subscribes: ready, pending 0", f == {"type": "ready", "pending": 0}, f)
+    m3 = new_id()
+    body3 = a.body("text", {"text": "sent over the socket \u2615 / \"quoted\""})
+    frame = {"type": "send", "ref": "r-1", "to": "bob", "id": m3, "envelope": fmt.b64e(a.seal("bob", m3, body3))}
+    wa.send(frame)
+    f = wa.of("sent", ref="r-1")
+    ok("WS send → sent, created true, the sender's view (§8.3)",
+       f.get("created") is True and record_shape(f["message"], "alice", m3, False) == "", f)
+    wa.send(frame)
+    f2 = wa.of("sent", ref="r-1")
+    ok("WS send again → sent, created false, same record (§8.3)", f2.get("created") is False and f2.get("message") == f.get("message"),
+       f"{f2} vs {f}")
+    sent[m3] = body3
+    for _ in range(2):
+        delivered.append(wb.of("message")["message"])
+    ok("bob receives the live messages in ascending seq, each once (§8.2)",
+       [d["id"] for d in delivered] == [m1, m2, m3] and all(x["seq"] < y["seq"] for x, y in zip(delivered, delivered[1:])),
+       [(d["id"], d.get("seq")) for d in delivered])
+    # 4. bob opens and verifies each, then acks
+    for d in delivered:
+        try:
+            sender, body, msg = accept(b, d)
+            ok(f"bob opens the {msg['type']} {d['id'][:8]}…: signed sender = stamped author, pinned key, body bytes (envelope.md §2.6)",
+               sender == "alice" and body == sent[d["id"]], f"{sender} {body[:80]}")
+        except Exception as e:
+            ok(f"bob opens {d['id'][:8]}…", False, repr(e))
+    for d in delivered:
+        wb.send({"type": "ack", "id": d["id"]})
+        f = wb.of("acked", id=d["id"])
+        ok(f"ack {d['id'][:8]}… → acked (§8.3)", f == {"type": "acked", "id": d["id"]}, f)
+    wb.send({"type": "ack", "id": m1})
+    f = wb.of("acked", id=m1)
+    ok("repeated ack → acked again (§8.3)", f == {"type": "acked", "id": m1}, f)
+    r = request(rel, "GET", "/v1/users/bob/messages", session=b.session)
+    ok("bob's mailbox is empty after the acks: {\"messages\":[],\"next\":null} (§4.9)",
+       r.status == 200 and r.json == {"messages": [], "next": None}, repr(r))
+    expect("GET an acked message as the owner → 404 (§4.8)",
+           request(rel, "GET", f"/v1/users/bob/messages/{m2}", session=b.session), 404, "not_found")
+    expect("alice unsends an acked message → 403 forbidden (§2, §4.11)",
+           request(rel, "DELETE", f"/v1/users/bob/messages/{m2}", session=a.session), 403, "forbidden")
+    c.erased += [(f"acked {d['id'][:8]}", fmt.b64d(d["envelope"])) for d in delivered]
+    # 5. bob answers with a read receipt over his socket; alice receives it on hers
+    m4 = new_id()
+    body4 = b.body("receipt", {"receipt": {"kind": "read", "message_ids": [m1, m2, m3]}})
+    wb.send({"type": "send", "ref": "receipt", "to": "alice", "id": m4, "envelope": fmt.b64e(b.seal("alice", m4, body4))})
+    f = wb.of("sent", ref="receipt")
+    ok("bob sends a read receipt over WS → sent, sender's view (§8.3)",
+       f.get("created") is True and record_shape(f["message"], "bob", m4, False) == "", f)
+    d = wa.of("message")["message"]
+    try:
+        sender, body, msg = accept(a, d)
+        ok("alice opens the receipt: from bob, kind read, the three ids", sender == "bob" and body == body4
+           and msg["payload"]["receipt"] == {"kind": "read", "message_ids": [m1, m2, m3]}, msg)
+    except Exception as e:
+        ok("alice opens the receipt", False, repr(e))
+    wa.send({"type": "ack", "id": d["id"]})
+    ok("alice acks the receipt → acked", wa.of("acked", id=d["id"]).get("id") == m4, "")
+    # a send to one's own mailbox shows the owner's view (§4.7)
+    m6 = new_id()
+    wa.send({"type": "send", "ref": "self", "to": "alice", "id": m6, "envelope": rand_envelope()})
+    f = wa.of("sent", ref="self")
+    ok("WS send to one's own mailbox → sent with the owner's view (seq, envelope) (§4.7, §8.3)",
+       record_shape(f.get("message"), "alice", m6, True) == "", f)
+    wa.of("message")
+    wa.send({"type": "ack", "id": m6})
+    wa.of("acked", id=m6)
+    # 6. a replay: carol uploads alice's envelope as her own under the (now free) id m1
+    r = request(rel, "PUT", f"/v1/users/bob/messages/{m1}", {"envelope": fmt.b64e(env1)}, k.session)
+    ok("an acked id is free again: carol's upload → 201 (§5.1)", r.status == 201, repr(r))
+    d = wb.of("message")["message"]
+    try:
+        accept(b, d)
+        ok("client refuses an envelope whose signer ≠ stamped author (envelope.md §2.6 caller check 1)", False, "accepted")
+    except RuntimeError as e:
+        ok("client refuses an envelope whose signer ≠ stamped author (envelope.md §2.6 caller check 1)",
+           d["author"] == "carol" and "stamped author" in str(e), str(e))
+    wb.send({"type": "ack", "id": d["id"]})
+    wb.of("acked", id=d["id"])
+    # 7. one subscription per mailbox: a newer socket takes over, unacked messages come again
+    m5 = new_id()
+    request(rel, "PUT", f"/v1/users/bob/messages/{m5}", {"envelope": fmt.b64e(a.seal("bob", m5, a.body("text", {"text": "again"})))},
+            a.session)
+    d = wb.of("message")["message"]
+    wb2 = WS(rel, "bob", b.session)
+    c.sockets.append(wb2)
+    cc, reason, _ = wb.closed()
+    ok("a newer subscription closes the older with 4000 (§8.1)", cc == 4000, f"close {cc} {reason!r}")
+    f = wb2.frame()
+    ok("the new socket: ready pending 1, the unacked message again (§8.1)",
+       f == {"type": "ready", "pending": 1} and wb2.of("message")["message"]["id"] == m5 == d["id"], f)
+    wb2.send({"type": "ack", "id": m5})
+    wb2.of("acked", id=m5)
+    # 8. bad frames keep the socket open (§8.3)
+    for name, raw, code in [("not JSON", "not json", "invalid_json"),
+                            ("duplicate member", '{"type":"ack","id":"%s","id":"%s"}' % (m5, m5), "invalid_json"),
+                            ("ack without id (not a ClientFrame)", '{"type":"ack"}', "invalid_json"),
+                            ("ack with a numeric id (wrong type)", '{"type":"ack","id":5}', "invalid_json"),
+                            ("without type", '{"id":"%s"}' % m5, "invalid_json"),
+                            ("send without envelope (not a ClientFrame)",
+                             json.dumps({"type": "send", "ref": "ne", "to": "alice", "id": new_id()}), "invalid_json"),
+                            ("unknown type", '{"type":"hello"}', "bad_request"),
+                            ("send without ref", json.dumps({"type": "send", "to": "alice", "id": new_id(), "envelope": "AAAA"}),
+                             "bad_request")]:
+        wb2.send(raw)
+        f = wb2.of("error")
+        ok(f"WS frame {name} → error {code}{', without ref or id' if code == 'invalid_json' else ''} (§8.3)",
+           f.get("problem", {}).get("code") == code and (code != "invalid_json" or ("ref" not in f and "id" not in f)), f)
+    wb2.send({"type": "ack", "id": "short"})
+    f = wb2.of("error")
+    ok("WS ack with an invalid id → error invalid_message_id with the id (§8.3)",
+       f.get("id") == "short" and f.get("problem", {}).get("code") == "invalid_message_id", f)
+    wb2.send({"type": "send", "ref": "bad", "to": "bad uid", "id": new_id(), "envelope": rand_envelope()})
+    f = wb2.of("error", ref="bad")
+    ok("WS send to an invalid uid → error invalid_uid with the ref (§8.3)", f.get("problem", {}).get("code") == "invalid_uid", f)
+    wb2.send({"type": "send", "ref": "tiny", "to": "alice", "id": new_id(), "envelope": "AAAA"})
+    f = wb2.of("error", ref="tiny")
+    ok("WS send of a 3-byte envelope → error invalid_envelope with the ref (§8.3)",
+       f.get("problem", {}).get("code") == "invalid_envelope", f)
+    wb2.send({"type": "send", "ref": "x" * 65, "to": "alice", "id": new_id(), "envelope": rand_envelope()})
+    f = wb2.of("error")
+    ok("WS send with a 65-byte ref → error bad_request without ref (§8.3)",
+       f.get("problem", {}).get("code") == "bad_request" and "ref" not in f, f)
+    wb2.send({"type": "send", "ref": "", "to": "alice", "id": new_id(), "envelope": rand_envelope()})
+    f = wb2.of("error")
+    ok("WS send with an empty ref → error bad_request without ref (§8.3)",
+       f.get("problem", {}).get("code") == "bad_request" and "ref" not in f, f)
+    wb2.send({"type": "ack", "id": m5})
+    ok("socket still open after the bad frames (§8.3)", wb2.of("acked", id=m5).get("id") == m5, "")
+    wb2.close()
+    # 9. the 10th malformed frame closes the socket with 4002, on a fresh socket
+    wb3 = WS(rel, "bob", b.session)
+    c.sockets.append(wb3)
+    wb3.of("ready")
+    for _ in range(9):
+        wb3.send("{")
+    errs = [wb3.of("error") for _ in range(9)]
+    ok("malformed frames 1-9 each answer error invalid_json, socket open (§8.3)",
+       all(f["problem"]["code"] == "invalid_json" for f in errs), errs)
+    wb3.send("[")
+    cc, reason, frames = wb3.closed()
+    ok("the 10th malformed frame closes the socket with 4002 (§8.3)", cc == 4002 and len(frames) <= 1,
+       f"close {cc} {reason!r}, frames {frames}")
+    NOTES.append(f"the 10th malformed frame got {len(frames)} error frame(s) before close {cc}")
+    wa.close()
+
+
+def scenario_sessions(c):
+    rel, iss = c.relay, c.issuer
+    u = User("erin")
+    g1 = sign_in(rel, iss, u)
+    r = request(rel, "POST", "/v1/sessions/refresh", {"refresh": g1["refresh"]})
+    ok("refresh → 201 a new pair, same uid (§4.3)", r.status == 201 and r.json.get("uid") == "erin"
+       and r.json["session"] != g1["session"] and r.json["refresh"] != g1["refresh"], repr(r))
+    g2 = r.json
+    expect("after a refresh the old session is dead → 401 unauthenticated (§3)",
+           request(rel, "GET", "/v1/users/erin", session=g1["session"]), 401, "unauthenticated")
+    expect("the new session works", request(rel, "GET", "/v1/users/erin", session=g2["session"]), 404, "not_found")
+    gx = sign_in(rel, iss, u)                            # a second family of the same user
+    expect("reuse of a spent refresh token → 401 refresh_reused (§4.3)",
+           request(rel, "POST", "/v1/sessions/refresh", {"refresh": g1["refresh"]}), 401, "refresh_reused")
+    expect("after reuse the newer session fails → 401 unauthenticated (§3)",
+           request(rel, "GET", "/v1/users/erin", session=g2["session"]), 401, "unauthenticated")
+    expect("after reuse the newer refresh token fails → 401 refresh_invalid (§4.3)",
+           request(rel, "POST", "/v1/sessions/refresh", {"refresh": g2["refresh"]}), 401, "refresh_invalid")
+    expect("another family of the same user is untouched by the reuse",
+           request(rel, "GET", "/v1/users/erin", session=gx["session"]), 404, "not_found")
+    expect("refresh with garbage → 401 refresh_invalid", request(rel, "POST", "/v1/sessions/refresh", {"refresh": "msr_nope"}),
+           401, "refresh_invalid")
+    expect("refresh with a session token → 401 refresh_invalid",
+           request(rel, "POST", "/v1/sessions/refresh", {"refresh": gx["session"]}), 401, "refresh_invalid")
+    expect("refresh without the member → 400 invalid_json (§1)", request(rel, "POST", "/v1/sessions/refresh", {}), 400, "invalid_json")
+    gy = sign_in(rel, iss, u)
+    expect("sign-out → 204 (§4.4)", request(rel, "DELETE", "/v1/sessions/current", session=gx["session"]), 204)
+    expect("signed-out session → 401 unauthenticated (§3)",
+           request(rel, "GET", "/v1/users/erin", session=gx["session"]), 401, "unauthenticated")
+    expect("signed-out family's refresh → 401 refresh_invalid (§3)",
+           request(rel, "POST", "/v1/sessions/refresh", {"refresh": gx["refresh"]}), 401, "refresh_invalid")
+    expect("sign-out again with the dead session → 401", request(rel, "DELETE", "/v1/sessions/current", session=gx["session"]),
+           401, "unauthenticated")
+    expect("sign-out without a session → 401", request(rel, "DELETE", "/v1/sessions/current"), 401, "unauthenticated")
+    expect("another family survives a sign-out", request(rel, "GET", "/v1/users/erin", session=gy["session"]), 404, "not_found")
+
+
+def scenario_rules(c):
+    """protocol.md §2: every (resource, operation) that has a route, for every principal."""
+    rel, a, b, k = c.relay, c.users["alice"], c.users["bob"], c.users["carol"]
+    # principals toward bob's resources: owner bob, author alice (messages), other carol,
+    # no session, and a signed-out session of bob himself
+    gz = sign_in(rel, c.issuer, b)
+    request(rel, "DELETE", "/v1/sessions/current", session=gz["session"])
+    OUT = gz["session"]
+    P = {"owner": b.session, "other": k.session, "none": None, "signed-out": OUT}
+    AUTH = a.session
+    U401 = [("none", 401, "unauthenticated"), ("signed-out", 401, "unauthenticated")]
+
+    def R(name, method, path, who, status, code=None, body=None):
+        s = P[who] if who in P else who
+        label = who if who in P else "author"
+        return expect(f"rules: {name} as {label} → {status}{' ' + code if code else ''}", request(rel, method, path, body, s), status, code)
+
+    # userDocument: read · update · delete (owner)
+    R("GET document (none put)", "GET", "/v1/users/bob", "owner", 404, "not_found")
+    R("GET document (none put)", "GET", "/v1/users/bob", "other", 403, "forbidden")
+    R("DELETE document (none put)", "DELETE", "/v1/users/bob", "owner", 404, "not_found")
+    R("DELETE document (none put)", "DELETE", "/v1/users/bob", "other", 403, "forbidden")
+    doc = b'{"display": "Bob", "n": 1}'
+    for who, st, code in [("other", 403, "forbidden")] + U401 + [("owner", 204, None)]:
+        R("PUT document", "PUT", "/v1/users/bob", who, st, code, doc)
+    r = request(rel, "GET", "/v1/users/bob", session=b.session)
+    ok("rules: GET document as owner → 200, the bytes as put (§4.5)", r.status == 200 and r.body == doc, repr(r))
+    for who, st, code in [("other", 403, "forbidden")] + U401:
+        R("GET document", "GET", "/v1/users/bob", who, st, code)
+    R("PUT document that is not an object", "PUT", "/v1/users/bob", "owner", 400, "invalid_document", b"[1,2]")
+    R("PUT non-object document (rule before the object check, §9)", "PUT", "/v1/users/bob", "other", 403, "forbidden", b"[1,2]")
+    R("PUT malformed document body (body checks before the rule, §9)", "PUT", "/v1/users/bob", "other", 400, "invalid_json", b"{")
+    for who, st, code in [("other", 403, "forbidden")] + U401:
+        R("DELETE document", "DELETE", "/v1/users/bob", who, st, code)
+    R("DELETE document", "DELETE", "/v1/users/bob", "owner", 204)
+    R("GET document after DELETE", "GET", "/v1/users/bob", "owner", 404, "not_found")
+    R("DELETE document again", "DELETE", "/v1/users/bob", "owner", 404, "not_found")
+    R("GET keys after deleting the document (only the document goes, §4.5)", "GET", "/v1/users/bob/keys", "other", 200)
+    # keyBundle: read (signed-in) · update · delete (owner)
+    for who, st, code in [("owner", 200, None), ("other", 200, None)] + U401:
+        R("GET keys", "GET", "/v1/users/bob/keys", who, st, code)
+    R("GET keys", "GET", "/v1/users/bob/keys", AUTH, 200)
+    bb = b.bundle()
+    for who, st, code in [("other", 403, "forbidden")] + U401 + [("owner", 204, None)]:
+        R("PUT keys (bob's own bundle)", "PUT", "/v1/users/bob/keys", who, st, code, bb)
+    for who, st, code in [("other", 403, "forbidden")] + U401:
+        R("DELETE keys", "DELETE", "/v1/users/bob/keys", who, st, code)
+    R("DELETE keys", "DELETE", "/v1/users/bob/keys", "owner", 204)
+    R("GET keys after DELETE", "GET", "/v1/users/bob/keys", "other", 404, "not_found")
+    R("DELETE keys again", "DELETE", "/v1/users/bob/keys", "owner", 404, "not_found")
+    R("DELETE keys (none published)", "DELETE", "/v1/users/bob/keys", "other", 403, "forbidden")
+    R("PUT keys again", "PUT", "/v1/users/bob/keys", "owner", 204, None, bb)
+    # message: create (signed-in) · read · update (owner) · delete (owner, author)
+    base = "/v1/users/bob/messages/"
+    for who, st, code in [("owner", 201, None), ("other", 201, None)] + U401:
+        mid = new_id()
+        R("PUT message (create)", "PUT", base + mid, who, st, code, {"envelope": rand_envelope()})
+        if st == 201:
+            request(rel, "DELETE", base + mid, session=b.session)
+    R("PUT message with a bad uid, no session (authenticate first, §9)", "PUT", "/v1/users/bad%20uid/messages/" + new_id(),
+      "none", 401, "unauthenticated", {"envelope": rand_envelope()})
+    m1, absent = new_id(), new_id()
+    env_m1 = rand_envelope()
+    r = request(rel, "PUT", base + m1, {"envelope": env_m1}, a.session)
+    ok("rules: setup, alice creates m1 in bob's mailbox → 201", r.status == 201, repr(r))
+    for op, method, body in [("GET message", "GET", None), ("PATCH message", "PATCH", {"lease_seconds": 30, "lease_holder": "w1"})]:
+        for mid, what in [(m1, "existing"), (absent, "absent")]:
+            R(f"{op} ({what})", method, base + mid, AUTH, 403, "forbidden", body)
+            for who, st, code in [("other", 403, "forbidden")] + U401:
+                R(f"{op} ({what})", method, base + mid, who, st, code, body)
+        R(f"{op} (absent)", method, base + absent, "owner", 404, "not_found", body)
+    r = request(rel, "GET", base + m1, session=b.session)
+    ok("rules: GET message (existing) as owner → 200, owner's view", r.status == 200 and record_shape(r, "alice", m1, True) == "",
+       repr(r))
+    r = request(rel, "PATCH", base + m1, {"lease_seconds": 30, "lease_holder": "w1"}, b.session)
+    ok("rules: PATCH message (existing) as owner → 200 with lease_until, lease_holder (§4.10)",
+       r.status == 200 and r.json.get("lease_holder") == "w1" and relay_time(r.json.get("lease_until")) is not None
+       and record_shape(r, "alice", m1, True) == "", repr(r))
+    for who, st, code in [("other", 403, "forbidden")] + U401:
+        R("DELETE message (existing)", "DELETE", base + m1, who, st, code)
+    R("DELETE message (existing, leased: still deletable, §5.3), unsend", "DELETE", base + m1, AUTH, 204)
+    R("DELETE message (gone) by its former author", "DELETE", base + m1, AUTH, 403, "forbidden")
+    c.erased.append(("unsent m1", fmt.b64d(env_m1)))
+    for who, st, code in [("other", 403, "forbidden")] + U401 + [("owner", 404, "not_found")]:
+        R("DELETE message (absent)", "DELETE", base + absent, who, st, code)
+    m2 = new_id()
+    request(rel, "PUT", base + m2, {"envelope": rand_envelope()}, a.session)
+    R("DELETE message (existing, ack)", "DELETE", base + m2, "owner", 204)
+    R("DELETE message acked by the owner, as its author", "DELETE", base + m2, AUTH, 403, "forbidden")
+    R("DELETE message with an invalid id (§9: id before the rule)", "DELETE", base + "short", "other", 400, "invalid_message_id")
+    # an unsend erases only the caller's own message: alice's id re-used by carol after an ack
+    m7 = new_id()
+    request(rel, "PUT", base + m7, {"envelope": rand_envelope()}, a.session)
+    request(rel, "DELETE", base + m7, session=b.session)
+    request(rel, "PUT", base + m7, {"envelope": rand_envelope()}, k.session)
+    R("DELETE (unsend) of an id now holding another author's message", "DELETE", base + m7, AUTH, 403, "forbidden")
+    r = request(rel, "GET", base + m7, session=b.session)
+    ok("rules: … and carol's message under that id is still there (§2)", r.status == 200 and r.json.get("author") == "carol", repr(r))
+    R("DELETE (unsend) by its real author", "DELETE", base + m7, k.session, 204)
+    # mailbox: read (owner): list, subscribe
+    m3 = new_id()
+    request(rel, "PUT", base + m3, {"envelope": rand_envelope()}, a.session)
+    for who, st, code in [("owner", 200, None), ("other", 403, "forbidden")] + U401:
+        R("GET mailbox list", "GET", "/v1/users/bob/messages", who, st, code)
+    R("GET mailbox list", "GET", "/v1/users/bob/messages", AUTH, 403, "forbidden")
+    for who, st, code in [("owner", 400, "bad_request"), ("other", 403, "forbidden")] + U401:
+        R("GET subscribe without upgrade", "GET", "/v1/users/bob/subscribe", who, st, code)
+    ws_refused("rules: WS subscribe as other → error forbidden, close 4403 (§8.1)", rel, "bob", k.session, "forbidden", 4403)
+    ws_refused("rules: WS subscribe as author → error forbidden, close 4403", rel, "bob", a.session, "forbidden", 4403)
+    ws_refused("rules: WS subscribe without a session → error unauthenticated, close 4401", rel, "bob", None, "unauthenticated", 4401)
+    ws_refused("rules: WS subscribe with a signed-out session → close 4401", rel, "bob", OUT, "unauthenticated", 4401)
+    ws_refused("rules: WS subscribe to an invalid uid → error invalid_uid, close 4400 (§8.1)", rel, "bad%20uid", b.session,
+               "invalid_uid", 4400)
+    w = WS(rel, "bob", b.session)
+    f = w.frame()
+    ok("rules: WS subscribe as owner → ready (§8.1)", f == {"type": "ready", "pending": 1}, f)
+    d = w.of("message")["message"]
+    w.send({"type": "ack", "id": d["id"]})
+    ok("rules: WS ack as owner (message delete) → acked", w.of("acked", id=m3).get("id") == m3, d)
+    w.close()
+    # blockEntry: create · read · delete (owner)
+    bl = "/v1/users/bob/blocked/carol"
+    for who, st, code in [("other", 403, "forbidden")] + U401:
+        R("PUT block entry", "PUT", bl, who, st, code)
+    R("PUT block entry", "PUT", bl, AUTH, 403, "forbidden")
+    R("PUT block entry", "PUT", bl, "owner", 204)
+    R("PUT block entry again (idempotent)", "PUT", bl, "owner", 204)
+    R("PUT block entry Zed", "PUT", "/v1/users/bob/blocked/Zed", "owner", 204)
+    r = request(rel, "GET", "/v1/users/bob/blocked", session=b.session)
+    ok("rules: GET block list as owner → 200 {\"blocked\":[\"Zed\",\"carol\"]} (byte order, §4.12)",
+       r.status == 200 and r.json == {"blocked": ["Zed", "carol"]}, repr(r))
+    for who, st, code in [("other", 403, "forbidden")] + U401:
+        R("GET block list", "GET", "/v1/users/bob/blocked", who, st, code)
+    R("GET block list", "GET", "/v1/users/bob/blocked", AUTH, 403, "forbidden")
+    expect("blocked author's send → 403 blocked (§4.12)",
+           request(rel, "PUT", base + new_id(), {"envelope": rand_envelope()}, k.session), 403, "blocked")
+    mid = new_id()
+    expect("another author's send while carol is blocked → 201",
+           request(rel, "PUT", base + mid, {"envelope": rand_envelope()}, a.session), 201)
+    request(rel, "DELETE", base + mid, session=b.session)
+    for who, st, code in [("other", 403, "forbidden")] + U401:
+        R("DELETE block entry", "DELETE", bl, who, st, code)
+    R("DELETE block entry", "DELETE", bl, "owner", 204)
+    R("DELETE block entry again (not blocked)", "DELETE", bl, "owner", 404, "not_found")
+    R("DELETE block entry (not blocked)", "DELETE", bl, "other", 403, "forbidden")
+    R("PUT block entry with an invalid author uid", "PUT", "/v1/users/bob/blocked/..", "owner", 400, "invalid_uid")
+    request(rel, "DELETE", "/v1/users/bob/blocked/Zed", session=b.session)
+    r = request(rel, "GET", "/v1/users/bob/blocked", session=b.session)
+    ok("rules: GET an empty block list → {\"blocked\":[]}", r.status == 200 and r.json == {"blocked": []}, repr(r))
+    mid = new_id()
+    expect("after unblocking, carol's send → 201", request(rel, "PUT", base + mid, {"envelope": rand_envelope()}, k.session), 201)
+    request(rel, "DELETE", base + mid, session=b.session)
+
+
+def scenario_json_and_sizes(c):
+    rel = c.relay
+    u = c.users["lim"]
+    base = "/v1/users/limbox/messages/"
+    env = rand_envelope()
+
+    def put(body, mid=None, **kw):
+        return request(rel, "PUT", base + (mid or new_id()), body, u.session, **kw)
+
+    expect("duplicate member in a message body → 400 invalid_json (§1)",
+           put(('{"envelope":"%s","envelope":"%s"}' % (env, env)).encode()), 400, "invalid_json")
+    expect("duplicate member after unescaping (\"envelope\" and \"envelop\\u0065\") → 400 invalid_json",
+           put(('{"envelope":"%s","envelop\\u0065":"%s"}' % (env, env)).encode()), 400, "invalid_json")
+    expect("duplicate member in the sign-in body → 400 invalid_json",
+           request(rel, "POST", "/v1/sessions", ('{"token":"x","token":"%s"}' % c.issuer.token("lim")).encode()), 400, "invalid_json")
+    expect("duplicate member in a nested unknown member → 400 invalid_json",
+           put(('{"envelope":"%s","x":{"a":1,"a":2}}' % env).encode()), 400, "invalid_json")
+    expect("trailing comma → 400 invalid_json", put(('{"envelope":"%s",}' % env).encode()), 400, "invalid_json")
+    expect("BOM → 400 invalid_json", put(('\ufeff{"envelope":"%s"}' % env).encode()), 400, "invalid_json")
+    expect("a 65-character number literal → 400 invalid_json",
+           put(('{"envelope":"%s","x":%s}' % (env, "1" * 65)).encode()), 400, "invalid_json")
+    nest = lambda n: "[" * n + "]" * n  # noqa: E731
+    expect("nesting of exactly 16 levels (unknown member) → 201 (§1)", put(('{"envelope":"%s","x":%s}' % (env, nest(15))).encode()), 201)
+    expect("nesting of 17 levels → 400 invalid_json (§1)", put(('{"envelope":"%s","x":%s}' % (env, nest(16))).encode()),
+           400, "invalid_json")
+    expect("envelope of the wrong JSON type → 400 invalid_json (§1)", put({"envelope": 5}), 400, "invalid_json")
+    expect("body not an object → 400 invalid_json", put(b"[]"), 400, "invalid_json")
+    for text, want in [("60.0", 60), ("6e1", 60), ("null", DEFAULT_TTL)]:
+        r = put(('{"envelope":"%s","ttl_seconds":%s}' % (rand_envelope(), text)).encode())
+        ok(f"ttl_seconds {text} → 201, ttl {want} (§1 integers)", r.status == 201 and
+           abs(relay_time(r.json["expires_at"]) - relay_time(r.json["created_at"]) - want) < 0.002, repr(r))
+    expect("ttl_seconds 60.5 → 400 invalid_json (§1)", put(('{"envelope":"%s","ttl_seconds":60.5}' % env).encode()), 400, "invalid_json")
+    expect("ttl_seconds \"60\" → 400 invalid_json (§1)", put({"envelope": env, "ttl_seconds": "60"}), 400, "invalid_json")
+    expect("ttl_seconds 0 → 400 invalid_ttl (§4.7)", put({"envelope": env, "ttl_seconds": 0}), 400, "invalid_ttl")
+    expect("ttl_seconds 2592001 → 400 invalid_ttl (§4.7)", put({"envelope": env, "ttl_seconds": 2592001}), 400, "invalid_ttl")
+    expect("ttl_seconds 2^63 → 400 invalid_json (out of int64, §1)",
+           put(('{"envelope":"%s","ttl_seconds":9223372036854775808}' % env).encode()), 400, "invalid_json")
+    expect("empty envelope → 400 invalid_envelope", put({"envelope": ""}), 400, "invalid_envelope")
+    expect("padded base64url envelope → 400 invalid_envelope", put({"envelope": "AAAA" * 127 + "AA=="}), 400, "invalid_envelope")
+    expect("envelope with non-canonical trailing bits → 400 invalid_envelope",
+           put({"envelope": "A" * 682 + "B"}), 400, "invalid_envelope")   # 683 chars ≡ 3 mod 4, low bits of 'B' set
+    expect("invalid message id → 400 invalid_message_id", put({"envelope": env}, mid="x" * 15), 400, "invalid_message_id")
+    expect("invalid uid (percent-decoded: 'bad uid') → 400 invalid_uid (§1)",
+           request(rel, "PUT", "/v1/users/bad%20uid/messages/" + new_id(), {"envelope": env}, u.session), 400, "invalid_uid")
+    # sizes (§4.7): a size class from 512 to the maximum
+    big = os.urandom(MAX_ENVELOPE)
+    r = put({"envelope": fmt.b64e(big)})
+    ok("envelope of exactly the maximum (65536 bytes) → 201, size 65536", r.status == 201 and r.json.get("size") == MAX_ENVELOPE, repr(r))
+    expect("envelope of 65537 bytes → 413 envelope_too_large (§4.7)", put({"envelope": fmt.b64e(big + b"x")}), 413, "envelope_too_large")
+    expect("envelope of 131072 bytes (body over 91477) → 413 body_too_large (§4.7, §11)",
+           put({"envelope": fmt.b64e(big + big)}), 413, "body_too_large")
+    for n in (1, 3, 511, 513, 1000, 1536, 65535):
+        expect(f"envelope of {n} bytes (not a size class) → 400 invalid_envelope (§4.7)",
+               put({"envelope": fmt.b64e(os.urandom(n))}), 400, "invalid_envelope")
+    for n in (1024, 2048):
+        r = put({"envelope": fmt.b64e(os.urandom(n))})
+        ok(f"envelope of {n} bytes (a size class) → 201, size {n}", r.status == 201 and r.json.get("size") == n, repr(r))
+    expect("document over 16384 bytes → 413 body_too_large (§4.5)",
+           request(rel, "PUT", "/v1/users/lim", ('{"x":"%s"}' % ("y" * 16400)).encode(), u.session), 413, "body_too_large")
+    expect("key bundle body over 4096 bytes → 413 body_too_large (§11)",
+           request(rel, "PUT", "/v1/users/lim/keys", ('{"x":"%s"}' % ("y" * 4100)).encode(), u.session), 413, "body_too_large")
+    expect("PATCH body over 4096 bytes → 413 body_too_large (§11)",
+           request(rel, "PATCH", f"/v1/users/lim/messages/{new_id()}", ('{"lease_seconds":1,"x":"%s"}' % ("y" * 4100)).encode(),
+                   u.session), 413, "body_too_large")
+    # Content-Type (§1)
+    doc = b'{"a":1}'
+    for name, ct, st, code in [("text/plain", "text/plain", 415, "unsupported_media_type"),
+                               ("application/x-www-form-urlencoded", "application/x-www-form-urlencoded", 415, "unsupported_media_type"),
+                               ("application/json; charset=utf-8", "application/json; charset=utf-8", 204, None),
+                               ("APPLICATION/JSON (case-insensitive)", "APPLICATION/JSON", 204, None),
+                               ("no Content-Type (read as JSON)", None, 204, None)]:
+        expect(f"PUT document with {name} → {st}{' ' + code if code else ''} (§1)",
+               request(rel, "PUT", "/v1/users/lim", doc, u.session, ctype=ct), st, code)
+    expect("PUT someone else's document with text/plain → 415 (media type before the rule, §9)",
+           request(rel, "PUT", "/v1/users/bob", doc, u.session, ctype="text/plain"), 415, "unsupported_media_type")
+    expect("PUT document with text/plain and no session → 401 (authenticate first, §9)",
+           request(rel, "PUT", "/v1/users/lim", doc, None, ctype="text/plain"), 401, "unauthenticated")
+    expect("sign-in with text/plain → 415 (§9)",
+           request(rel, "POST", "/v1/sessions", {"token": c.issuer.token("lim")}, ctype="text/plain"), 415, "unsupported_media_type")
+    expect("refresh with text/plain → 415", request(rel, "POST", "/v1/sessions/refresh", {"refresh": "msr_x"}, ctype="text/plain"),
+           415, "unsupported_media_type")
+    expect("PUT message with text/plain → 415", put({"envelope": env}, ctype="text/plain"), 415, "unsupported_media_type")
+    expect("PUT keys with text/plain → 415", request(rel, "PUT", "/v1/users/lim/keys", u.bundle(), u.session, ctype="text/plain"),
+           415, "unsupported_media_type")
+    expect("PATCH with text/plain → 415", request(rel, "PATCH", f"/v1/users/lim/messages/{new_id()}", {"lease_seconds": 1}, u.session,
+                                                  ctype="text/plain"), 415, "unsupported_media_type")
+    expect("DELETE with a Content-Type text/plain: header ignored (no body) → 204 (§1)",
+           request(rel, "DELETE", "/v1/users/lim", None, u.session, headers={"Content-Type": "text/plain"}), 204)
+
+
+def scenario_paging(c):
+    rel, a, b = c.relay, c.users["carol"], c.users["bob"]
+    base = "/v1/users/bob/messages"
+    ids = [new_id() for _ in range(3)]
+    for mid in ids:
+        request(rel, "PUT", f"{base}/{mid}", {"envelope": rand_envelope()}, a.session)
+    r1 = request(rel, "GET", f"{base}?limit=2", session=b.session)
+    ok("list limit=2: two messages, next = seq of the last (§5.2)", r1.status == 200 and [m["id"] for m in r1.json["messages"]] == ids[:2]
+       and r1.json.get("next") == str(r1.json["messages"][1]["seq"]), repr(r1))
+    r2 = request(rel, "GET", f"{base}?limit=2&after={r1.json.get('next')}", session=b.session)
+    ok("list after=next: the last message, next null (§4.9)", r2.status == 200 and [m["id"] for m in r2.json["messages"]] == ids[2:]
+       and "next" in r2.json and r2.json["next"] is None, repr(r2))
+    r3 = request(rel, "GET", f"{base}?limit=3", session=b.session)
+    ok("list limit = exactly the remaining messages: the last page, next null (§5.2)",
+       r3.status == 200 and len(r3.json["messages"]) == 3 and "next" in r3.json and r3.json["next"] is None, repr(r3))
+    ok("listed records are the owner's view", all(record_shape(m, "carol", m["id"], True) == "" for m in r3.json["messages"]), r3.json)
+    for q, code in [("after=01", "invalid_cursor"), ("after=-1", "invalid_cursor"), ("after=%2B1", "invalid_cursor"),
+                    ("after=9223372036854775808", "invalid_cursor"), ("limit=0", "bad_request"), ("limit=501", "bad_request"),
+                    ("limit=x", "bad_request")]:
+        expect(f"list ?{q} → 400 {code} (§4.9)", request(rel, "GET", f"{base}?{q}", session=b.session), 400, code)
+    expect("list ?limit=x as non-owner → 400 bad_request (limit checked first, §9)",
+           request(rel, "GET", f"{base}?limit=x", session=a.session), 400, "bad_request")
+    expect("list ?after=01 as non-owner → 403 (rule before cursor, §9)",
+           request(rel, "GET", f"{base}?after=01", session=a.session), 403, "forbidden")
+    r = request(rel, "GET", f"{base}?after=99999999", session=b.session)
+    ok("any non-negative cursor is accepted (§5.2)", r.status == 200 and r.json == {"messages": [], "next": None}, repr(r))
+    for mid in ids:
+        request(rel, "DELETE", f"{base}/{mid}", session=b.session)
+
+
+def scenario_leases(c):
+    rel, k, b = c.relay, c.users["carol"], c.users["bob"]
+    mid = new_id()
+    path = f"/v1/users/bob/messages/{mid}"
+    request(rel, "PUT", path, {"envelope": rand_envelope()}, k.session)
+
+    def patch(body):
+        return request(rel, "PATCH", path, body, b.session)
+    t0 = time.time()
+    r = patch({"lease_seconds": 30, "lease_holder": "w1"})
+    lu = relay_time((r.json or {}).get("lease_until"))
+    ok("w1 takes a 30 s lease → 200, lease_holder w1, lease_until ≈ now + 30 (§5.3)",
+       r.status == 200 and r.json.get("lease_holder") == "w1" and lu is not None and abs(lu - t0 - 30) < 5, repr(r))
+    expect("w2 takes while w1's lease runs → 409 conflict (§5.3)", patch({"lease_seconds": 30, "lease_holder": "w2"}), 409, "conflict")
+    expect("release without a holder (\"\") while w1's lease runs → 409 conflict (§5.3)", patch({"lease_seconds": 0}), 409, "conflict")
+    expect("w2 releases w1's running lease → 409 conflict", patch({"lease_seconds": 0, "lease_holder": "w2"}), 409, "conflict")
+    r = patch({"lease_seconds": 10, "lease_holder": "w1"})
+    lu2 = relay_time((r.json or {}).get("lease_until"))
+    ok("w1 renews with 10 s → 200, a shorter lease_until (§5.3)", r.status == 200 and lu2 is not None and lu is not None and lu2 < lu,
+       repr(r))
+    r = patch({"lease_seconds": 0, "lease_holder": "w1"})
+    ok("w1 releases → 200, no lease members (§5.3)", r.status == 200 and not ({"lease_until", "lease_holder"} & set(r.json)), repr(r))
+    r = patch({"lease_seconds": 0})
+    ok("release with no lease set → 200, unchanged (§5.3)", r.status == 200 and not ({"lease_until", "lease_holder"} & set(r.json)),
+       repr(r))
+    r = patch({"lease_seconds": 1, "lease_holder": None})
+    ok("take with lease_holder null → 200, lease_holder \"\" (§4.10)", r.status == 200 and r.json.get("lease_holder") == "", repr(r))
+    r = request(rel, "GET", "/v1/users/bob/messages", session=b.session)
+    ok("a leased message is still listed (§5.3)", r.status == 200 and mid in [m["id"] for m in r.json.get("messages", [])], repr(r))
+    time.sleep(1.1)
+    r = request(rel, "GET", path, session=b.session)
+    ok("a lease that ran out stays in the record with its past lease_until (§5.3)",
+       r.status == 200 and r.json.get("lease_holder") == "" and (relay_time(r.json.get("lease_until")) or 1e18) < time.time(), repr(r))
+    r = patch({"lease_seconds": 5, "lease_holder": "w2"})
+    ok("another holder takes an expired lease → 200 (§5.3)", r.status == 200 and r.json.get("lease_holder") == "w2", repr(r))
+    for body, name in [({"lease_seconds": 3601}, "lease_seconds 3601"), ({"lease_seconds": -1}, "lease_seconds -1"),
+                       ({"lease_seconds": 5, "lease_holder": "h" * 65}, "lease_holder of 65 bytes"),
+                       ({}, "lease_seconds missing")]:
+        expect(f"PATCH {name} → 400 invalid_lease (§4.10)", patch(body), 400, "invalid_lease")
+    expect("PATCH lease_seconds \"5\" (wrong type) → 400 invalid_json (§1)", patch({"lease_seconds": "5"}), 400, "invalid_json")
+    expect("owner DELETE of a message leased by w2 → 204 (§5.3)", request(rel, "DELETE", path, session=b.session), 204)
+
+
+def scenario_expiry(c):
+    rel, a, b = c.relay, c.users["alice"], c.users["bob"]
+    base = "/v1/users/bob/messages/"
+    mid, env = new_id(), rand_envelope()
+    mid2, env2 = new_id(), rand_envelope()
+    mid3 = new_id()
+    r = request(rel, "PUT", base + mid, {"envelope": env, "ttl_seconds": 1}, a.session)
+    ok("ttl_seconds 1 → 201", r.status == 201, repr(r))
+    first_created = relay_time((r.json or {}).get("created_at")) or 0
+    request(rel, "PUT", base + mid2, {"envelope": env2, "ttl_seconds": 1}, a.session)
+    request(rel, "PUT", base + mid3, {"envelope": rand_envelope(), "ttl_seconds": 1}, a.session)
+    time.sleep(1.2)
+    expect("expired message: owner GET → 404 (§5.4)", request(rel, "GET", base + mid, session=b.session), 404, "not_found")
+    expect("expired message: owner PATCH → 404 (§5.4)",
+           request(rel, "PATCH", base + mid, {"lease_seconds": 5}, b.session), 404, "not_found")
+    expect("expired message: other GET → 403 (§2)", request(rel, "GET", base + mid, session=c.users["carol"].session), 403, "forbidden")
+    r = request(rel, "GET", "/v1/users/bob/messages", session=b.session)
+    ok("expired messages are not listed (§5.4)", r.status == 200 and r.json == {"messages": [], "next": None}, repr(r))
+    expect("expired message: the author can no longer unsend → 403 (§5.4)",
+           request(rel, "DELETE", base + mid, session=a.session), 403, "forbidden")
+    expect("expired message: another user's DELETE → 403 (§2)",
+           request(rel, "DELETE", base + mid, session=c.users["carol"].session), 403, "forbidden")
+    w = WS(rel, "bob", b.session)
+    f = w.frame()
+    ok("expired messages are not counted in ready.pending, not delivered (§5.4)", f == {"type": "ready", "pending": 0} and w.quiet(0.3),
+       f"{f} {w.buf}")
+    w.send({"type": "ack", "id": mid3})
+    try:
+        ok("WS ack of an expired message → acked (§5.4, §8.3)", w.of("acked", id=mid3).get("id") == mid3, "")
+    except Exception as e:
+        ok("WS ack of an expired message → acked (§5.4, §8.3)", False, repr(e))
+    w.close()
+    expect("expired message: owner DELETE erases it but answers 404 (§5.4)",
+           request(rel, "DELETE", base + mid2, session=b.session), 404, "not_found")
+    r = request(rel, "PUT", base + mid, {"envelope": rand_envelope()}, a.session)
+    ok("a create (same author, other envelope) under an expired, unswept id erases it and proceeds → 201, a new record (§5.1)",
+       r.status == 201 and (relay_time(r.json.get("created_at")) or 0) > first_created, repr(r))
+    env_new = rand_envelope()
+    r = request(rel, "PUT", base + mid2, {"envelope": env_new}, c.users["carol"].session)
+    ok("another author's create under an expired (already erased) id → 201", r.status == 201, repr(r))
+    for m in (mid, mid2):
+        request(rel, "DELETE", base + m, session=b.session)
+    c.last_erasure = time.monotonic()
+
+
+def scenario_mailbox_full(c):
+    rel = c.relay
+    dora, filler, k = c.users["dora"], c.users["filler"], c.users["carol"]
+    base = "/v1/users/dora/messages/"
+    ids, envs, codes = [], [], []
+    for i in range(MAX_PENDING):
+        mid, env = new_id(), rand_envelope()
+        ids.append(mid)
+        envs.append(env)
+        codes.append(request(rel, "PUT", base + mid, {"envelope": env}, filler.session).status)
+    ok(f"{MAX_PENDING} messages fill dora's mailbox (--max-pending {MAX_PENDING}) → all 201", codes == [201] * MAX_PENDING, codes)
+    r = request(rel, "PUT", base + new_id(), {"envelope": rand_envelope()}, filler.session)
+    ok("one more → 429 mailbox_full without Retry-After (§5.5)", is_problem(r, 429, "mailbox_full") and "retry-after" not in r.headers
+       and "retry_after" not in r.json, repr(r))
+    expect("another author → 429 mailbox_full too", request(rel, "PUT", base + new_id(), {"envelope": rand_envelope()}, k.session),
+           429, "mailbox_full")
+    expect("identical retry into a full mailbox → 200 (§9)", request(rel, "PUT", base + ids[0], {"envelope": envs[0]}, filler.session), 200)
+    expect("conflicting id into a full mailbox → 409 (id taken before pending, §9)",
+           request(rel, "PUT", base + ids[0], {"envelope": rand_envelope()}, filler.session), 409, "conflict")
+    wf = WS(rel, "filler", filler.session)
+    wf.frame()
+    wf.send({"type": "send", "ref": "full", "to": "dora", "id": new_id(), "envelope": rand_envelope()})
+    f = wf.of("error", ref="full")
+    ok("WS send into a full mailbox → error mailbox_full (429) with the ref (§8.3)",
+       f.get("problem", {}).get("code") == "mailbox_full" and f["problem"].get("status") == 429, f)
+    wf.close()
+    expect("the owner acks one → 204", request(rel, "DELETE", base + ids[0], session=dora.session), 204)
+    expect("then a new message fits → 201", request(rel, "PUT", base + new_id(), {"envelope": rand_envelope()}, k.session), 201)
+
+
+def scenario_rate(c):
+    rel, u = c.relay, c.users["flood"]
+    codes, first = [], None
+    t0 = time.monotonic()
+    for i in range(CREATE_BURST):
+        mid, env = new_id(), rand_envelope()
+        r = request(rel, "PUT", f"/v1/users/sink{i:02d}/messages/{mid}", {"envelope": env}, u.session)
+        codes.append(r.status)
+        first = first or (f"/v1/users/sink{i:02d}/messages/{mid}", env)
+    ok(f"a burst of {CREATE_BURST} creates (--create-burst {CREATE_BURST}) → all 201", codes == [201] * CREATE_BURST, codes)
+    r = request(rel, "PUT", f"/v1/users/sinkx/messages/{new_id()}", {"envelope": rand_envelope()}, u.session)
+    ra = r.headers.get("retry-after", "")
+    ok("one more → 429 rate_limited with Retry-After = retry_after ≥ 1 (§5.5, §10.1)",
+       is_problem(r, 429, "rate_limited") and ra.isdigit() and int(ra) >= 1 and r.json.get("retry_after") == int(ra),
+       f"{r!r} Retry-After {ra!r} after {time.monotonic() - t0:.2f}s")
+    expect("identical retry while rate-limited → 200, before the rate limit (§5.1)",
+           request(rel, "PUT", first[0], {"envelope": first[1]}, u.session), 200)
+    expect("conflicting id while rate-limited → 429 (rate before id taken, §9)",
+           request(rel, "PUT", first[0], {"envelope": rand_envelope()}, u.session), 429, "rate_limited")
+    expect("invalid_envelope while rate-limited → 400 (checked before the rate, §9)",
+           request(rel, "PUT", f"/v1/users/sinkx/messages/{new_id()}", {"envelope": ""}, u.session), 400, "invalid_envelope")
+    wf = WS(rel, "flood", u.session)
+    wf.frame()
+    wf.send({"type": "send", "ref": "rl", "to": "sinkx", "id": new_id(), "envelope": rand_envelope()})
+    f = wf.of("error", ref="rl")
+    ok("WS send while rate-limited → error rate_limited with retry_after (§8.3 same rate limit)",
+       f.get("problem", {}).get("code") == "rate_limited" and isinstance(f["problem"].get("retry_after"), int), f)
+    wf.close()
+    expect("other authors are not limited by flood's bucket (per author, §5.5)",
+           request(rel, "PUT", f"/v1/users/sinkx/messages/{new_id()}", {"envelope": rand_envelope()}, c.users["carol"].session), 201)
+    wait = int(ra) if ra.isdigit() else 2
+    if wait <= 5:
+        time.sleep(wait + 0.05)
+        expect(f"after Retry-After ({wait} s) a create succeeds", request(rel, "PUT", f"/v1/users/sinkx/messages/{new_id()}",
+                                                                             {"envelope": rand_envelope()}, u.session), 201)
+    else:
+        ok("Retry-After is small for --create-rate 0.5", False, f"Retry-After {wait}")
+
+
+def scenario_window(c):
+    """§8.2: at most --window unacknowledged deliveries per socket; an erased delivery keeps its
+    slot until acked; §8.3: an oversized frame closes with 1009 and loses nothing."""
+    rel, f_, w_ = c.relay, c.users["filler"], c.users["winnie"]
+    ids = [new_id() for _ in range(WINDOW + 2)]
+    codes = [request(rel, "PUT", f"/v1/users/winnie/messages/{m}", {"envelope": rand_envelope()}, f_.session).status for m in ids]
+    ok(f"setup: {len(ids)} messages for winnie → 201", codes == [201] * len(ids), codes)
+    w = WS(rel, "winnie", w_.session)
+    c.sockets.append(w)
+    f = w.frame()
+    ok(f"ready pending {len(ids)}", f == {"type": "ready", "pending": len(ids)}, f)
+    got = [w.of("message")["message"]["id"] for _ in range(WINDOW)]
+    ok(f"the first {WINDOW} (= --window) are delivered in order, then nothing (§8.2)", got == ids[:WINDOW] and w.quiet(0.4),
+       f"{got} {w.buf}")
+    expect("REST DELETE of a delivered message → 204", request(rel, "DELETE", f"/v1/users/winnie/messages/{ids[0]}",
+                                                                 session=w_.session), 204)
+    ok("an erased delivery keeps its window slot: still nothing delivered (§8.2)", w.quiet(0.4), w.buf)
+    w.send({"type": "ack", "id": ids[0]})
+    ok("acking the erased delivery → acked, and the next message arrives (§8.2)",
+       w.of("acked", id=ids[0]).get("id") == ids[0] and w.of("message")["message"]["id"] == ids[WINDOW], "")
+    w.send({"type": "ack", "id": ids[1]})
+    w.of("acked", id=ids[1])
+    ok("each ack frees one slot", w.of("message")["message"]["id"] == ids[WINDOW + 1], "")
+    for m in ids[2:-1]:
+        w.send({"type": "ack", "id": m})
+        w.of("acked", id=m)
+    w.send("{" + " " * (4 * MAX_ENVELOPE // 3 + 4096) + "}")           # one byte over the frame limit
+    cc, reason, frames = w.closed()
+    ok("a frame over the frame limit (4/3 × max envelope + 4096) closes with 1009, no error frame (§8.3)",
+       cc == 1009 and not frames, f"close {cc} {reason!r}, frames {frames}")
+    w2 = WS(rel, "winnie", w_.session)
+    c.sockets.append(w2)
+    f = w2.frame()
+    ok("after the 1009 close the unacked message is delivered again (§8.2)",
+       f == {"type": "ready", "pending": 1} and w2.of("message")["message"]["id"] == ids[-1], f)
+    w2.send({"type": "ack", "id": ids[-1]})
+    w2.of("acked", id=ids[-1])
+    w2.close()
+
+
+def scenario_socket_sessions(c):
+    """§3, §8.5: sign-out and refresh end the sockets opened with the old session, with 4001 within 5 s."""
+    rel = c.relay
+    ga = sign_in(rel, c.issuer, c.users["dora"])
+    gb = sign_in(rel, c.issuer, c.users["gina"])
+    gc1 = sign_in(rel, c.issuer, c.users["hana"])
+    gc2 = request(rel, "POST", "/v1/sessions/refresh", {"refresh": gc1["refresh"]}).json
+    wa, wb, wc = WS(rel, "dora", ga["session"]), WS(rel, "gina", gb["session"]), WS(rel, "hana", gc2["session"])
+    c.sockets += [wa, wb, wc]
+    ok("three sockets open → ready", all(w.frame().get("type") == "ready" for w in (wa, wb, wc)), "")
+    t0 = time.monotonic()
+    expect("sign-out of the first socket's session → 204", request(rel, "DELETE", "/v1/sessions/current", session=ga["session"]), 204)
+    r = request(rel, "POST", "/v1/sessions/refresh", {"refresh": gb["refresh"]})
+    expect("refresh of the second socket's session → 201", r, 201)
+    expect("reuse of the third family's spent refresh token → 401 refresh_reused",
+           request(rel, "POST", "/v1/sessions/refresh", {"refresh": gc1["refresh"]}), 401, "refresh_reused")
+    for w, what in [(wa, "sign-out"), (wb, "refresh rotation"), (wc, "refresh reuse (family revoked)")]:
+        cc, reason, frames = w.closed(timeout=max(0.5, t0 + 7 - time.monotonic()))
+        ok(f"{what}: the socket closes with 4001 within 5 s (§8.5)", cc == 4001 and time.monotonic() - t0 < 6.5,
+           f"close {cc} {reason!r} after {time.monotonic() - t0:.1f}s, frames {frames}")
+    if r.status == 201:
+        w = WS(rel, "gina", r.json["session"])
+        c.sockets.append(w)
+        ok("subscribing again with the new session → ready", w.frame().get("type") == "ready", "")
+        w.close()
+
+
+def db_bytes(c):
+    blobs = b""
+    for name in sorted(os.listdir(c.relay.data)):
+        if name.startswith("relay.sqlite"):
+            with open(os.path.join(c.relay.data, name), "rb") as fh:
+                blobs += fh.read()
+    return blobs
+
+
+def scenario_erasure(c):
+    """§6: after every kind of erasure the ciphertext is in neither database file within
+    erasureDelay (1 s). The last two kinds are checked alone, so no other erasure's checkpoint
+    can hide a missing one."""
+    rel, a, b = c.relay, c.users["alice"], c.users["bob"]
+    base = "/v1/users/bob/messages/"
+    kept = os.urandom(1024)
+    x1, e1, x2, e2 = new_id(), os.urandom(512), new_id(), os.urandom(512)
+    ok("setup: a message that stays, two that expire in 1 s → 201",
+       [request(rel, "PUT", base + m, {"envelope": fmt.b64e(e), **t}, a.session).status
+        for m, e, t in [(new_id(), kept, {}), (x1, e1, {"ttl_seconds": 1}), (x2, e2, {"ttl_seconds": 1})]] == [201] * 3, "")
+    time.sleep(1.6)
+    blobs = db_bytes(c)
+    ok("control: a stored envelope is found in the database files", kept[100:164] in blobs, os.listdir(c.relay.data))
+    for label, env in c.erased:
+        ok(f"erased envelope ({label}) is in no database file (§6)", env[100:164] not in blobs, "still found")
+    expect("owner DELETE of an expired message → 404", request(rel, "DELETE", base + x1, session=b.session), 404, "not_found")
+    time.sleep(1.5)
+    blobs = db_bytes(c)
+    ok("an expired message erased by the owner's DELETE is in no database file 1.5 s later (§6)", e1[100:164] not in blobs, "still found")
+    ok("control: the other expired (unswept) message is still in the files", e2[100:164] in blobs, "not found")
+    expect("a create reusing the other expired id → 201", request(rel, "PUT", base + x2, {"envelope": rand_envelope()}, a.session), 201)
+    time.sleep(1.5)
+    ok("an expired message erased by a create reusing its id is in no database file 1.5 s later (§6)",
+       e2[100:164] not in db_bytes(c), "still found")
+
+
+def usage_errors(binary, tmp):
+    """§11: a value the relay cannot use stops `serve` with exit 64 and `Error: …`."""
+    iss = Issuer()
+    for flags, needle in [(["--window", "0"], "--window"), (["--create-rate", "0.001"], "--create-rate"),
+                          (["--max-envelope-bytes", "1000"], "--max-envelope-bytes"), (["--max-pending", "0"], "--max-pending"),
+                          (["--session-ttl", "59"], "--session-ttl"), (["--listen", "nonsense"], "listen")]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            p = subprocess.run([binary, "serve", "--listen", f"127.0.0.1:{port}", "--data", os.path.join(tmp, "usage"),
+                                "--issuer-public-key", iss.public, *flags], capture_output=True, text=True, timeout=5,
+                               stdin=subprocess.DEVNULL)
+            ok(f"serve {' '.join(flags)} → exit 64, `Error: …` naming it (§11)",
+               p.returncode == 64 and "Error:" in p.stderr and needle in p.stderr, f"exit {p.returncode}, stderr {p.stderr[:200]!r}")
+        except subprocess.TimeoutExpired:
+            ok(f"serve {' '.join(flags)} → exit 64 (§11)", False, "it started serving")
+
+
+# ---------------------------------------------------------------- main
+
+SCENARIOS = [("start", scenario_start, None), ("sign in", scenario_sign_in, None), ("keys", scenario_keys, "sign in"),
+             ("chat", scenario_chat, "keys"), ("sessions", scenario_sessions, None), ("rules", scenario_rules, "keys"),
+             ("json, sizes, media types", scenario_json_and_sizes, "sign in"), ("paging", scenario_paging, "sign in"),
+             ("leases", scenario_leases, "sign in"), ("expiry", scenario_expiry, "sign in"),
+             ("mailbox full", scenario_mailbox_full, "sign in"), ("window", scenario_window, "sign in"),
+             ("rate", scenario_rate, "sign in"),
+             ("socket sessions", scenario_socket_sessions, "sign in"), ("erasure", scenario_erasure, None)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--relay-binary", required=True)
+    args = ap.parse_args()
+    if not os.access(args.relay_binary, os.X_OK):
+        ok("relay binary present", False, args.relay_binary)
+        print("0 passed, 1 failed")
+        return 1
+    binary = os.path.abspath(args.relay_binary)
+    started = time.monotonic()
+    tmp = tempfile.mkdtemp(prefix="mailslot-interop-")
+    c = Ctx()
+    c.issuer = Issuer()
+    c.relay = Relay(binary, tmp, c.issuer.public)
+    c.sockets, c.erased, c.broken = [], [], set()
+    c.users = {u: User(u) for u in ("alice", "bob", "carol", "lim", "dora", "filler", "flood", "gina", "hana", "winnie")}
+    try:
+        usage_errors(binary, tmp)
+        try:
+            c.health = c.relay.start()
+        except Exception as e:
+            ok("relay starts and answers /healthz", False, str(e))
+            return 1
+        ok(f"relay starts on 127.0.0.1:{c.relay.port} and answers /healthz", True)
+        for name, fn, needs in SCENARIOS:
+            if needs in c.broken:
+                ok(f"scenario {name}", False, f"skipped: {needs} did not complete")
+                c.broken.add(name)
+                continue
+            try:
+                fn(c)
+            except Exception as e:
+                ok(f"scenario {name} completes", False, f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}")
+                c.broken.add(name)
+            if c.relay.proc.poll() is not None:
+                ok("relay still running", False, f"exited {c.relay.proc.returncode}:\n{c.relay.log_tail()}")
+                break
+    finally:
+        for w in c.sockets:
+            w.close()
+        if c.relay.proc is not None:
+            alive = c.relay.proc.poll() is None
+            rc = c.relay.stop()
+            ok("SIGTERM: the relay exits 0 within 5 s (§6)", alive and rc == 0, f"exit {rc}\n{c.relay.log_tail()}")
+            wal = os.path.join(c.relay.data, "relay.sqlite-wal")
+            ok("after shutdown the WAL is checkpointed: empty or gone (§6)", not os.path.exists(wal) or os.path.getsize(wal) == 0,
+               f"{os.path.getsize(wal)} bytes")
+        shutil.rmtree(tmp, ignore_errors=True)
+    for n in NOTES:
+        print(f"note: {n}")
+    failed = RESULTS.count(False)
+    print(f"{len(RESULTS) - failed} passed, {failed} failed ({time.monotonic() - started:.1f} s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
