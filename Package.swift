@@ -8,6 +8,7 @@ let package = Package(
     products: [
         .library(name: "MailslotCrypto", targets: ["MailslotCrypto"]),
         .library(name: "MailslotWire", targets: ["MailslotWire"]),
+        .library(name: "MailslotClient", targets: ["MailslotClient"]),
         .executable(name: "mailslot-relay", targets: ["mailslot-relay"]),
     ],
     dependencies: [
@@ -42,6 +43,14 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        .target(
+            name: "MailslotClient",
+            dependencies: [
+                "MailslotWire",
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .executableTarget(
             name: "mailslot-relay",
             dependencies: [
@@ -60,9 +69,9 @@ let package = Package(
             dependencies: [
                 "MailslotRelay",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        .testTarget(name: "MailslotClientTests", dependencies: ["MailslotClient", "MailslotRelay"]),
         .testTarget(name: "mailslot-relayTests", dependencies: ["mailslot-relay", "MailslotCrypto"]),
     ],
     swiftLanguageModes: [.v6]

@@ -3,7 +3,6 @@ import Foundation
 import FoundationNetworking
 #endif
 import Logging
-import ServiceLifecycle
 import Testing
 @testable import MailslotRelay
 import MailslotWire
@@ -15,8 +14,7 @@ final class TestRelay: Sendable {
     let port: Int
     let issuer: IdentityKeyPair
     let dataDirectory: String
-    private let group: ServiceGroup
-    private let task: Task<Void, any Error>
+    private let running: RunningRelay
 
     static let logger: Logger = {
         var logger = Logger(label: "test-relay")
@@ -37,28 +35,20 @@ final class TestRelay: Sendable {
         configuration.erasureDelay = 0.05
         configure(&configuration)
         let relay = try Relay(configuration: configuration, logger: logger)
-        let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
-        let group = ServiceGroup(configuration: .init(services: [relay.application { continuation.yield($0) }], logger: logger))
-        let task = Task { try await group.run() }
-        var iterator = ports.makeAsyncIterator()
-        guard let port = await iterator.next() else { throw CancellationError() }
-        return TestRelay(relay: relay, port: port, issuer: issuer, dataDirectory: configuration.dataDirectory, group: group, task: task)
+        return TestRelay(relay: relay, running: try await relay.start(), issuer: issuer, dataDirectory: configuration.dataDirectory)
     }
 
-    private init(relay: Relay, port: Int, issuer: IdentityKeyPair, dataDirectory: String, group: ServiceGroup, task: Task<Void, any Error>) {
+    private init(relay: Relay, running: RunningRelay, issuer: IdentityKeyPair, dataDirectory: String) {
         self.relay = relay
-        self.port = port
+        self.running = running
+        self.port = running.port
         self.issuer = issuer
         self.dataDirectory = dataDirectory
-        self.group = group
-        self.task = task
     }
 
     /// Stops the relay gracefully (and checkpoints, as `serve` does).
     func stop() async throws {
-        await group.triggerGracefulShutdown()
-        try await task.value
-        try await relay.store.checkpoint()
+        try await running.stop()
     }
 
     /// Stops the relay and deletes its data.

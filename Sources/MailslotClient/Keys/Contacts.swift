@@ -1,0 +1,86 @@
+import Foundation
+import GRDB
+import MailslotWire
+
+/// A contact's keys as this client knows them, and how far they are trusted.
+public struct Contact: Sendable, Equatable {
+    /// How the contact's identity key is trusted.
+    public enum Trust: String, Sendable {
+        /// Pinned on first use, not compared out of band.
+        case pinned
+        /// The user compared the safety number and said so (`trust`).
+        case verified
+        /// The relay now serves another identity key: sending and receiving are refused until the
+        /// user trusts the new key.
+        case changed
+    }
+    /// The contact's uid.
+    public let uid: String
+    /// The pinned identity key.
+    public let identityKey: IdentityPublicKey
+    /// The mailbox key from the pinned bundle.
+    public let mailboxKey: MailboxPublicKey
+    /// How far it is trusted.
+    public let trust: Trust
+}
+
+extension ClientStore {
+    func contact(_ uid: String) async throws -> Contact? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT * FROM contacts WHERE uid = ?", arguments: [uid]).flatMap(Self.contact(from:))
+        }
+    }
+
+    func contacts() async throws -> [Contact] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM contacts ORDER BY uid").compactMap(Self.contact(from:))
+        }
+    }
+
+    private static func contact(from row: Row) -> Contact? {
+        let identity: Data = row["identity_key"], mailbox: Data = row["mailbox_key"], trust: String = row["trust"]
+        guard let identityKey = IdentityPublicKey(bytes: identity), let mailboxKey = MailboxPublicKey(bytes: mailbox),
+              let level = Contact.Trust(rawValue: trust) else { return nil }
+        return Contact(uid: row["uid"], identityKey: identityKey, mailboxKey: mailboxKey, trust: level)
+    }
+
+    /// Pins `bundle` (already verified for its uid) on first use.
+    func pin(_ bundle: KeyBundle) async throws {
+        try await pool.write { db in
+            try db.execute(sql: """
+                INSERT INTO contacts (uid, identity_key, mailbox_key, trust, updated_at) VALUES (?, ?, ?, 'pinned', ?)
+                ON CONFLICT (uid) DO NOTHING
+                """, arguments: [bundle.uid, Data(bundle.identityKey.bytes), Data(bundle.mailboxKey.bytes), Date().timeIntervalSince1970])
+        }
+    }
+
+    /// Updates the mailbox key of a contact whose identity key is unchanged (keys rotate under one identity).
+    func updateMailboxKey(_ bundle: KeyBundle) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE contacts SET mailbox_key = ?, updated_at = ? WHERE uid = ? AND identity_key = ?",
+                           arguments: [Data(bundle.mailboxKey.bytes), Date().timeIntervalSince1970, bundle.uid, Data(bundle.identityKey.bytes)])
+        }
+    }
+
+    /// Marks the contact as changed and keeps the new bundle on offer until the user trusts it.
+    func markChanged(_ uid: String, offered bundle: KeyBundle?) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE contacts SET trust = 'changed', offered_bundle = COALESCE(?, offered_bundle), updated_at = ? WHERE uid = ?",
+                           arguments: [bundle.map { Data($0.encoded()) }, Date().timeIntervalSince1970, uid])
+        }
+    }
+
+    /// Trusts the contact: a changed contact takes its offered keys; any contact becomes verified.
+    func trust(_ uid: String) async throws -> Contact? {
+        try await pool.write { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM contacts WHERE uid = ?", arguments: [uid]) else { return nil }
+            if let offered: Data = row["offered_bundle"], let bundle = try? KeyBundle.decode(Array(offered), for: uid) {
+                try db.execute(sql: "UPDATE contacts SET identity_key = ?, mailbox_key = ? WHERE uid = ?",
+                               arguments: [Data(bundle.identityKey.bytes), Data(bundle.mailboxKey.bytes), uid])
+            }
+            try db.execute(sql: "UPDATE contacts SET trust = 'verified', offered_bundle = NULL, updated_at = ? WHERE uid = ?",
+                           arguments: [Date().timeIntervalSince1970, uid])
+            return try Row.fetchOne(db, sql: "SELECT * FROM contacts WHERE uid = ?", arguments: [uid]).flatMap(Self.contact(from:))
+        }
+    }
+}

@@ -1,0 +1,118 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import MailslotWire
+
+/// What went wrong talking to the relay, or with a contact's keys.
+public enum ClientError: Error, Equatable, Sendable {
+    /// The relay answered with a problem (its stable `code` says which).
+    case relay(Problem)
+    /// The relay could not be reached (network, DNS, refused connection, timeout).
+    case unreachable(String)
+    /// The relay answered something that is not the protocol.
+    case invalidResponse(String)
+    /// No identity yet: sign in first.
+    case notSignedIn
+    /// The user has published no keys, so nothing can be sealed to them.
+    case noKeys(String)
+    /// The relay served a key bundle that fails verification.
+    case invalidKeys(String, String)
+    /// The contact's identity key changed since it was pinned: refused until the user trusts it.
+    case keyChanged(String)
+    /// The message cannot be sealed (see the envelope error code).
+    case cannotSeal(String)
+}
+
+/// The relay's HTTP API (spec/protocol.md), as plain async calls.
+struct RelayAPI: Sendable {
+    let base: URL
+    let session: URLSession
+
+    init(base: URL) {
+        self.base = base
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.timeoutIntervalForRequest = 15
+        session = URLSession(configuration: configuration)
+    }
+
+    func signIn(token: String) async throws -> SessionGrant {
+        try decode(SessionGrant.self, try await call("POST", "/v1/sessions", body: JSONEncoder().encode(SignInRequest(token: token))))
+    }
+
+    func refresh(_ refresh: String) async throws -> SessionGrant {
+        try decode(SessionGrant.self, try await call("POST", "/v1/sessions/refresh", body: JSONEncoder().encode(RefreshRequest(refresh: refresh))))
+    }
+
+    func signOut(session: String) async throws {
+        _ = try await call("DELETE", "/v1/sessions/current", session: session)
+    }
+
+    func putKeys(_ bundle: KeyBundle, session: String) async throws {
+        _ = try await call("PUT", "/v1/users/\(bundle.uid)/keys", session: session, body: Data(bundle.encoded()))
+    }
+
+    func keys(of uid: String, session: String) async throws -> Data {
+        try await call("GET", "/v1/users/\(uid)/keys", session: session)
+    }
+
+    func send(to recipient: String, id: String, envelope: [UInt8], session: String) async throws -> MessageRecord {
+        try decode(MessageRecord.self, try await call("PUT", "/v1/users/\(recipient)/messages/\(id)", session: session,
+                                                      body: JSONEncoder().encode(SendRequest(envelope: envelope))))
+    }
+
+    func list(_ uid: String, after: String?, session: String) async throws -> MessagePage {
+        let query = after.map { "?after=\($0)" } ?? ""
+        return try decode(MessagePage.self, try await call("GET", "/v1/users/\(uid)/messages\(query)", session: session))
+    }
+
+    func delete(owner: String, id: String, session: String) async throws {
+        _ = try await call("DELETE", "/v1/users/\(owner)/messages/\(id)", session: session)
+    }
+
+    func block(owner: String, author: String, session: String) async throws {
+        _ = try await call("PUT", "/v1/users/\(owner)/blocked/\(author)", session: session)
+    }
+
+    /// One request; a problem answer becomes ``ClientError/relay(_:)``.
+    func call(_ method: String, _ path: String, session: String? = nil, body: Data? = nil) async throws -> Data {
+        // Every uid and id in `path` was checked against the identifier grammar: no escaping needed.
+        guard let url = URL(string: base.absoluteString.trimmingTrailingSlash + path) else {
+            throw ClientError.invalidResponse("cannot form a URL for \(path)")
+        }
+        var request = URLRequest(url: url)
+        request.httpMethod = method
+        if let session { request.setValue("Bearer \(session)", forHTTPHeaderField: "Authorization") }
+        if let body {
+            request.httpBody = body
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
+        let data: Data, response: URLResponse
+        do { (data, response) = try await self.session.data(for: request) } catch {
+            throw ClientError.unreachable("\(base.host ?? "relay"): \(error.localizedDescription)")
+        }
+        guard let http = response as? HTTPURLResponse else { throw ClientError.invalidResponse("not HTTP") }
+        guard (200..<300).contains(http.statusCode) else {
+            if let problem = try? JSONDecoder().decode(Problem.self, from: data) { throw ClientError.relay(problem) }
+            throw ClientError.invalidResponse("HTTP \(http.statusCode) without a problem body")
+        }
+        return data
+    }
+
+    private func decode<T: Decodable>(_ type: T.Type, _ data: Data) throws -> T {
+        do { return try JSONDecoder().decode(type, from: data) } catch {
+            throw ClientError.invalidResponse("unexpected \(T.self) JSON")
+        }
+    }
+
+    /// The subscription URL (`ws://` or `wss://`).
+    func subscribeURL(_ uid: String) -> String {
+        var text = base.absoluteString.trimmingTrailingSlash
+        if text.hasPrefix("https://") { text = "wss://" + text.dropFirst(8) } else if text.hasPrefix("http://") { text = "ws://" + text.dropFirst(7) }
+        return text + "/v1/users/\(uid)/subscribe"
+    }
+}
+
+extension String {
+    var trimmingTrailingSlash: String { hasSuffix("/") ? String(dropLast()) : self }
+}

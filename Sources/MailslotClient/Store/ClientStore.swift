@@ -1,0 +1,86 @@
+import Foundation
+import GRDB
+import MailslotWire
+
+/// The client's local state on SQLite: identity and mailbox keys, the session, contacts with
+/// their pinned keys, the inbox, sent messages with the outbox, and rejected messages. The
+/// database file is created readable by its owner only.
+final class ClientStore: Sendable {
+    let pool: DatabasePool
+
+    init(path: String) throws {
+        let folder = (path as NSString).deletingLastPathComponent
+        if !folder.isEmpty {
+            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        }
+        if !FileManager.default.fileExists(atPath: path) {
+            _ = FileManager.default.createFile(atPath: path, contents: nil, attributes: [.posixPermissions: 0o600])
+        }
+        var configuration = Configuration()
+        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA secure_delete = ON") }
+        configuration.busyMode = .timeout(5)
+        pool = try DatabasePool(path: path, configuration: configuration)
+        try Self.migrator.migrate(pool)
+        for suffix in ["-wal", "-shm"] { chmod(path + suffix, 0o600) }
+    }
+
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1: identity, session, contacts, inbox, sent, rejected") { db in
+            try db.execute(sql: """
+                CREATE TABLE identity (
+                    id INTEGER PRIMARY KEY CHECK (id = 1),
+                    uid TEXT NOT NULL,
+                    identity_secret BLOB NOT NULL,
+                    mailbox_secret BLOB NOT NULL,
+                    published INTEGER NOT NULL DEFAULT 0
+                );
+                CREATE TABLE session (
+                    id INTEGER PRIMARY KEY CHECK (id = 1),
+                    session TEXT NOT NULL,
+                    refresh TEXT NOT NULL,
+                    expires_at REAL NOT NULL
+                );
+                -- trust: 'pinned' (first use), 'verified' (fingerprint compared), or 'changed' (the
+                -- relay served another identity key: refused until the user trusts it).
+                CREATE TABLE contacts (
+                    uid TEXT PRIMARY KEY,
+                    identity_key BLOB NOT NULL,
+                    mailbox_key BLOB NOT NULL,
+                    trust TEXT NOT NULL,
+                    offered_bundle BLOB,
+                    updated_at REAL NOT NULL
+                ) WITHOUT ROWID;
+                CREATE TABLE inbox (
+                    id TEXT PRIMARY KEY,
+                    sender TEXT NOT NULL,
+                    type TEXT NOT NULL,
+                    body BLOB NOT NULL,
+                    received_at REAL NOT NULL
+                ) WITHOUT ROWID;
+                -- Sent messages. state: 'queued' (the outbox) or 'sent'. The sealed envelope is kept
+                -- while queued so that every retry sends the same bytes (the relay's create is
+                -- idempotent only for identical envelopes), and wiped once sent.
+                CREATE TABLE sent (
+                    id TEXT PRIMARY KEY,
+                    recipient TEXT NOT NULL,
+                    type TEXT NOT NULL,
+                    body BLOB NOT NULL,
+                    envelope BLOB,
+                    state TEXT NOT NULL,
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    next_attempt_at REAL NOT NULL DEFAULT 0,
+                    last_error TEXT,
+                    created_at REAL NOT NULL
+                ) WITHOUT ROWID;
+                CREATE TABLE rejected (
+                    id TEXT PRIMARY KEY,
+                    author TEXT NOT NULL,
+                    reason TEXT NOT NULL,
+                    received_at REAL NOT NULL
+                ) WITHOUT ROWID;
+                """)
+        }
+        return migrator
+    }
+}

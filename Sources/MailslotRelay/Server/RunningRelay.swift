@@ -1,0 +1,38 @@
+import Logging
+import ServiceLifecycle
+
+/// A relay started in the background of this process (tests, benchmarks, examples): it listens
+/// once ``Relay/start()`` returns, until ``stop()``.
+public final class RunningRelay: Sendable {
+    /// The port it listens on (the configured one, or the one picked for port 0).
+    public let port: Int
+    private let relay: Relay
+    private let group: ServiceGroup
+    private let task: Task<Void, any Error>
+
+    init(relay: Relay, port: Int, group: ServiceGroup, task: Task<Void, any Error>) {
+        self.relay = relay
+        self.port = port
+        self.group = group
+        self.task = task
+    }
+
+    /// Stops it gracefully, as SIGTERM would: requests finish, sockets close, the database is checkpointed.
+    public func stop() async throws {
+        await group.triggerGracefulShutdown()
+        try await task.value
+        try await relay.store.checkpoint()
+    }
+}
+
+extension Relay {
+    /// Starts the relay in the background and returns once it is listening.
+    public func start() async throws -> RunningRelay {
+        let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
+        let group = ServiceGroup(configuration: .init(services: [application { continuation.yield($0) }], logger: logger))
+        let task = Task { try await group.run() }
+        var iterator = ports.makeAsyncIterator()
+        guard let port = await iterator.next() else { throw CancellationError() }
+        return RunningRelay(relay: self, port: port, group: group, task: task)
+    }
+}
