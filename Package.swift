@@ -48,6 +48,7 @@ let package = Package(
             dependencies: [
                 "MailslotWire",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

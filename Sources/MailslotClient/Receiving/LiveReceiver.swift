@@ -1,0 +1,77 @@
+import Foundation
+import HTTPTypes
+import HummingbirdWSClient
+import Logging
+import MailslotWire
+
+extension MailslotClient {
+    /// Why ``messages()`` ended.
+    public enum StreamEnd: Error, Equatable, Sendable {
+        /// A newer subscription of this mailbox took over (another device or worker).
+        case replaced
+        /// The relay refused the subscription (the close code says why: 4400, 4403).
+        case refused(UInt16)
+    }
+
+    /// The mailbox as a live stream: each message is opened, verified and stored locally, then
+    /// yielded, then acknowledged so the relay erases it. A crash between the store and the ack
+    /// brings the message again, and the store drops the duplicate. Messages that fail to open
+    /// or verify are stored as rejected and acknowledged, so they never block the mailbox.
+    /// Reconnects with exponential backoff and jitter; catches up from the backlog after a gap.
+    public nonisolated func messages() -> AsyncThrowingStream<ReceivedMessage, any Error> {
+        AsyncThrowingStream { continuation in
+            let task = Task { await self.receiveLoop(continuation) }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
+    private func receiveLoop(_ continuation: AsyncThrowingStream<ReceivedMessage, any Error>.Continuation) async {
+        var failures = 0
+        while !Task.isCancelled {
+            do {
+                let me = try await identity()
+                let session = try await session()
+                var headers = HTTPFields()
+                headers[.authorization] = "Bearer \(session)"
+                let close = try await WebSocketClient.connect(
+                    url: api.subscribeURL(me.uid),
+                    configuration: .init(maxFrameSize: 1 << 20, additionalHeaders: headers, autoPing: .enabled(timePeriod: .seconds(30))),
+                    logger: logger
+                ) { inbound, outbound, _ in
+                    for try await frame in inbound.messages(maxSize: 1 << 21) {
+                        guard case .text(let text) = frame,
+                              let relayFrame = try? JSONDecoder().decode(RelayFrame.self, from: Data(text.utf8)) else { continue }
+                        guard relayFrame.type == "message", let record = relayFrame.message else { continue }
+                        if let message = try await self.accept(record, as: me) { continuation.yield(message) }
+                        // Acknowledged only now, after the store: the relay erases it.
+                        let ack = String(decoding: try JSONEncoder().encode(ClientFrame.ack(record.id)), as: UTF8.self)
+                        try await outbound.write(.text(ack))
+                    }
+                }
+                failures = 0
+                switch close?.closeCode {
+                case .unknown(CloseCode.replaced):
+                    continuation.finish(throwing: StreamEnd.replaced)
+                    return
+                case .unknown(let code) where code == 4400 || code == 4403:
+                    continuation.finish(throwing: StreamEnd.refused(code))
+                    return
+                case .unknown(CloseCode.sessionEnded), .unknown(4401):
+                    try await store.clearSession()  // sign in or refresh on the next round
+                default:
+                    break
+                }
+            } catch is CancellationError {
+                break
+            } catch {
+                failures += 1
+                logger.info("subscription dropped; reconnecting", metadata: ["error": "\(Self.describe(error))", "attempt": "\(failures)"])
+            }
+            // Backoff with jitter: 0.25 s doubling to 30 s, each wait randomised by ±50 %.
+            let base = min(30, 0.25 * pow(2, Double(min(failures, 8))))
+            let wait = failures == 0 ? 0.05 : base * (0.5 + Double(randomUniform(1000)) / 1000)
+            try? await Task.sleep(for: .milliseconds(Int64(wait * 1000)))
+        }
+        continuation.finish()
+    }
+}

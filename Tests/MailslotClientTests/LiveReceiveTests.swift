@@ -1,0 +1,69 @@
+import Foundation
+import MailslotRelay
+import MailslotWire
+import Testing
+@testable import MailslotClient
+
+@Suite struct LiveReceiveTests {
+    @Test func theStreamYieldsStoredMessagesAndAcksThem() async throws {
+        let harness = try await Harness()
+        let alice = try harness.client("alice"), bob = try harness.client("bob")
+        try await alice.signIn()
+        try await bob.signIn()
+        try await alice.send(text: "before", to: "bob")  // backlog
+
+        let stream = bob.messages()
+        var iterator = stream.makeAsyncIterator()
+        #expect(try await iterator.next()?.message.payload.text == "before")
+        try await alice.send(text: "live", to: "bob")
+        try await alice.send(Payload(typing: Typing(active: true)), type: .typing, to: "bob")
+        #expect(try await iterator.next()?.message.payload.text == "live")
+        #expect(try await iterator.next()?.message.type == .typing, "typing is shown…")
+        #expect(try await bob.history().map(\.message.type) == [.text, .text], "…but never stored")
+
+        // Everything was acknowledged: the relay keeps nothing.
+        var empty = false
+        for _ in 0..<100 where !empty {
+            empty = try await harness.pending("bob") == 0
+            if !empty { try await Task.sleep(for: .milliseconds(20)) }
+        }
+        #expect(empty)
+        await harness.finish()
+    }
+
+    @Test func aCrashBetweenStoreAndAckLosesNothingAndDuplicatesNothing() async throws {
+        let harness = try await Harness()
+        let alice = try harness.client("alice"), bob = try harness.client("bob")
+        try await alice.signIn()
+        try await bob.signIn()
+        guard case .sent(let id) = try await alice.send(text: "exactly once", to: "bob") else { Issue.record("not sent"); return }
+
+        // Bob's client stores the message, then "crashes" before its ack reaches the relay.
+        let me = try await bob.identity()
+        let page = try await bob.authorized { try await bob.api.list("bob", after: nil, session: $0) }
+        #expect(try await bob.accept(try #require(page.messages.first), as: me)?.id == id)
+        #expect(try await harness.pending("bob") == 1, "not acked: still on the relay")
+
+        // After the restart the relay delivers it again; the store drops the duplicate and acks it.
+        let restarted = try harness.client("bob")
+        #expect(try await restarted.receive().isEmpty, "not yielded twice")
+        #expect(try await restarted.history().map(\.id) == [id], "stored once")
+        #expect(try await harness.pending("bob") == 0, "and now erased from the relay")
+        await harness.finish()
+    }
+}
+
+extension Harness {
+    /// How many messages wait in `uid`'s mailbox, asked as its owner.
+    func pending(_ uid: String) async throws -> Int {
+        let session = try await session(uid)
+        var request = URLRequest(url: url.appendingPathComponent("v1/users/\(uid)/messages"))
+        request.setValue("Bearer \(session)", forHTTPHeaderField: "Authorization")
+        let (data, _) = try await URLSession.shared.data(for: request)
+        return try JSONDecoder().decode(MessagePage.self, from: data).messages.count
+    }
+}
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
