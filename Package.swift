@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "MailslotWire", targets: ["MailslotWire"]),
         .library(name: "MailslotClient", targets: ["MailslotClient"]),
         .executable(name: "mailslot-relay", targets: ["mailslot-relay"]),
+        .executable(name: "mailslot", targets: ["mailslot"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -59,6 +60,13 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        .executableTarget(
+            name: "mailslot",
+            dependencies: [
+                "MailslotClient",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]
+        ),
         .testTarget(
             name: "MailslotCryptoTests",
             dependencies: ["MailslotCrypto"],
@@ -73,6 +81,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "MailslotClientTests", dependencies: ["MailslotClient", "MailslotRelay"]),
+        .testTarget(name: "mailslotTests", dependencies: ["mailslot", "MailslotRelay"]),
         .testTarget(name: "mailslot-relayTests", dependencies: ["mailslot-relay", "MailslotCrypto"]),
     ],
     swiftLanguageModes: [.v6]

@@ -146,6 +146,12 @@ public actor MailslotClient {
         return SafetyNumber.display(SafetyNumber.of((me.uid, me.signing.publicKey), (them.uid, them.identityKey)))
     }
 
+    /// This user's own fingerprint (30 digits in groups of five), to read out to contacts.
+    public func ownFingerprint() async throws -> String {
+        let me = try await identity()
+        return SafetyNumber.fingerprint(uid: me.uid, identityKey: me.signing.publicKey).joined(separator: " ")
+    }
+
     /// Every known contact.
     public func contacts() async throws -> [Contact] { try await store.contacts() }
 

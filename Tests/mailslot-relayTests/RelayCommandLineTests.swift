@@ -17,19 +17,25 @@ import Testing
         return folder.appendingPathComponent("mailslot-relay")
     }()
 
-    func run(_ arguments: String...) throws -> Result {
+    /// Runs the binary with output in files and the process end resuming the test, so no thread of
+    /// the concurrency pool (which other tests' in-process relays need) is blocked meanwhile.
+    func run(_ arguments: String...) async throws -> Result {
+        let base = FileManager.default.temporaryDirectory.appendingPathComponent("mailslot-relay-run-\(UUID().uuidString)").path
+        defer { for name in ["out", "err"] { try? FileManager.default.removeItem(atPath: "\(base).\(name)") } }
+        for name in ["out", "err"] { _ = FileManager.default.createFile(atPath: "\(base).\(name)", contents: nil) }
         let process = Process()
         process.executableURL = Self.binary
         process.arguments = arguments
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        let stdout = out.fileHandleForReading.readDataToEndOfFile()
-        let stderr = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return Result(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
-                      stderr: String(decoding: stderr, as: UTF8.self))
+        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: "\(base).out"))
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: "\(base).err"))
+        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
+            process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
+            do { try process.run() } catch { continuation.resume(throwing: error) }
+        }
+        func read(_ name: String) -> String {
+            String(decoding: FileManager.default.contents(atPath: "\(base).\(name)") ?? Data(), as: UTF8.self)
+        }
+        return Result(status: status, stdout: read("out"), stderr: read("err"))
     }
 
     func temporaryFolder() throws -> URL {
@@ -38,8 +44,8 @@ import Testing
         return url
     }
 
-    @Test func keygenPrintsAConsistentPair() throws {
-        let result = try run("keygen", "--json")
+    @Test func keygenPrintsAConsistentPair() async throws {
+        let result = try await run("keygen", "--json")
         #expect(result.status == 0)
         let object = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: String])
         let pair = try IdentityKeyPair(paserk: try #require(object["secret_key"]))
@@ -47,11 +53,11 @@ import Testing
         #expect(pair.publicKey.paserkID == object["kid"])
     }
 
-    @Test func keygenWritesAPrivateFileAndMintedTokensVerify() throws {
+    @Test func keygenWritesAPrivateFileAndMintedTokensVerify() async throws {
         let folder = try temporaryFolder()
         defer { try? FileManager.default.removeItem(at: folder) }
         let keyFile = folder.appendingPathComponent("issuer.key").path
-        let keygen = try run("keygen", "--secret-key-file", keyFile)
+        let keygen = try await run("keygen", "--secret-key-file", keyFile)
         #expect(keygen.status == 0)
         #expect(!keygen.stdout.contains("k4.secret"), "the secret goes to the file only")
         let mode = try FileManager.default.attributesOfItem(atPath: keyFile)[.posixPermissions] as? Int
@@ -59,7 +65,7 @@ import Testing
         let publicKey = try IdentityPublicKey(paserk: try #require(
             keygen.stdout.split(separator: "\n").first { $0.hasPrefix("public_key: ") }?.dropFirst(12).description))
 
-        let mint = try run("token", "mint", "--uid", "alice", "--ttl", "120", "--audience", "relay.test", "--jti", "j1",
+        let mint = try await run("token", "mint", "--uid", "alice", "--ttl", "120", "--audience", "relay.test", "--jti", "j1",
                            "--issuer-secret-key", keyFile)
         #expect(mint.status == 0, "\(mint.stderr)")
         #expect(mint.stderr.isEmpty)
@@ -69,59 +75,59 @@ import Testing
         #expect(verified.tokenID == "j1")
         #expect(verified.expiresAt - verified.issuedAt == 120)
 
-        let checked = try run("token", "verify", token, "--issuer-public-key", publicKey.paserk, "--audience", "relay.test")
+        let checked = try await run("token", "verify", token, "--issuer-public-key", publicKey.paserk, "--audience", "relay.test")
         #expect(checked.status == 0)
         #expect(checked.stdout.contains("uid: alice"))
-        let refused = try run("token", "verify", token, "--issuer-public-key", publicKey.paserk)
+        let refused = try await run("token", "verify", token, "--issuer-public-key", publicKey.paserk)
         #expect(refused.status == 65)
         #expect(refused.stderr.contains("token refused: token_wrong_audience"))
         #expect(!refused.stderr.contains(token), "never echoes the token")
 
-        let again = try run("keygen", "--secret-key-file", keyFile)
+        let again = try await run("keygen", "--secret-key-file", keyFile)
         #expect(again.status == 73, "never overwrites a key")
         #expect(again.stderr.contains("already exists"))
     }
 
-    @Test func mintRefusesBadArgumentsWithUsageCode() throws {
+    @Test func mintRefusesBadArgumentsWithUsageCode() async throws {
         let folder = try temporaryFolder()
         defer { try? FileManager.default.removeItem(at: folder) }
         let keyFile = folder.appendingPathComponent("issuer.key").path
-        #expect(try run("keygen", "--secret-key-file", keyFile).status == 0)
+        #expect(try await run("keygen", "--secret-key-file", keyFile).status == 0)
 
-        let badUID = try run("token", "mint", "--uid", "a/b", "--issuer-secret-key", keyFile)
+        let badUID = try await run("token", "mint", "--uid", "a/b", "--issuer-secret-key", keyFile)
         #expect(badUID.status == 64)
         #expect(badUID.stderr.contains("not a valid uid"))
         #expect(badUID.stdout.isEmpty)
-        let longTTL = try run("token", "mint", "--uid", "alice", "--ttl", "3601", "--issuer-secret-key", keyFile)
+        let longTTL = try await run("token", "mint", "--uid", "alice", "--ttl", "3601", "--issuer-secret-key", keyFile)
         #expect(longTTL.status == 64)
         #expect(longTTL.stderr.contains("--ttl must be between 1 and 3600"))
-        #expect(try run("token", "mint", "--uid", "alice", "--ttl", "0", "--issuer-secret-key", keyFile).status == 64)
-        #expect(try run("token", "mint", "--uid", "alice").status == 64, "the key file is required")
+        #expect(try await run("token", "mint", "--uid", "alice", "--ttl", "0", "--issuer-secret-key", keyFile).status == 64)
+        #expect(try await run("token", "mint", "--uid", "alice").status == 64, "the key file is required")
     }
 
-    @Test func mintExplainsEveryKeyFileProblem() throws {
+    @Test func mintExplainsEveryKeyFileProblem() async throws {
         let folder = try temporaryFolder()
         defer { try? FileManager.default.removeItem(at: folder) }
 
-        let missing = try run("token", "mint", "--uid", "alice", "--issuer-secret-key", folder.appendingPathComponent("nope").path)
+        let missing = try await run("token", "mint", "--uid", "alice", "--issuer-secret-key", folder.appendingPathComponent("nope").path)
         #expect(missing.status == 66)
         #expect(missing.stderr.contains("does not exist"))
 
         // A folder in place of the file cannot be read, whoever runs the test (root included).
-        let unreadable = try run("token", "mint", "--uid", "alice", "--issuer-secret-key", folder.path)
+        let unreadable = try await run("token", "mint", "--uid", "alice", "--issuer-secret-key", folder.path)
         #expect(unreadable.status == 77)
         #expect(unreadable.stderr.contains("cannot be read"))
 
         let publicOnly = folder.appendingPathComponent("public.key")
         try Data((IdentityKeyPair().publicKey.paserk + "\n").utf8).write(to: publicOnly)
-        let wrongType = try run("token", "mint", "--uid", "alice", "--issuer-secret-key", publicOnly.path)
+        let wrongType = try await run("token", "mint", "--uid", "alice", "--issuer-secret-key", publicOnly.path)
         #expect(wrongType.status == 65)
         #expect(wrongType.stderr.contains("expected one line `k4.secret.…`"))
         #expect(!wrongType.stderr.contains("k4.public."), "never echoes the file")
 
         let truncated = folder.appendingPathComponent("short.key")
         try Data(String(IdentityKeyPair().paserk.dropLast(4)).utf8).write(to: truncated)
-        let short = try run("token", "mint", "--uid", "alice", "--issuer-secret-key", truncated.path)
+        let short = try await run("token", "mint", "--uid", "alice", "--issuer-secret-key", truncated.path)
         #expect(short.status == 65)
         #expect(short.stderr.contains("not 64 bytes"))
         #expect(!short.stderr.contains("k4.secret."), "never echoes the secret")

@@ -1,0 +1,235 @@
+import ArgumentParser
+import Foundation
+import MailslotClient
+import MailslotWire
+
+/// `mailslot login`: sign in, create keys on first use, publish them.
+struct Login: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Sign in with a custom token; creates and publishes this profile's keys on first use.",
+        discussion: "Prints your uid and fingerprint. Give the token as - to read it from stdin (it then stays out of your shell history).")
+    @OptionGroup var options: GlobalOptions
+    @Option(help: "The relay's URL, e.g. https://relay.example.com") var relay: String
+    @Option(help: "A custom token from your app's backend, or - for stdin.") var token: String
+
+    func run() async throws {
+        try await reporting {
+            let profile = try Profile(options)
+            let text = token == "-" ? (readLine(strippingNewline: true) ?? "") : token
+            guard !text.isEmpty else { throw ValidationError("the token is empty") }
+            let client = try profile.client(token: text, relay: relay)
+            let uid = try await client.signIn()
+            try profile.save(.init(relay: relay, uid: uid))
+            let fingerprint = try await client.ownFingerprint()
+            Output(json: options.json).emit(["uid": uid, "fingerprint": fingerprint, "profile": profile.name],
+                                            text: "logged in as \(uid)\nyour fingerprint: \(fingerprint)")
+        }
+    }
+}
+
+/// `mailslot send`: seal and send one message.
+struct Send: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Send a message: text, a file's text, or a location. Prints the message id.",
+        discussion: "Without TEXT, --file or --location, the text is read from stdin. If the relay cannot be reached the message is queued (exit 75): `mailslot flush` sends it later.")
+    @OptionGroup var options: GlobalOptions
+    @Argument(help: "The recipient's uid.") var uid: String
+    @Argument(help: "The text to send.") var text: String?
+    @Option(help: "Send the contents of this text file.") var file: String?
+    @Option(help: ArgumentHelp("Send a location.", valueName: "LAT,LON")) var location: String?
+
+    func run() async throws {
+        try await reporting {
+            guard Identifier.isValidUID(uid) else { throw ValidationError("'\(uid)' is not a valid uid") }
+            let payload: Payload, type: MessageType
+            if let location {
+                let parts = location.split(separator: ",").compactMap { Double($0.trimmingCharacters(in: .whitespaces)) }
+                guard parts.count == 2, (-90...90).contains(parts[0]), (-180...180).contains(parts[1]) else {
+                    throw ValidationError("--location takes LAT,LON, e.g. 52.52,13.405")
+                }
+                payload = Payload(location: Location(latitude: parts[0], longitude: parts[1]))
+                type = .location
+            } else {
+                let body: String
+                if let file {
+                    guard let data = FileManager.default.contents(atPath: file) else { throw ValidationError("cannot read \(file)") }
+                    body = String(decoding: data, as: UTF8.self)
+                } else if let text {
+                    body = text
+                } else {
+                    body = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+                }
+                guard !body.isEmpty else { throw ValidationError("nothing to send") }
+                payload = Payload(text: body)
+                type = .text
+            }
+            let client = try Profile(options).client()
+            let output = Output(json: options.json)
+            switch try await client.send(payload, type: type, to: uid) {
+            case .sent(let id):
+                output.emit(["id": id, "to": uid, "state": "sent"], text: id)
+            case .queued(let id, let reason):
+                output.emit(["id": id, "to": uid, "state": "queued", "reason": reason], text: id)
+                throw CLIError.queued("queued, not sent yet (\(reason)); `mailslot flush` retries")
+            }
+        }
+    }
+}
+
+/// `mailslot receive`: fetch, store, ack, print, exit.
+struct Receive: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Fetch waiting messages, store them, acknowledge them (the relay erases them), print them.",
+        discussion: "With --wait S, waits up to S seconds for at least one message.")
+    @OptionGroup var options: GlobalOptions
+    @Option(help: ArgumentHelp("Wait up to this many seconds for a message.", valueName: "S")) var wait: Double = 0
+
+    func run() async throws {
+        try await reporting {
+            let client = try Profile(options).client()
+            let output = Output(json: options.json)
+            let deadline = Date().addingTimeInterval(max(0, wait))
+            var messages = try await client.receive()
+            while messages.isEmpty, Date() < deadline {
+                try await Task.sleep(for: .milliseconds(500))
+                messages = try await client.receive()
+            }
+            for message in messages { output.message(message) }
+        }
+    }
+}
+
+/// `mailslot listen`: a live session.
+struct Listen: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Stay connected and print messages as they arrive (Ctrl-C to stop).")
+    @OptionGroup var options: GlobalOptions
+
+    func run() async throws {
+        try await reporting {
+            let client = try Profile(options).client()
+            let output = Output(json: options.json)
+            let flushed = try await client.flush()
+            output.emit(["state": "listening", "queued": flushed], text: "listening… (\(flushed) message(s) still queued)")
+            for try await message in client.messages() { output.message(message) }
+        }
+    }
+}
+
+/// `mailslot history`: stored messages.
+struct History: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print stored messages, oldest first; only those from UID when given.")
+    @OptionGroup var options: GlobalOptions
+    @Argument(help: "Only messages from this uid.") var uid: String?
+
+    func run() async throws {
+        try await reporting {
+            let client = try Profile(options).client()
+            let output = Output(json: options.json)
+            for message in try await client.history(from: uid) { output.message(message) }
+        }
+    }
+}
+
+/// `mailslot contacts`: pinned contacts.
+struct Contacts: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List contacts and how far their keys are trusted.")
+    @OptionGroup var options: GlobalOptions
+
+    func run() async throws {
+        try await reporting {
+            let client = try Profile(options).client()
+            let output = Output(json: options.json)
+            for contact in try await client.contacts() {
+                output.emit(["uid": contact.uid, "trust": contact.trust.rawValue], text: "\(contact.uid)\t\(contact.trust.rawValue)")
+            }
+        }
+    }
+}
+
+/// `mailslot fingerprint`: the safety number with a contact.
+struct Fingerprint: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print the safety number you share with UID: compare it with them, in person or by voice.")
+    @OptionGroup var options: GlobalOptions
+    @Argument(help: "The contact's uid.") var uid: String
+
+    func run() async throws {
+        try await reporting {
+            let number = try await Profile(options).client().safetyNumber(with: uid)
+            Output(json: options.json).emit(["uid": uid, "safety_number": number.replacingOccurrences(of: "\n", with: " ")], text: number)
+        }
+    }
+}
+
+/// `mailslot trust`: accept a contact's current keys.
+struct Trust: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Trust UID's keys after comparing the safety number (also after their key changed).")
+    @OptionGroup var options: GlobalOptions
+    @Argument(help: "The contact's uid.") var uid: String
+
+    func run() async throws {
+        try await reporting {
+            let contact = try await Profile(options).client().trust(uid)
+            Output(json: options.json).emit(["uid": contact.uid, "trust": contact.trust.rawValue], text: "\(contact.uid) is \(contact.trust.rawValue)")
+        }
+    }
+}
+
+/// `mailslot unsend`: delete a message the recipient has not received yet.
+struct Unsend: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Take back a message UID has not received yet.")
+    @OptionGroup var options: GlobalOptions
+    @Argument(help: "The recipient's uid.") var uid: String
+    @Argument(help: "The message id `send` printed.") var id: String
+
+    func run() async throws {
+        try await reporting {
+            try await Profile(options).client().unsend(id, to: uid)
+            Output(json: options.json).emit(["id": id, "state": "unsent"], text: "unsent \(id)")
+        }
+    }
+}
+
+/// `mailslot block`: refuse messages from a user.
+struct Block: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Refuse messages from UID at the relay.")
+    @OptionGroup var options: GlobalOptions
+    @Argument(help: "The uid to block.") var uid: String
+
+    func run() async throws {
+        try await reporting {
+            try await Profile(options).client().block(uid)
+            Output(json: options.json).emit(["uid": uid, "state": "blocked"], text: "blocked \(uid)")
+        }
+    }
+}
+
+/// `mailslot flush`: retry the outbox.
+struct Flush: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Send queued messages now. Exit 75 while some remain queued.")
+    @OptionGroup var options: GlobalOptions
+
+    func run() async throws {
+        try await reporting {
+            let remaining = try await Profile(options).client().flush(now: Date().addingTimeInterval(86_400))
+            Output(json: options.json).emit(["queued": remaining], text: "\(remaining) message(s) still queued")
+            if remaining > 0 { throw CLIError.queued("\(remaining) message(s) still queued") }
+        }
+    }
+}
+
+/// `mailslot logout`: end the session.
+struct Logout: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "End the session at the relay. Keys, contacts and messages stay in the profile.")
+    @OptionGroup var options: GlobalOptions
+
+    func run() async throws {
+        try await reporting {
+            let profile = try Profile(options)
+            try await profile.client().signOut()
+            Output(json: options.json).emit(["profile": profile.name, "state": "logged out"], text: "logged out")
+        }
+    }
+}

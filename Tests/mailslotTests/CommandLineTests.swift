@@ -1,0 +1,129 @@
+import Foundation
+import Logging
+import MailslotRelay
+import MailslotWire
+import Testing
+
+/// The `mailslot` binary as a person at a terminal uses it, against a relay in this process.
+@Suite struct CommandLineTests {
+    static let binary: URL = {
+        let folder = Bundle.main.executableURL?.deletingLastPathComponent()
+            ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        return folder.appendingPathComponent("mailslot")
+    }()
+
+    struct Result { let status: Int32; let stdout: String; let stderr: String }
+
+    final class Setup: Sendable {
+        let issuer = IdentityKeyPair()
+        let home = FileManager.default.temporaryDirectory.appendingPathComponent("mailslot-cli-\(UUID().uuidString)").path
+        let running: RunningRelay
+
+        init() async throws {
+            var configuration = RelayConfiguration()
+            configuration.port = 0
+            configuration.dataDirectory = home + "/relay"
+            configuration.issuerKeys = [issuer.publicKey]
+            var logger = Logger(label: "cli-test-relay")
+            logger.logLevel = .error
+            running = try await Relay(configuration: configuration, logger: logger).start()
+        }
+
+        var relayURL: String { "http://127.0.0.1:\(running.port)" }
+        func token(_ uid: String) throws -> String { try TokenIssuer(key: issuer, audience: Defaults.audience).mint(uid: uid) }
+
+        /// Runs the binary without blocking a thread of the pool the in-process relay needs: output
+        /// goes to files, and the end of the process resumes the test.
+        func run(_ arguments: [String], stdin: String? = nil) async throws -> Result {
+            let base = home + "/run-\(UUID().uuidString)"
+            try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
+            for name in ["out", "err", "in"] { _ = FileManager.default.createFile(atPath: "\(base).\(name)", contents: nil) }
+            try Data((stdin ?? "").utf8).write(to: URL(fileURLWithPath: "\(base).in"))
+            let process = Process()
+            process.executableURL = CommandLineTests.binary
+            process.arguments = arguments
+            process.environment = ["MAILSLOT_HOME": home, "HOME": home, "PATH": "/usr/bin:/bin"]
+            process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: "\(base).out"))
+            process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: "\(base).err"))
+            process.standardInput = try FileHandle(forReadingFrom: URL(fileURLWithPath: "\(base).in"))
+            let status: Int32 = try await withCheckedThrowingContinuation { continuation in
+                process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
+                do { try process.run() } catch { continuation.resume(throwing: error) }
+            }
+            func read(_ name: String) -> String {
+                String(decoding: FileManager.default.contents(atPath: "\(base).\(name)") ?? Data(), as: UTF8.self)
+            }
+            return Result(status: status, stdout: read("out"), stderr: read("err"))
+        }
+
+        func finish() async {
+            try? await running.stop()
+            try? FileManager.default.removeItem(atPath: home)
+        }
+    }
+
+    @Test func twoProfilesExchangeMessages() async throws {
+        let setup = try await Setup()
+        let alice = try await setup.run(["login", "--profile", "alice", "--relay", setup.relayURL, "--token", try setup.token("alice")])
+        #expect(alice.status == 0, "\(alice.stderr)")
+        #expect(alice.stdout.contains("logged in as alice"))
+        let bob = try await setup.run(["login", "--profile", "bob", "--relay", setup.relayURL, "--token", "-", "--json"], stdin: try setup.token("bob") + "\n")
+        #expect(bob.status == 0, "\(bob.stderr)")
+        let login = try JSONSerialization.jsonObject(with: Data(bob.stdout.utf8)) as? [String: Any]
+        #expect(login?["uid"] as? String == "bob")
+        #expect((login?["fingerprint"] as? String)?.count == 35)
+
+        let sent = try await setup.run(["send", "--profile", "alice", "bob", "hello from the terminal"])
+        #expect(sent.status == 0, "\(sent.stderr)")
+        #expect(Identifier.isValidMessageID(sent.stdout.trimmingCharacters(in: .newlines)))
+        #expect(try await setup.run(["send", "--profile", "alice", "bob", "--location", "52.52,13.405"]).status == 0)
+
+        let received = try await setup.run(["receive", "--profile", "bob", "--json"])
+        #expect(received.status == 0, "\(received.stderr)")
+        let lines = received.stdout.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+        #expect(lines.count == 2)
+        #expect(lines.first?["text"] as? String == "hello from the terminal")
+        #expect(lines.first?["from"] as? String == "alice")
+        #expect(try await setup.run(["receive", "--profile", "bob"]).stdout.isEmpty, "acked: nothing comes twice")
+        #expect(try await setup.run(["history", "--profile", "bob", "alice"]).stdout.contains("hello from the terminal"))
+
+        let bobNumber = try await setup.run(["fingerprint", "--profile", "bob", "alice"]).stdout
+        let aliceNumber = try await setup.run(["fingerprint", "--profile", "alice", "bob"]).stdout
+        #expect(bobNumber == aliceNumber && bobNumber.split(whereSeparator: \.isWhitespace).count == 12)
+        #expect(try await setup.run(["contacts", "--profile", "bob"]).stdout.contains("alice\tpinned"))
+        #expect(try await setup.run(["trust", "--profile", "bob", "alice"]).stdout.contains("verified"))
+        await setup.finish()
+    }
+
+    @Test func exitCodesSayWhatHappened() async throws {
+        let setup = try await Setup()
+        #expect(try await setup.run(["send", "--profile", "nobody", "bob", "hi"]).status == 77, "not logged in")
+        #expect(try await setup.run(["login", "--profile", "alice", "--relay", setup.relayURL, "--token", try setup.token("alice")]).status == 0)
+        #expect(try await setup.run(["send", "--profile", "alice", "b/ob", "hi"]).status == 64, "invalid uid")
+        let noKeys = try await setup.run(["send", "--profile", "alice", "carol", "hi"])
+        #expect(noKeys.status == 65, "carol never logged in: no keys")
+        #expect(noKeys.stderr.contains("no keys"))
+        #expect(try await setup.run(["send", "--profile", "alice", "bob", "--location", "91,0"]).status == 64)
+
+        // The relay goes away: the message is queued (75), and flush sends it once it is back.
+        #expect(try await setup.run(["login", "--profile", "bob", "--relay", setup.relayURL, "--token", try setup.token("bob")]).status == 0)
+        #expect(try await setup.run(["send", "--profile", "alice", "bob", "first"]).status == 0, "pins bob's keys")
+        let settingsPath = setup.home + "/alice/profile.json"
+        let settings = try Data(contentsOf: URL(fileURLWithPath: settingsPath))
+        var edited = try #require(try JSONSerialization.jsonObject(with: settings) as? [String: Any])
+        edited["relay"] = "http://127.0.0.1:1"  // nothing listens there
+        try JSONSerialization.data(withJSONObject: edited).write(to: URL(fileURLWithPath: settingsPath))
+        let queued = try await setup.run(["send", "--profile", "alice", "bob", "later"])
+        #expect(queued.status == 75, "\(queued.stderr)")
+        #expect(queued.stderr.contains("queued"))
+        #expect(try await setup.run(["flush", "--profile", "alice"]).status == 75, "still unreachable")
+        try settings.write(to: URL(fileURLWithPath: settingsPath))
+        #expect(try await setup.run(["flush", "--profile", "alice"]).status == 0)
+        #expect(try await setup.run(["receive", "--profile", "bob"]).stdout.contains("later"))
+
+        #expect(try await setup.run(["logout", "--profile", "alice"]).status == 0)
+        let mode = try FileManager.default.attributesOfItem(atPath: setup.home + "/alice/client.sqlite")[.posixPermissions] as? Int
+        #expect(mode == 0o600, "profile files are private")
+        await setup.finish()
+    }
+}
