@@ -67,6 +67,8 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        // An example bot on the public client API only.
+        .executableTarget(name: "mailslot-echo-bot", dependencies: ["MailslotClient"], path: "Examples/EchoBot"),
         .testTarget(
             name: "MailslotCryptoTests",
             dependencies: ["MailslotCrypto"],

@@ -10,9 +10,11 @@ public actor MailslotClient {
     public enum SendOutcome: Sendable, Equatable {
         /// The relay stored it.
         case sent(id: String)
-        /// It is in the outbox (the relay could not be reached or refused it for now); ``flush()``
-        /// or the next send retries it with the same id and the same envelope.
+        /// It is in the outbox (the relay could not be reached, or asked to wait: rate limit, full
+        /// mailbox); ``flush()`` retries it with the same id and the same envelope.
         case queued(id: String, reason: String)
+        /// The relay refused it for good (blocked, conflict, invalid): it leaves the outbox.
+        case refused(id: String, reason: String)
     }
 
     let api: RelayAPI
@@ -199,11 +201,19 @@ public actor MailslotClient {
             _ = try await authorized { try await api.send(to: recipient, id: id, envelope: envelope, session: $0) }
             try await store.markSent(id)
             return .sent(id: id)
+        } catch ClientError.relay(let problem) where Self.isFinal(problem) {
+            try? await store.markRefused(id, error: problem.code.rawValue)
+            return .refused(id: id, reason: problem.code.rawValue)
         } catch {
             let reason = Self.describe(error)
             try? await store.markFailed(id, error: reason, now: Date().timeIntervalSince1970)
             return .queued(id: id, reason: reason)
         }
+    }
+
+    /// Refusals that retrying cannot change. A 401 is retried with a new session, a 429 later.
+    static func isFinal(_ problem: Problem) -> Bool {
+        (400..<500).contains(problem.code.status) && problem.code.status != 401 && problem.code.status != 429
     }
 
     static func describe(_ error: any Error) -> String {

@@ -30,8 +30,8 @@ struct Login: AsyncParsableCommand {
 /// `mailslot send`: seal and send one message.
 struct Send: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Send a message: text, a file's text, or a location. Prints the message id.",
-        discussion: "Without TEXT, --file or --location, the text is read from stdin. If the relay cannot be reached the message is queued (exit 75): `mailslot flush` sends it later.")
+        abstract: "Send a message: text, a file (a picture for .png .jpg .gif .webp, otherwise its text), or a location. Prints the message id.",
+        discussion: "With a picture, TEXT is its caption. Without TEXT, --file or --location, the text is read from stdin. If the relay cannot be reached the message is queued (exit 75): `mailslot flush` sends it later.")
     @OptionGroup var options: GlobalOptions
     @Argument(help: "The recipient's uid.") var uid: String
     @Argument(help: "The text to send.") var text: String?
@@ -53,6 +53,12 @@ struct Send: AsyncParsableCommand {
                 let body: String
                 if let file {
                     guard let data = FileManager.default.contents(atPath: file) else { throw ValidationError("cannot read \(file)") }
+                    if let mediaType = Self.imageTypes[(file as NSString).pathExtension.lowercased()] {
+                        // A picture travels inline, inside the envelope; `text` is its caption.
+                        let attachment = Attachment(mediaType: mediaType, data: Array(data), name: (file as NSString).lastPathComponent)
+                        try await send(Payload(text: text, attachments: [attachment]), type: .picture)
+                        return
+                    }
                     body = String(decoding: data, as: UTF8.self)
                 } else if let text {
                     body = text
@@ -63,15 +69,24 @@ struct Send: AsyncParsableCommand {
                 payload = Payload(text: body)
                 type = .text
             }
-            let client = try Profile(options).client()
-            let output = Output(json: options.json)
-            switch try await client.send(payload, type: type, to: uid) {
-            case .sent(let id):
-                output.emit(["id": id, "to": uid, "state": "sent"], text: id)
-            case .queued(let id, let reason):
-                output.emit(["id": id, "to": uid, "state": "queued", "reason": reason], text: id)
-                throw CLIError.queued("queued, not sent yet (\(reason)); `mailslot flush` retries")
-            }
+            try await send(payload, type: type)
+        }
+    }
+
+    static let imageTypes = ["png": "image/png", "jpg": "image/jpeg", "jpeg": "image/jpeg", "gif": "image/gif", "webp": "image/webp"]
+
+    private func send(_ payload: Payload, type: MessageType) async throws {
+        let client = try Profile(options).client()
+        let output = Output(json: options.json)
+        switch try await client.send(payload, type: type, to: uid) {
+        case .sent(let id):
+            output.emit(["id": id, "to": uid, "state": "sent"], text: id)
+        case .queued(let id, let reason):
+            output.emit(["id": id, "to": uid, "state": "queued", "reason": reason], text: id)
+            throw CLIError.queued("queued, not sent yet (\(reason)); `mailslot flush` retries")
+        case .refused(let id, let reason):
+            output.emit(["id": id, "to": uid, "state": "refused", "reason": reason], text: id)
+            throw CLIError.unavailable("the relay refused the message: \(reason)")
         }
     }
 }
@@ -110,8 +125,18 @@ struct Listen: AsyncParsableCommand {
             let client = try Profile(options).client()
             let output = Output(json: options.json)
             let flushed = try await client.flush()
-            output.emit(["state": "listening", "queued": flushed], text: "listening… (\(flushed) message(s) still queued)")
-            for try await message in client.messages() { output.message(message) }
+            output.emit(["state": "started", "queued": flushed], text: "listening (\(flushed) message(s) still queued); Ctrl-C to stop")
+            let stateOutput = output
+            let stream = client.messages { state in
+                switch state {
+                case .connecting: stateOutput.emit(["state": "connecting"], text: "· connecting…")
+                case .connected: stateOutput.emit(["state": "connected"], text: "· connected")
+                case .waiting(let seconds, let reason):
+                    stateOutput.emit(["state": "waiting", "seconds": seconds, "reason": reason],
+                                     text: String(format: "· disconnected (%@); retrying in %.1f s", reason, seconds))
+                }
+            }
+            for try await message in stream { output.message(message) }
         }
     }
 }

@@ -145,6 +145,27 @@ final class Harness: Sendable {
         await harness.finish()
     }
 
+    @Test func unsendTakesBackAPendingMessageAndBlockingRefusesAnAuthor() async throws {
+        let harness = try await Harness()
+        let alice = try harness.client("alice"), bob = try harness.client("bob")
+        try await alice.signIn()
+        try await bob.signIn()
+        guard case .sent(let regret) = try await alice.send(text: "oops", to: "bob") else { Issue.record("not sent"); return }
+        try await alice.unsend(regret, to: "bob")
+        #expect(try await bob.receive().isEmpty, "gone before bob received it")
+        await #expect(throws: ClientError.self) { try await alice.unsend(regret, to: "bob") }
+
+        try await bob.block("alice")
+        guard case .refused(_, let reason) = try await alice.send(text: "let me in", to: "bob") else {
+            Issue.record("a blocked send is refused for good"); return
+        }
+        #expect(reason == "blocked")
+        #expect(try await alice.flush(now: Date().addingTimeInterval(3600)) == 0, "not retried")
+        #expect(try await alice.outgoing().last?.state == .refused)
+        #expect(try await bob.receive().isEmpty)
+        await harness.finish()
+    }
+
     func bobMailboxKey(_ harness: Harness) async throws -> MailboxPublicKey {
         let session = try await harness.session("carol")
         var request = URLRequest(url: harness.url.appendingPathComponent("v1/users/bob/keys"))

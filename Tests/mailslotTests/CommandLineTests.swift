@@ -87,6 +87,16 @@ import Testing
         #expect(try await setup.run(["receive", "--profile", "bob"]).stdout.isEmpty, "acked: nothing comes twice")
         #expect(try await setup.run(["history", "--profile", "bob", "alice"]).stdout.contains("hello from the terminal"))
 
+        // A picture travels inline, with its caption.
+        let picture = setup.home + "/dot.png"
+        try Data([0x89, 0x50, 0x4E, 0x47] + randomBytes(300)).write(to: URL(fileURLWithPath: picture))
+        #expect(try await setup.run(["send", "--profile", "alice", "bob", "--file", picture, "a dot"]).status == 0)
+        let pictureLine = try await setup.run(["receive", "--profile", "bob", "--json"]).stdout
+        let pictureMessage = try JSONSerialization.jsonObject(with: Data(pictureLine.utf8)) as? [String: Any]
+        #expect(pictureMessage?["type"] as? String == "picture")
+        #expect(pictureMessage?["text"] as? String == "a dot")
+        #expect((pictureMessage?["attachments"] as? [[String: Any]])?.first?["bytes"] as? Int == 304)
+
         let bobNumber = try await setup.run(["fingerprint", "--profile", "bob", "alice"]).stdout
         let aliceNumber = try await setup.run(["fingerprint", "--profile", "alice", "bob"]).stdout
         #expect(bobNumber == aliceNumber && bobNumber.split(whereSeparator: \.isWhitespace).count == 12)

@@ -18,17 +18,31 @@ extension MailslotClient {
     /// brings the message again, and the store drops the duplicate. Messages that fail to open
     /// or verify are stored as rejected and acknowledged, so they never block the mailbox.
     /// Reconnects with exponential backoff and jitter; catches up from the backlog after a gap.
-    public nonisolated func messages() -> AsyncThrowingStream<ReceivedMessage, any Error> {
+    public nonisolated func messages(onState: @escaping @Sendable (ConnectionState) -> Void = { _ in })
+        -> AsyncThrowingStream<ReceivedMessage, any Error> {
         AsyncThrowingStream { continuation in
-            let task = Task { await self.receiveLoop(continuation) }
+            let task = Task { await self.receiveLoop(continuation, onState: onState) }
             continuation.onTermination = { _ in task.cancel() }
         }
     }
 
-    private func receiveLoop(_ continuation: AsyncThrowingStream<ReceivedMessage, any Error>.Continuation) async {
+    /// Where the live subscription stands, for a UI or a log.
+    public enum ConnectionState: Sendable, Equatable {
+        /// Connecting (or reconnecting) to the relay.
+        case connecting
+        /// Subscribed: the backlog and new messages flow.
+        case connected
+        /// The connection dropped; the next try comes after this many seconds.
+        case waiting(seconds: Double, reason: String)
+    }
+
+    private func receiveLoop(_ continuation: AsyncThrowingStream<ReceivedMessage, any Error>.Continuation,
+                             onState: @escaping @Sendable (ConnectionState) -> Void) async {
         var failures = 0
         while !Task.isCancelled {
+            var reason = "closed by the relay"
             do {
+                onState(.connecting)
                 let me = try await identity()
                 let session = try await session()
                 var headers = HTTPFields()
@@ -38,6 +52,7 @@ extension MailslotClient {
                     configuration: .init(maxFrameSize: 1 << 20, additionalHeaders: headers, autoPing: .enabled(timePeriod: .seconds(30))),
                     logger: logger
                 ) { inbound, outbound, _ in
+                    onState(.connected)
                     for try await frame in inbound.messages(maxSize: 1 << 21) {
                         guard case .text(let text) = frame,
                               let relayFrame = try? JSONDecoder().decode(RelayFrame.self, from: Data(text.utf8)) else { continue }
@@ -65,11 +80,13 @@ extension MailslotClient {
                 break
             } catch {
                 failures += 1
-                logger.info("subscription dropped; reconnecting", metadata: ["error": "\(Self.describe(error))", "attempt": "\(failures)"])
+                reason = Self.describe(error)
+                logger.info("subscription dropped; reconnecting", metadata: ["error": "\(reason)", "attempt": "\(failures)"])
             }
             // Backoff with jitter: 0.25 s doubling to 30 s, each wait randomised by ±50 %.
             let base = min(30, 0.25 * pow(2, Double(min(failures, 8))))
             let wait = failures == 0 ? 0.05 : base * (0.5 + Double(randomUniform(1000)) / 1000)
+            if !Task.isCancelled { onState(.waiting(seconds: wait, reason: reason)) }
             try? await Task.sleep(for: .milliseconds(Int64(wait * 1000)))
         }
         continuation.finish()

@@ -22,6 +22,8 @@ public struct OutgoingMessage: Sendable, Equatable {
         case queued
         /// The relay stored it.
         case sent
+        /// The relay refused it for good; `lastError` says why.
+        case refused
     }
     public let id: String
     public let recipient: String
@@ -116,6 +118,13 @@ extension ClientStore {
     func markSent(_ id: String) async throws {
         try await pool.write { db in
             try db.execute(sql: "UPDATE sent SET state = 'sent', envelope = NULL, last_error = NULL WHERE id = ?", arguments: [id])
+        }
+    }
+
+    /// Takes a refused message out of the outbox, keeping why.
+    func markRefused(_ id: String, error: String) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE sent SET state = 'refused', envelope = NULL, last_error = ? WHERE id = ?", arguments: [error, id])
         }
     }
 
