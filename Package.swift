@@ -83,8 +83,10 @@ let package = Package(
             ]
         ),
         .testTarget(name: "MailslotClientTests", dependencies: ["MailslotClient", "MailslotRelay"]),
-        .testTarget(name: "mailslotTests", dependencies: ["mailslot", "MailslotRelay"]),
-        .testTarget(name: "mailslot-relayTests", dependencies: ["mailslot-relay", "MailslotCrypto"]),
+        .testTarget(name: "mailslotTests", dependencies: ["mailslot", "MailslotRelay", "MailslotTestSupport"]),
+        // Shared by the tests that run the executables.
+        .target(name: "MailslotTestSupport", path: "Tests/Support"),
+        .testTarget(name: "mailslot-relayTests", dependencies: ["mailslot-relay", "MailslotCrypto", "MailslotTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,41 +1,12 @@
 import Foundation
 import MailslotCrypto
+import MailslotTestSupport
 import Testing
 
 /// Runs the built `mailslot-relay` binary as a user would, checking output and exit codes.
 @Suite struct RelayCommandLineTests {
-    struct Result {
-        let status: Int32
-        let stdout: String
-        let stderr: String
-    }
-
-    static let binary: URL = {
-        // The test runner and the executables are built into the same folder.
-        let folder = Bundle.main.executableURL?.deletingLastPathComponent()
-            ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        return folder.appendingPathComponent("mailslot-relay")
-    }()
-
-    /// Runs the binary with output in files and the process end resuming the test, so no thread of
-    /// the concurrency pool (which other tests' in-process relays need) is blocked meanwhile.
-    func run(_ arguments: String...) async throws -> Result {
-        let base = FileManager.default.temporaryDirectory.appendingPathComponent("mailslot-relay-run-\(UUID().uuidString)").path
-        defer { for name in ["out", "err"] { try? FileManager.default.removeItem(atPath: "\(base).\(name)") } }
-        for name in ["out", "err"] { _ = FileManager.default.createFile(atPath: "\(base).\(name)", contents: nil) }
-        let process = Process()
-        process.executableURL = Self.binary
-        process.arguments = arguments
-        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: "\(base).out"))
-        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: "\(base).err"))
-        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
-            process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
-            do { try process.run() } catch { continuation.resume(throwing: error) }
-        }
-        func read(_ name: String) -> String {
-            String(decoding: FileManager.default.contents(atPath: "\(base).\(name)") ?? Data(), as: UTF8.self)
-        }
-        return Result(status: status, stdout: read("out"), stderr: read("err"))
+    func run(_ arguments: String...) async throws -> ProcessResult {
+        try await ProcessRunner.run(ProcessRunner.builtProduct("mailslot-relay"), arguments)
     }
 
     func temporaryFolder() throws -> URL {

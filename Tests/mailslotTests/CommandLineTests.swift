@@ -2,18 +2,11 @@ import Foundation
 import Logging
 import MailslotRelay
 import MailslotWire
+import MailslotTestSupport
 import Testing
 
 /// The `mailslot` binary as a person at a terminal uses it, against a relay in this process.
 @Suite struct CommandLineTests {
-    static let binary: URL = {
-        let folder = Bundle.main.executableURL?.deletingLastPathComponent()
-            ?? URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        return folder.appendingPathComponent("mailslot")
-    }()
-
-    struct Result { let status: Int32; let stdout: String; let stderr: String }
-
     final class Setup: Sendable {
         let issuer = IdentityKeyPair()
         let home = FileManager.default.temporaryDirectory.appendingPathComponent("mailslot-cli-\(UUID().uuidString)").path
@@ -32,28 +25,9 @@ import Testing
         var relayURL: String { "http://127.0.0.1:\(running.port)" }
         func token(_ uid: String) throws -> String { try TokenIssuer(key: issuer, audience: Defaults.audience).mint(uid: uid) }
 
-        /// Runs the binary without blocking a thread of the pool the in-process relay needs: output
-        /// goes to files, and the end of the process resumes the test.
-        func run(_ arguments: [String], stdin: String? = nil) async throws -> Result {
-            let base = home + "/run-\(UUID().uuidString)"
-            try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true)
-            for name in ["out", "err", "in"] { _ = FileManager.default.createFile(atPath: "\(base).\(name)", contents: nil) }
-            try Data((stdin ?? "").utf8).write(to: URL(fileURLWithPath: "\(base).in"))
-            let process = Process()
-            process.executableURL = CommandLineTests.binary
-            process.arguments = arguments
-            process.environment = ["MAILSLOT_HOME": home, "HOME": home, "PATH": "/usr/bin:/bin"]
-            process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: "\(base).out"))
-            process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: "\(base).err"))
-            process.standardInput = try FileHandle(forReadingFrom: URL(fileURLWithPath: "\(base).in"))
-            let status: Int32 = try await withCheckedThrowingContinuation { continuation in
-                process.terminationHandler = { continuation.resume(returning: $0.terminationStatus) }
-                do { try process.run() } catch { continuation.resume(throwing: error) }
-            }
-            func read(_ name: String) -> String {
-                String(decoding: FileManager.default.contents(atPath: "\(base).\(name)") ?? Data(), as: UTF8.self)
-            }
-            return Result(status: status, stdout: read("out"), stderr: read("err"))
+        func run(_ arguments: [String], stdin: String? = nil) async throws -> ProcessResult {
+            try await ProcessRunner.run(ProcessRunner.builtProduct("mailslot"), arguments,
+                                        environment: ["MAILSLOT_HOME": home, "HOME": home, "PATH": "/usr/bin:/bin"], stdin: stdin)
         }
 
         func finish() async {
