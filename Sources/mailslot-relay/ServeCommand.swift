@@ -40,6 +40,18 @@ struct ServeCommand: AsyncParsableCommand {
     var maxConnections: Int?
     @Option(help: ArgumentHelp("Session lifetime in seconds [MAILSLOT_SESSION_TTL] (default 900).", valueName: "SECONDS"))
     var sessionTTL: Int64?
+    @Option(help: ArgumentHelp("Refresh-token lifetime in seconds [MAILSLOT_REFRESH_TTL] (default 2592000).", valueName: "SECONDS"))
+    var refreshTTL: Int64?
+    @Option(help: ArgumentHelp("Lifetime of a message sent without ttl_seconds [MAILSLOT_MESSAGE_TTL] (default 604800).", valueName: "SECONDS"))
+    var messageTTL: Int64?
+    @Option(help: ArgumentHelp("Longest message lifetime a sender may ask for [MAILSLOT_MAX_MESSAGE_TTL] (default 2592000).", valueName: "SECONDS"))
+    var maxMessageTTL: Int64?
+    @Option(help: ArgumentHelp("Largest owner document in bytes [MAILSLOT_MAX_DOCUMENT_BYTES] (default 16384).", valueName: "BYTES"))
+    var maxDocumentBytes: Int?
+    @Option(help: ArgumentHelp("Seconds between sweeps of expired messages [MAILSLOT_SWEEP_INTERVAL] (default 60).", valueName: "SECONDS"))
+    var sweepInterval: Double?
+    @Option(help: ArgumentHelp("Bearer token for scraping /metrics, 16+ characters [MAILSLOT_METRICS_TOKEN]; prefer the variable. Without one, /metrics answers only on a loopback address.", valueName: "TOKEN"))
+    var metricsToken: String?
     @Option(help: ArgumentHelp("trace, debug, info, notice, warning, error or critical [MAILSLOT_LOG_LEVEL] (default info).", valueName: "LEVEL"))
     var logLevel: String?
 
@@ -93,6 +105,12 @@ struct ServeCommand: AsyncParsableCommand {
         if let value = try atLeast(try number(window, "MAILSLOT_WINDOW", ""), 1, "--window") { configuration.deliveryWindow = value }
         if let value = try atLeast(try number(maxConnections, "MAILSLOT_MAX_CONNECTIONS", ""), 1, "--max-connections") { configuration.maxConnections = value }
         if let value = try atLeast(try number(sessionTTL, "MAILSLOT_SESSION_TTL", ""), 60, "--session-ttl") { configuration.sessionLifetime = value }
+        if let value = try atLeast(try number(refreshTTL, "MAILSLOT_REFRESH_TTL", ""), 60, "--refresh-ttl") { configuration.refreshLifetime = value }
+        if let value = try atLeast(try number(messageTTL, "MAILSLOT_MESSAGE_TTL", ""), 1, "--message-ttl") { configuration.defaultMessageTTL = value }
+        if let value = try atLeast(try number(maxMessageTTL, "MAILSLOT_MAX_MESSAGE_TTL", ""), 1, "--max-message-ttl") { configuration.maxMessageTTL = value }
+        if let value = try atLeast(try number(maxDocumentBytes, "MAILSLOT_MAX_DOCUMENT_BYTES", ""), 2, "--max-document-bytes") { configuration.maxDocumentBytes = value }
+        if let value = try atLeast(try number(sweepInterval, "MAILSLOT_SWEEP_INTERVAL", ""), 1, "--sweep-interval") { configuration.sweepInterval = value }
+        configuration.metricsToken = setting(metricsToken, "MAILSLOT_METRICS_TOKEN")
 
         var keys = issuerPublicKey
         if keys.isEmpty, let variable = setting(nil, "MAILSLOT_ISSUER_PUBLIC_KEY") {
@@ -105,6 +123,12 @@ struct ServeCommand: AsyncParsableCommand {
         }
         if configuration.issuerKeys.isEmpty {
             configuration.issuerKeys = [try developmentIssuerKey(configuration, logger: logger)]
+        }
+        let developmentKey = try? IssuerKeyFile.read(DevelopmentKey.path(in: configuration.dataDirectory)).publicKey
+        let problems = ConfigurationCheck.problems(configuration, developmentKeyTrusted: configuration.issuerKeys.contains { $0 == developmentKey },
+                                                   logLevel: level)
+        guard problems.isEmpty else {
+            throw ValidationError("refusing to start:\n" + problems.map { "  - " + $0 }.joined(separator: "\n"))
         }
 
         let relay: Relay
@@ -121,7 +145,7 @@ struct ServeCommand: AsyncParsableCommand {
 
     /// Loads, or creates on first run, the development issuer key in the data folder, and says so loudly.
     private func developmentIssuerKey(_ configuration: RelayConfiguration, logger: Logger) throws -> IdentityPublicKey {
-        guard ["127.0.0.1", "localhost", "::1"].contains(configuration.host) else {
+        guard configuration.listensOnLoopbackOnly else {
             throw ValidationError("""
                 no issuer public key is configured, and the development key is only for loopback addresses. \
                 Give --issuer-public-key k4.public.… (or MAILSLOT_ISSUER_PUBLIC_KEY) when listening on \(configuration.host).

@@ -8,11 +8,11 @@ import MailslotWire
 @Suite struct AccessRuleTests {
     @Test func theTableDeniesByDefault() {
         // A pair missing from the table allows no one, whoever asks.
-        #expect(!AccessRules.allows(.update, .mailbox, principal: "bob", owner: "bob"))
-        #expect(!AccessRules.allows(.update, .blockEntry, principal: "bob", owner: "bob"))
-        #expect(AccessRules.allows(.delete, .message, principal: "alice", owner: "bob", author: "alice"))
-        #expect(!AccessRules.allows(.delete, .message, principal: "carol", owner: "bob", author: "alice"))
-        #expect(!AccessRules.allows(.delete, .message, principal: "carol", owner: "bob", author: nil))
+        #expect(!AccessRules.standard.allows(.update, .mailbox, principal: "bob", owner: "bob"))
+        #expect(!AccessRules.standard.allows(.update, .blockEntry, principal: "bob", owner: "bob"))
+        #expect(AccessRules.standard.allows(.delete, .message, principal: "alice", owner: "bob", author: "alice"))
+        #expect(!AccessRules.standard.allows(.delete, .message, principal: "carol", owner: "bob", author: "alice"))
+        #expect(!AccessRules.standard.allows(.delete, .message, principal: "carol", owner: "bob", author: nil))
     }
 
     @Test func everyCellOverHTTP() async throws {

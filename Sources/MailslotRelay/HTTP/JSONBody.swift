@@ -22,8 +22,21 @@ enum JSONBody {
         Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: raw)))
     }
 
-    /// The request body, at most `limit` bytes, checked for nesting depth.
+    /// The request body, at most `limit` bytes, checked to be strict JSON within `maxDepth`.
     static func bytes(of request: Request, limit: Int, maxDepth: Int) async throws -> Data {
+        let data = try await raw(request, limit: limit)
+        do { try WireDecoding.validate(data, maxDepth: maxDepth) } catch { throw problem(error) }
+        return data
+    }
+
+    /// Decodes the body as `T` (``WireDecoding``, the path the fuzzer runs).
+    static func decode<T: Decodable>(_ type: T.Type, from request: Request, limit: Int, maxDepth: Int) async throws -> T {
+        let data = try await raw(request, limit: limit)
+        do { return try WireDecoding.decode(type, from: data, maxDepth: maxDepth) } catch { throw problem(error) }
+    }
+
+    /// The body, if it is declared JSON (or undeclared) and at most `limit` bytes.
+    private static func raw(_ request: Request, limit: Int) async throws -> Data {
         if let type = request.headers[.contentType],
            type.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased() != "application/json" {
             throw Problem(.unsupportedMediaType, "send Content-Type: application/json")
@@ -32,35 +45,17 @@ enum JSONBody {
             throw Problem(.bodyTooLarge, "the request body is at most \(limit) bytes")
         }
         var request = request
-        let buffer: ByteBuffer
-        do { buffer = try await request.collectBody(upTo: limit) } catch {
+        do { return Data(try await request.collectBody(upTo: limit).readableBytesView) } catch {
             throw Problem(.bodyTooLarge, "the request body is at most \(limit) bytes")
         }
-        let data = Data(buffer.readableBytesView)
-        try checkStrict(data, maxDepth: maxDepth)
-        return data
     }
 
-    /// Decodes the body as `T`.
-    static func decode<T: Decodable>(_ type: T.Type, from request: Request, limit: Int, maxDepth: Int) async throws -> T {
-        try decode(type, from: try await bytes(of: request, limit: limit, maxDepth: maxDepth))
-    }
-
-    static func decode<T: Decodable>(_ type: T.Type, from data: Data) throws -> T {
-        do { return try JSONDecoder().decode(type, from: data) } catch {
-            throw Problem(.invalidJSON, "the body is not the expected JSON object")
-        }
-    }
-
-    /// Refuses anything but strict JSON (see ``StrictJSON``) nested at most `max` deep, before
-    /// a parser sees it: a parser's recursion is what deep nesting attacks.
-    static func checkStrict(_ data: Data, maxDepth max: Int) throws {
-        do { try StrictJSON.validate(data, maxDepth: max) } catch {
-            switch error {
-            case .tooDeep: throw Problem(.invalidJSON, "JSON is nested deeper than \(max) levels")
-            case .duplicateMember: throw Problem(.invalidJSON, "an object repeats a member name")
-            case .syntax: throw Problem(.invalidJSON, "the body is not JSON (RFC 8259)")
-            }
+    private static func problem(_ error: WireDecodingError) -> Problem {
+        switch error {
+        case .tooDeep(let limit): Problem(.invalidJSON, "JSON is nested deeper than \(limit) levels")
+        case .duplicateMember: Problem(.invalidJSON, "an object repeats a member name")
+        case .syntax: Problem(.invalidJSON, "the body is not JSON (RFC 8259)")
+        case .shape: Problem(.invalidJSON, "the body is not the expected JSON object")
         }
     }
 }

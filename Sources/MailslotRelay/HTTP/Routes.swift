@@ -11,8 +11,6 @@ struct Routes: Sendable {
     let configuration: RelayConfiguration
 
     func add(to router: Router<RelayContext>) {
-        router.get("/healthz") { _, _ in JSONBody.response(["status": "ok"]) }
-
         router.post("/v1/sessions") { request, _ in
             let body = try await JSONBody.decode(SignInRequest.self, from: request, limit: 16 * 1024, maxDepth: configuration.maxJSONDepth)
             return JSONBody.response(try await sessions.signIn(token: body.token, now: Clock.now()), status: .created)

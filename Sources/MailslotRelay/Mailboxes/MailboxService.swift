@@ -2,7 +2,7 @@ import Foundation
 import MailslotWire
 
 /// What the relay does, independent of transport: HTTP routes and WebSocket frames both call
-/// these functions, and each one asks ``AccessRules`` before touching the store. Failures are
+/// these functions, and each one asks the ``AccessRules`` before touching the store. Failures are
 /// ``Problem``s with stable codes; nothing already stored changes when a request is refused.
 struct MailboxService: Sendable {
     let store: Store
@@ -10,6 +10,7 @@ struct MailboxService: Sendable {
     let hub: MailboxHub
     let rateLimiter: RateLimiter
     let erasure: ErasureScheduler
+    let metrics: RelayMetrics
 
     typealias Principal = SessionService.Principal
 
@@ -18,6 +19,19 @@ struct MailboxService: Sendable {
     /// Drops an envelope into `recipient`'s mailbox under `id`, stamped with the principal as author.
     func send(_ principal: Principal, to recipient: String, id: String, envelope base64: String, ttlSeconds: Int64?,
               now: Int64) async throws -> (record: MessageRecord, created: Bool) {
+        do {
+            let outcome = try await store(principal, to: recipient, id: id, envelope: base64, ttlSeconds: ttlSeconds, now: now)
+            if outcome.created { metrics.messagesCreated.increment() }
+            return outcome
+        } catch let problem as Problem {
+            metrics.rejected(reason: problem.code.rawValue)
+            if problem.code == .rateLimited { metrics.rateLimited.increment() }
+            throw problem
+        }
+    }
+
+    private func store(_ principal: Principal, to recipient: String, id: String, envelope base64: String, ttlSeconds: Int64?,
+                       now: Int64) async throws -> (record: MessageRecord, created: Bool) {
         try Self.check(uid: recipient)
         try Self.check(messageID: id)
         try require(.create, .message, principal, owner: recipient)
@@ -40,7 +54,7 @@ struct MailboxService: Sendable {
         guard envelope.count >= Envelope.minimumSize, envelope.count & (envelope.count - 1) == 0 else {
             throw Problem(.invalidEnvelope, "an envelope is a power of two from \(Envelope.minimumSize) bytes (spec/envelope.md)")
         }
-        let forOwner = AccessRules.allows(.read, .message, principal: principal.uid, owner: recipient)
+        let forOwner = configuration.rules.allows(.read, .message, principal: principal.uid, owner: recipient)
         // An identical retry is answered before the rate limit: a client that lost an answer must
         // not be told to slow down for repeating itself.
         if let existing = try await store.message(recipient: recipient, id: id, now: now),
@@ -56,7 +70,10 @@ struct MailboxService: Sendable {
                                                         maxPending: configuration.maxPendingPerMailbox)
             switch outcome {
             case .created(let message, let erasedExpired):
-                if erasedExpired { erasure.erased() }
+                if erasedExpired {
+                    metrics.messagesExpired.increment()
+                    erasure.erased()
+                }
                 await hub.notify(recipient)
                 return (message.record(forOwner: forOwner), true)
             case .duplicate(let message):
@@ -79,6 +96,7 @@ struct MailboxService: Sendable {
         guard let message = try await store.message(recipient: owner, id: id, now: now) else {
             throw Problem(.notFound, "no such message")
         }
+        metrics.messagesDelivered.increment()
         return message.record(forOwner: true)
     }
 
@@ -100,6 +118,7 @@ struct MailboxService: Sendable {
         let messages = try await store.messages(recipient: owner, after: after, limit: pageSize + 1, now: now)
         let page = messages.prefix(pageSize)
         let next = messages.count > pageSize ? page.last.map { String($0.seq) } : nil
+        metrics.messagesDelivered.increment(by: page.count)
         return MessagePage(messages: page.map { $0.record(forOwner: true) }, next: next)
     }
 
@@ -129,10 +148,11 @@ struct MailboxService: Sendable {
         try require(.delete, .message, principal, owner: owner, author: author)
         // Only the owner may learn that the message is not there (any more). An author's unsend
         // erases only a message that author wrote, even if the id was reused meanwhile.
-        let isOwner = AccessRules.allows(.delete, .message, principal: principal.uid, owner: owner, author: nil)
+        let isOwner = configuration.rules.allows(.delete, .message, principal: principal.uid, owner: owner, author: nil)
         let erased = try await store.deleteMessage(recipient: owner, id: id, author: isOwner ? nil : principal.uid, now: now)
         erasure.erased()  // also when the row was expired: it was deleted all the same
         guard erased else { throw Problem(isOwner ? .notFound : .forbidden, isOwner ? "no such message" : "you may not do this") }
+        (isOwner ? metrics.messagesAcked : metrics.messagesUnsent).increment()
     }
 
     // MARK: Documents, keys, block lists
@@ -154,18 +174,21 @@ struct MailboxService: Sendable {
             throw Problem(.invalidDocument, "the document must be a JSON object")
         }
         try await store.putDocument(uid: owner, body: body, now: now)
+        erasure.erased()  // the replaced version must not linger in the WAL either
     }
 
     func deleteDocument(_ principal: Principal, owner: String) async throws {
         try Self.check(uid: owner)
         try require(.delete, .userDocument, principal, owner: owner)
         guard try await store.deleteDocument(uid: owner) else { throw Problem(.notFound, "no document") }
+        erasure.erased()
     }
 
     func deleteKeyBundle(_ principal: Principal, owner: String) async throws {
         try Self.check(uid: owner)
         try require(.delete, .keyBundle, principal, owner: owner)
         guard try await store.deleteKeyBundle(uid: owner) else { throw Problem(.notFound, "no key bundle") }
+        erasure.erased()
     }
 
     func blockList(_ principal: Principal, owner: String) async throws -> [String] {
@@ -191,6 +214,7 @@ struct MailboxService: Sendable {
             throw Problem(.invalidKeyBundle, "the key bundle was refused: \(error.code)")
         }
         try await store.putKeyBundle(uid: owner, bundle: body, now: now)
+        erasure.erased()  // the replaced version must not linger in the WAL either
     }
 
     func block(_ principal: Principal, owner: String, author: String, now: Int64) async throws {
@@ -205,6 +229,7 @@ struct MailboxService: Sendable {
         try Self.check(uid: author)
         try require(.delete, .blockEntry, principal, owner: owner)
         guard try await store.unblock(owner: owner, author: author) else { throw Problem(.notFound, "not blocked") }
+        erasure.erased()
     }
 
     /// Checks that the principal may subscribe to `owner`'s mailbox.
@@ -217,7 +242,7 @@ struct MailboxService: Sendable {
 
     private func require(_ operation: Operation, _ resource: Resource, _ principal: Principal, owner: String,
                          author: String? = nil) throws {
-        guard AccessRules.allows(operation, resource, principal: principal.uid, owner: owner, author: author) else {
+        guard configuration.rules.allows(operation, resource, principal: principal.uid, owner: owner, author: author) else {
             throw Problem(.forbidden, "you may not do this")
         }
     }

@@ -41,15 +41,19 @@ public enum Role: Sendable, Hashable {
     case signedIn
 }
 
-/// The access rules. Ask ``AccessRules/allows(_:_:principal:owner:author:)``.
-public enum AccessRules {
-    static let table: [Resource: [Operation: Set<Role>]] = [
+/// The access rules. Ask ``AccessRules/allows(_:_:principal:owner:author:)`` of ``standard``.
+public struct AccessRules: Sendable {
+    let table: [Resource: [Operation: Set<Role>]]
+
+    /// The rules of DESIGN.md: the only table a relay runs with. (Tests can derive a deliberately
+    /// broken copy, to prove that the audit notices; no configuration reaches that from outside.)
+    public static let standard = AccessRules(table: [
         .userDocument: [.create: [.owner], .read: [.owner], .update: [.owner], .delete: [.owner]],
         .keyBundle: [.create: [.owner], .read: [.signedIn], .update: [.owner], .delete: [.owner]],
         .message: [.create: [.signedIn], .read: [.owner], .update: [.owner], .delete: [.owner, .author]],
         .mailbox: [.read: [.owner]],
         .blockEntry: [.create: [.owner], .read: [.owner], .delete: [.owner]],
-    ]
+    ])
 
     /// The roles `principal` holds toward a resource of `owner`, and of a message's `author`.
     static func roles(principal: String, owner: String, author: String?) -> Set<Role> {
@@ -61,9 +65,17 @@ public enum AccessRules {
 
     /// Whether the signed-in `principal` may perform `operation` on `resource` in `owner`'s
     /// space. `author` is the stamped author of the message concerned, when it exists.
-    public static func allows(_ operation: Operation, _ resource: Resource, principal: String, owner: String,
-                              author: String? = nil) -> Bool {
+    public func allows(_ operation: Operation, _ resource: Resource, principal: String, owner: String,
+                       author: String? = nil) -> Bool {
         guard let allowed = table[resource]?[operation] else { return false }
-        return !allowed.isDisjoint(with: roles(principal: principal, owner: owner, author: author))
+        return !allowed.isDisjoint(with: Self.roles(principal: principal, owner: owner, author: author))
+    }
+
+    /// A copy that also lets `role` perform `operation` on `resource`: for tests that need a
+    /// relay with a hole in its rules.
+    func granting(_ operation: Operation, _ resource: Resource, to role: Role) -> AccessRules {
+        var table = table
+        table[resource, default: [:]][operation, default: []].insert(role)
+        return AccessRules(table: table)
     }
 }

@@ -16,6 +16,7 @@ public struct Relay: Sendable {
     let sessions: SessionService
     let mailboxes: MailboxService
     let erasure: ErasureScheduler
+    let metrics: RelayMetrics
     let logger: Logger
 
     /// Opens (or creates) the store in the configuration's data folder and runs its migrations.
@@ -27,18 +28,21 @@ public struct Relay: Sendable {
         }
         try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
+        let metrics = RelayMetrics()
         let store = try Store(path: (configuration.dataDirectory as NSString).appendingPathComponent("relay.sqlite"),
-                              durability: durability)
+                              durability: durability, metrics: metrics)
         let erasure = ErasureScheduler(store: store, delay: configuration.erasureDelay)
         self.configuration = configuration
         self.store = store
         self.erasure = erasure
+        self.metrics = metrics
         self.logger = logger
         sessions = SessionService(store: store, verifier: TokenVerifier(issuerKeys: configuration.issuerKeys, audience: configuration.audience),
-                                  sessionLifetime: configuration.sessionLifetime * 1000, refreshLifetime: configuration.refreshLifetime * 1000)
+                                  sessionLifetime: configuration.sessionLifetime * 1000, refreshLifetime: configuration.refreshLifetime * 1000,
+                                  metrics: metrics)
         mailboxes = MailboxService(store: store, configuration: configuration, hub: MailboxHub(),
                                    rateLimiter: RateLimiter(rate: configuration.createRate, burst: configuration.createBurst),
-                                   erasure: erasure)
+                                   erasure: erasure, metrics: metrics)
     }
 
     /// The HTTP + WebSocket application. `onServerRunning` receives the bound port.
@@ -48,7 +52,8 @@ public struct Relay: Sendable {
         let subscription = SubscriptionSession(mailboxes: mailboxes, sessions: sessions, hub: mailboxes.hub,
                                                window: configuration.deliveryWindow, maxFrameBytes: configuration.maxFrameBytes,
                                                maxJSONDepth: configuration.maxJSONDepth,
-                                               sessionCheckInterval: configuration.sessionCheckInterval, logger: logger)
+                                               sessionCheckInterval: configuration.sessionCheckInterval, logger: logger,
+                                               metrics: metrics)
         let webSocketRouter = Router(context: RelayContext.self)
         webSocketRouter.ws("/v1/users/:uid/subscribe") { inbound, outbound, context in
             try await subscription.run(owner: context.requestContext.parameters.get("uid") ?? "",
@@ -69,7 +74,7 @@ public struct Relay: Sendable {
             server: server,
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "mailslot",
                                  availableConnectionsDelegate: MaximumAvailableConnections(configuration.maxConnections)),
-            services: [Sweeper(store: store, erasure: erasure, interval: configuration.sweepInterval, logger: logger),
+            services: [Sweeper(store: store, erasure: erasure, metrics: metrics, interval: configuration.sweepInterval, logger: logger),
                        ErasureService(erasure: erasure, logger: logger)],
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? 0) },
             logger: logger)
@@ -78,9 +83,10 @@ public struct Relay: Sendable {
     /// The HTTP router with every route (the WebSocket upgrade has its own).
     func makeRouter() -> Router<RelayContext> {
         let router = Router(context: RelayContext.self)
-        router.add(middleware: AccessLogMiddleware())
+        router.add(middleware: AccessLogMiddleware(metrics: metrics))
         router.add(middleware: ProblemMiddleware())
         Routes(sessions: sessions, mailboxes: mailboxes, configuration: configuration).add(to: router)
+        OperationsRoutes(store: store, metrics: metrics, configuration: configuration).add(to: router)
         return router
     }
 
@@ -106,6 +112,7 @@ public struct RelayConfigurationError: Error, CustomStringConvertible {
 struct Sweeper: Service {
     let store: Store
     let erasure: ErasureScheduler
+    let metrics: RelayMetrics
     let interval: Double
     let logger: Logger
 
@@ -116,6 +123,7 @@ struct Sweeper: Service {
                     let erased = try await store.sweepExpired(now: Clock.now())
                     if erased > 0 {
                         logger.info("expired messages erased", metadata: ["count": "\(erased)"])
+                        metrics.messagesExpired.increment(by: erased)
                         erasure.erased()
                     }
                 } catch is CancellationError {

@@ -51,6 +51,18 @@ public struct RelayConfiguration: Sendable {
     /// ciphertext can linger in the database files.
     public var erasureDelay: Double = 1
 
+    /// The bearer token Prometheus sends to scrape /metrics. Without one, /metrics answers only
+    /// when the relay listens on a loopback address.
+    public var metricsToken: String?
+
+    /// The access rules: always ``AccessRules/standard`` outside tests (internal on purpose).
+    var rules = AccessRules.standard
+
     /// The defaults.
     public init() {}
+
+    /// Whether `host` is a loopback address, reachable from this machine only.
+    public var listensOnLoopbackOnly: Bool {
+        host == "localhost" || host == "::1" || host.hasPrefix("127.")
+    }
 }

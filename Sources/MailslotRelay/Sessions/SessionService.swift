@@ -13,6 +13,7 @@ struct SessionService: Sendable {
     let sessionLifetime: Int64
     /// Lifetime of a refresh token, in milliseconds.
     let refreshLifetime: Int64
+    let metrics: RelayMetrics
 
     static let accessPrefix = "mss_"
     static let refreshPrefix = "msr_"
@@ -30,9 +31,11 @@ struct SessionService: Sendable {
         do {
             verified = try verifier.verify(token, now: Date(timeIntervalSince1970: Double(now) / 1000))
         } catch {
+            metrics.signIn(outcome: error.code)
             throw Problem(.invalidToken, "the custom token was refused: \(error.code)")
         }
         let secrets = Secrets()
+        defer { metrics.signIn(outcome: "ok") }
         try await store.insertSessionPair(uid: verified.uid, family: Data(randomBytes(16)), accessHash: secrets.accessHash,
                                           accessExpiresAt: now + sessionLifetime, refreshHash: secrets.refreshHash,
                                           refreshExpiresAt: now + refreshLifetime)
@@ -42,15 +45,22 @@ struct SessionService: Sendable {
     /// Spends a refresh token for a new pair; a spent one revokes its family.
     func refresh(_ refresh: String, now: Int64) async throws -> SessionGrant {
         guard let hash = Self.hash(refresh, prefix: Self.refreshPrefix) else {
+            metrics.refresh(outcome: "invalid")
             throw Problem(.refreshInvalid, "not a refresh token")
         }
         let secrets = Secrets()
         switch try await store.rotateRefresh(hash: hash, now: now, accessHash: secrets.accessHash,
                                              accessExpiresAt: now + sessionLifetime, refreshHash: secrets.refreshHash,
                                              refreshExpiresAt: now + refreshLifetime) {
-        case .rotated(let uid): return grant(uid: uid, secrets, now: now)
-        case .invalid: throw Problem(.refreshInvalid, "the refresh token is unknown or expired; sign in again")
-        case .reused: throw Problem(.refreshReused, "the refresh token was already used; every session of this sign-in is revoked")
+        case .rotated(let uid):
+            metrics.refresh(outcome: "ok")
+            return grant(uid: uid, secrets, now: now)
+        case .invalid:
+            metrics.refresh(outcome: "invalid")
+            throw Problem(.refreshInvalid, "the refresh token is unknown or expired; sign in again")
+        case .reused:
+            metrics.refresh(outcome: "reused")
+            throw Problem(.refreshReused, "the refresh token was already used; every session of this sign-in is revoked")
         }
     }
 

@@ -15,7 +15,7 @@ extension Store {
     /// Stores the hashes of a new access/refresh pair in `family`.
     func insertSessionPair(uid: String, family: Data, accessHash: Data, accessExpiresAt: Int64,
                            refreshHash: Data, refreshExpiresAt: Int64) async throws {
-        try await pool.write { db in
+        try await write("insert_session_pair") { db in
             try Self.insertPair(db, uid: uid, family: family, accessHash: accessHash, accessExpiresAt: accessExpiresAt,
                                 refreshHash: refreshHash, refreshExpiresAt: refreshExpiresAt)
         }
@@ -31,7 +31,7 @@ extension Store {
 
     /// The session whose secret hashes to `hash`, if any.
     func session(hash: Data) async throws -> StoredSession? {
-        try await pool.read { db in
+        try await read("session") { db in
             try Row.fetchOne(db, sql: "SELECT * FROM sessions WHERE hash = ?", arguments: [hash]).map { row in
                 StoredSession(kind: StoredSession.Kind(rawValue: row["kind"]) ?? .access, uid: row["uid"],
                               family: row["family"], expiresAt: row["expires_at"], spent: row["spent"] != 0)
@@ -53,7 +53,7 @@ extension Store {
     /// concurrent refreshes with the same token cannot both succeed.
     func rotateRefresh(hash: Data, now: Int64, accessHash: Data, accessExpiresAt: Int64,
                        refreshHash: Data, refreshExpiresAt: Int64) async throws -> RefreshOutcome {
-        try await pool.write { db in
+        try await write("rotate_refresh") { db in
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM sessions WHERE hash = ? AND kind = 1", arguments: [hash]) else {
                 return .invalid
             }
@@ -76,7 +76,7 @@ extension Store {
 
     /// Revokes every session of `family` (sign-out).
     func revokeFamily(_ family: Data) async throws {
-        try await pool.write { db in
+        try await write("revoke_family") { db in
             try db.execute(sql: "DELETE FROM sessions WHERE family = ?", arguments: [family])
         }
     }

@@ -33,6 +33,7 @@ enum CreateOutcome: Sendable, Equatable {
 final class Store: Sendable {
     let pool: DatabasePool
     let path: String
+    let metrics: RelayMetrics?
 
     /// How each commit reaches the disk.
     enum Durability: String, Sendable, CaseIterable {
@@ -43,7 +44,7 @@ final class Store: Sendable {
     }
 
     /// Opens (creating when needed) the database at `path` and runs pending migrations.
-    init(path: String, durability: Durability = .normal) throws {
+    init(path: String, durability: Durability = .normal, metrics: RelayMetrics? = nil) throws {
         var configuration = Configuration()
         configuration.prepareDatabase { db in
             // Overwrite deleted content with zeros, in the main file and in WAL frames written after.
@@ -52,6 +53,7 @@ final class Store: Sendable {
         configuration.busyMode = .timeout(5)
         pool = try DatabasePool(path: path, configuration: configuration)
         self.path = path
+        self.metrics = metrics
         // GRDB sets the writer to NORMAL after prepareDatabase; the choice is made here, once,
         // on the pool's single writer connection.
         try pool.writeWithoutTransaction { db in
@@ -60,12 +62,51 @@ final class Store: Sendable {
         try Schema.migrator.migrate(pool)
     }
 
+    /// A write transaction, timed as `operation` (a fixed name, never data).
+    func write<T: Sendable>(_ operation: String, _ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        let start = ContinuousClock.now
+        defer { metrics?.store(operation, ContinuousClock.now - start) }
+        return try await pool.write(updates)
+    }
+
+    /// A read, timed as `operation`.
+    func read<T: Sendable>(_ operation: String, _ value: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        let start = ContinuousClock.now
+        defer { metrics?.store(operation, ContinuousClock.now - start) }
+        return try await pool.read(value)
+    }
+
+    /// Whether the store can take writes: migrations complete and a write transaction opens.
+    func isReady() async -> Bool {
+        do {
+            return try await pool.writeWithoutTransaction { db in
+                // IMMEDIATE takes the write lock, as a create would; nothing is written.
+                var completed = false
+                try db.inTransaction(.immediate) {
+                    completed = try Schema.migrator.hasCompletedMigrations(db)
+                    return .rollback
+                }
+                return completed
+            }
+        } catch {
+            return false
+        }
+    }
+
+    /// All mailboxes together: pending (unexpired) messages and the creation time of the oldest.
+    func pendingSummary(now: Int64) async throws -> (count: Int, oldestCreatedAt: Int64?) {
+        try await read("pending_summary") { db in
+            let row = try Row.fetchOne(db, sql: "SELECT count(*), min(created_at) FROM messages WHERE expires_at > ?", arguments: [now])
+            return (row?[0] ?? 0, row?[1])
+        }
+    }
+
     // MARK: Messages
 
     /// Stores a message unless its id is taken, the author is blocked, or the mailbox is full.
     func createMessage(recipient: String, id: String, author: String, envelope: Data, now: Int64, expiresAt: Int64,
                        maxPending: Int) async throws -> CreateOutcome {
-        try await pool.write { db in
+        try await write("create_message") { db in
             var erasedExpired = false
             if let existing = try Row.fetchOne(db, sql: "SELECT * FROM messages WHERE recipient = ? AND id = ?",
                                                arguments: [recipient, id]).map(StoredMessage.init(row:)) {
@@ -95,7 +136,7 @@ final class Store: Sendable {
 
     /// The unexpired message `id` of `recipient`'s mailbox.
     func message(recipient: String, id: String, now: Int64) async throws -> StoredMessage? {
-        try await pool.read { db in
+        try await read("message") { db in
             try Row.fetchOne(db, sql: "SELECT * FROM messages WHERE recipient = ? AND id = ? AND expires_at > ?",
                              arguments: [recipient, id, now]).map(StoredMessage.init(row:))
         }
@@ -103,7 +144,7 @@ final class Store: Sendable {
 
     /// Unexpired messages of a mailbox after `seq`, oldest first.
     func messages(recipient: String, after seq: Int64, limit: Int, now: Int64) async throws -> [StoredMessage] {
-        try await pool.read { db in
+        try await read("messages") { db in
             try Row.fetchAll(db, sql: """
                 SELECT * FROM messages WHERE recipient = ? AND seq > ? AND expires_at > ? ORDER BY seq LIMIT ?
                 """, arguments: [recipient, seq, now, limit]).map(StoredMessage.init(row:))
@@ -112,7 +153,7 @@ final class Store: Sendable {
 
     /// The number of unexpired messages waiting in a mailbox.
     func pendingCount(recipient: String, now: Int64) async throws -> Int {
-        try await pool.read { db in
+        try await read("pending_count") { db in
             try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM messages WHERE recipient = ? AND expires_at > ?",
                              arguments: [recipient, now]) ?? 0
         }
@@ -123,7 +164,7 @@ final class Store: Sendable {
     /// was erased; an expired one is erased too, but reported as absent.
     @discardableResult
     func deleteMessage(recipient: String, id: String, author: String? = nil, now: Int64) async throws -> Bool {
-        try await pool.write { db in
+        try await write("delete_message") { db in
             let expiresAt = try Int64.fetchOne(db, sql: """
                 SELECT expires_at FROM messages WHERE recipient = ? AND id = ? AND (? IS NULL OR author = ?)
                 """, arguments: [recipient, id, author, author])
@@ -145,7 +186,7 @@ final class Store: Sendable {
     /// `holder`. A running lease of another holder is never overwritten: that is what lets several
     /// workers share one mailbox without doing the same message twice.
     func setLease(recipient: String, id: String, until: Int64?, holder: String, now: Int64) async throws -> LeaseOutcome {
-        try await pool.write { db in
+        try await write("set_lease") { db in
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM messages WHERE recipient = ? AND id = ? AND expires_at > ?",
                                              arguments: [recipient, id, now]) else { return .notFound }
             let current = StoredMessage(row: row)
@@ -159,7 +200,7 @@ final class Store: Sendable {
 
     /// Erases every expired message and session; the number of messages erased.
     func sweepExpired(now: Int64) async throws -> Int {
-        try await pool.write { db in
+        try await write("sweep_expired") { db in
             try db.execute(sql: "DELETE FROM messages WHERE expires_at <= ?", arguments: [now])
             let erased = db.changesCount
             // Expired sessions are kept a day, so that using one says `session_expired`, not `unauthenticated`.
@@ -183,11 +224,11 @@ final class Store: Sendable {
     // MARK: Documents, key bundles, block lists
 
     func document(uid: String) async throws -> Data? {
-        try await pool.read { db in try Data.fetchOne(db, sql: "SELECT body FROM documents WHERE uid = ?", arguments: [uid]) }
+        try await read("document") { db in try Data.fetchOne(db, sql: "SELECT body FROM documents WHERE uid = ?", arguments: [uid]) }
     }
 
     func putDocument(uid: String, body: Data, now: Int64) async throws {
-        try await pool.write { db in
+        try await write("put_document") { db in
             try db.execute(sql: """
                 INSERT INTO documents (uid, body, updated_at) VALUES (?, ?, ?)
                 ON CONFLICT (uid) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at
@@ -196,11 +237,11 @@ final class Store: Sendable {
     }
 
     func keyBundle(uid: String) async throws -> Data? {
-        try await pool.read { db in try Data.fetchOne(db, sql: "SELECT bundle FROM key_bundles WHERE uid = ?", arguments: [uid]) }
+        try await read("key_bundle") { db in try Data.fetchOne(db, sql: "SELECT bundle FROM key_bundles WHERE uid = ?", arguments: [uid]) }
     }
 
     func putKeyBundle(uid: String, bundle: Data, now: Int64) async throws {
-        try await pool.write { db in
+        try await write("put_key_bundle") { db in
             try db.execute(sql: """
                 INSERT INTO key_bundles (uid, bundle, updated_at) VALUES (?, ?, ?)
                 ON CONFLICT (uid) DO UPDATE SET bundle = excluded.bundle, updated_at = excluded.updated_at
@@ -210,7 +251,7 @@ final class Store: Sendable {
 
     @discardableResult
     func deleteDocument(uid: String) async throws -> Bool {
-        try await pool.write { db in
+        try await write("delete_document") { db in
             try db.execute(sql: "DELETE FROM documents WHERE uid = ?", arguments: [uid])
             return db.changesCount > 0
         }
@@ -218,7 +259,7 @@ final class Store: Sendable {
 
     @discardableResult
     func deleteKeyBundle(uid: String) async throws -> Bool {
-        try await pool.write { db in
+        try await write("delete_key_bundle") { db in
             try db.execute(sql: "DELETE FROM key_bundles WHERE uid = ?", arguments: [uid])
             return db.changesCount > 0
         }
@@ -226,19 +267,19 @@ final class Store: Sendable {
 
     /// The authors `owner` has blocked, in byte order.
     func blocked(owner: String) async throws -> [String] {
-        try await pool.read { db in
+        try await read("blocked") { db in
             try String.fetchAll(db, sql: "SELECT author FROM blocked WHERE owner = ? ORDER BY author", arguments: [owner])
         }
     }
 
     func isBlocked(owner: String, author: String) async throws -> Bool {
-        try await pool.read { db in
+        try await read("is_blocked") { db in
             try Bool.fetchOne(db, sql: "SELECT 1 FROM blocked WHERE owner = ? AND author = ?", arguments: [owner, author]) ?? false
         }
     }
 
     func block(owner: String, author: String, now: Int64) async throws {
-        try await pool.write { db in
+        try await write("block") { db in
             try db.execute(sql: "INSERT OR IGNORE INTO blocked (owner, author, created_at) VALUES (?, ?, ?)",
                            arguments: [owner, author, now])
         }
@@ -246,7 +287,7 @@ final class Store: Sendable {
 
     @discardableResult
     func unblock(owner: String, author: String) async throws -> Bool {
-        try await pool.write { db in
+        try await write("unblock") { db in
             try db.execute(sql: "DELETE FROM blocked WHERE owner = ? AND author = ?", arguments: [owner, author])
             return db.changesCount > 0
         }

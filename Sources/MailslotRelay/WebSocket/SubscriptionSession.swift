@@ -16,12 +16,27 @@ struct SubscriptionSession {
     /// How often an open socket re-checks that its session is still valid, in seconds.
     let sessionCheckInterval: Double
     let logger: Logger
+    let metrics: RelayMetrics
 
-    /// What has been delivered and not yet acknowledged on this socket.
+    /// What has been delivered and not yet acknowledged on this socket (also the relay-wide
+    /// `mailslot_messages_unacked` gauge).
     private actor InFlight {
+        let metrics: RelayMetrics
         var ids: Set<String> = []
-        func add(_ id: String) { ids.insert(id) }
-        func remove(_ id: String) -> Bool { ids.remove(id) != nil }
+        init(metrics: RelayMetrics) { self.metrics = metrics }
+        func add(_ id: String) {
+            if ids.insert(id).inserted { metrics.messagesUnacked.increment() }
+        }
+        func remove(_ id: String) -> Bool {
+            guard ids.remove(id) != nil else { return false }
+            metrics.messagesUnacked.decrement()
+            return true
+        }
+        /// The socket closed: what it had in flight waits for the next subscription.
+        func clear() {
+            metrics.messagesUnacked.decrement(by: Double(ids.count))
+            ids.removeAll()
+        }
         var count: Int { ids.count }
     }
 
@@ -31,6 +46,8 @@ struct SubscriptionSession {
         // them in the same read as the 101 response. A short pause before the first frame keeps
         // it out of that read; every later frame is unaffected.
         try? await Task.sleep(for: .milliseconds(25))
+        metrics.webSocketsOpen.increment()
+        defer { metrics.webSocketsOpen.decrement() }
         let principal: SessionService.Principal
         do {
             principal = try await sessions.authenticate(authorization: authorization, now: Clock.now())
@@ -44,7 +61,7 @@ struct SubscriptionSession {
         }
 
         let (subscription, _) = await hub.subscribe(owner)
-        let inFlight = InFlight()
+        let inFlight = InFlight(metrics: metrics)
         let pending = try await mailboxes.store.pendingCount(recipient: owner, now: Clock.now())
         try await send(RelayFrame(type: "ready", pending: pending), outbound)
         subscription.wake()
@@ -58,6 +75,7 @@ struct SubscriptionSession {
             return first
         }
         await hub.unsubscribe(owner, subscription)
+        await inFlight.clear()
         switch outcome {
         case .clientLeft: break
         case .replaced: try? await outbound.close(.unknown(CloseCode.replaced), reason: "replaced by a newer subscription")
@@ -101,6 +119,7 @@ struct SubscriptionSession {
                         await inFlight.add(message.id)
                         cursor = message.seq
                         try await send(RelayFrame(type: "message", message: message.record(forOwner: true)), outbound)
+                        metrics.messagesDelivered.increment()
                     }
                 }
             } catch {
@@ -164,9 +183,7 @@ struct SubscriptionSession {
     }
 
     private func decode(_ text: String) -> ClientFrame? {
-        let data = Data(text.utf8)
-        guard (try? StrictJSON.validate(data, maxDepth: maxJSONDepth)) != nil else { return nil }
-        return try? JSONDecoder().decode(ClientFrame.self, from: data)
+        try? WireDecoding.decode(ClientFrame.self, from: Data(text.utf8), maxDepth: maxJSONDepth)
     }
 
     private func send(_ frame: RelayFrame, _ outbound: WebSocketOutboundWriter) async throws {

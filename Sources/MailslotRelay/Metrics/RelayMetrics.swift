@@ -1,0 +1,93 @@
+import Metrics
+import Prometheus
+
+/// The relay's operational metrics, through swift-metrics into this relay's own Prometheus
+/// registry (a registry per relay, not the process-global bootstrap, so that several relays in
+/// one test process count separately). Labels carry routes, statuses, reasons and operation
+/// names only: never a uid, a message id or a token.
+final class RelayMetrics: Sendable {
+    let registry = PrometheusCollectorRegistry()
+    private let factory: PrometheusMetricsFactory
+
+    let messagesCreated: CoreMetrics.Counter
+    let messagesDelivered: CoreMetrics.Counter
+    let messagesAcked: CoreMetrics.Counter
+    let messagesUnsent: CoreMetrics.Counter
+    let messagesExpired: CoreMetrics.Counter
+    let rateLimited: CoreMetrics.Counter
+    /// Messages delivered over a subscription and not yet acknowledged.
+    let messagesUnacked: CoreMetrics.Meter
+    let webSocketsOpen: CoreMetrics.Meter
+    /// Set when scraped, from the store.
+    let messagesPending: CoreMetrics.Gauge
+    let oldestPendingAge: CoreMetrics.Gauge
+
+    init() {
+        var factory = PrometheusMetricsFactory(registry: registry)
+        // Store operations take microseconds to milliseconds; the default buckets start at 5 ms.
+        factory.durationHistogramBuckets["mailslot_store_duration_seconds"] = [
+            .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1), .microseconds(2500),
+            .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(100), .milliseconds(500), .seconds(2),
+        ]
+        factory.durationHistogramBuckets["mailslot_http_request_duration_seconds"] = [
+            .microseconds(500), .milliseconds(1), .milliseconds(2), .milliseconds(5), .milliseconds(10),
+            .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250), .seconds(1), .seconds(5),
+        ]
+        self.factory = factory
+        messagesCreated = CoreMetrics.Counter(label: "mailslot_messages_created_total", factory: factory)
+        messagesDelivered = CoreMetrics.Counter(label: "mailslot_messages_delivered_total", factory: factory)
+        messagesAcked = CoreMetrics.Counter(label: "mailslot_messages_acked_total", factory: factory)
+        messagesUnsent = CoreMetrics.Counter(label: "mailslot_messages_unsent_total", factory: factory)
+        messagesExpired = CoreMetrics.Counter(label: "mailslot_messages_expired_total", factory: factory)
+        rateLimited = CoreMetrics.Counter(label: "mailslot_rate_limited_total", factory: factory)
+        messagesUnacked = CoreMetrics.Meter(label: "mailslot_messages_unacked", factory: factory)
+        webSocketsOpen = CoreMetrics.Meter(label: "mailslot_websockets_open", factory: factory)
+        messagesPending = CoreMetrics.Gauge(label: "mailslot_messages_pending", factory: factory)
+        oldestPendingAge = CoreMetrics.Gauge(label: "mailslot_messages_oldest_pending_age_seconds", factory: factory)
+        // Present from the start, so that a dashboard shows 0 rather than nothing.
+        messagesUnacked.set(0)
+        webSocketsOpen.set(0)
+    }
+
+    /// One HTTP request answered: `route` is the route template (never the path).
+    func request(method: String, route: String, status: Int, duration: Duration) {
+        CoreMetrics.Counter(label: "mailslot_http_requests_total",
+                dimensions: [("method", method), ("route", route), ("status", String(status))], factory: factory).increment()
+        CoreMetrics.Timer(label: "mailslot_http_request_duration_seconds", dimensions: [("method", method), ("route", route)],
+                          factory: factory).recordNanoseconds(Self.nanoseconds(duration))
+    }
+
+    /// A send refused, by its problem code (mailbox_full, blocked, invalid_envelope, …).
+    func rejected(reason: String) {
+        CoreMetrics.Counter(label: "mailslot_messages_rejected_total", dimensions: [("reason", reason)], factory: factory).increment()
+    }
+
+    /// A sign-in: `ok`, or the token rejection reason.
+    func signIn(outcome: String) {
+        CoreMetrics.Counter(label: "mailslot_signins_total", dimensions: [("outcome", outcome)], factory: factory).increment()
+    }
+
+    /// A refresh: `ok`, or why it was refused.
+    func refresh(outcome: String) {
+        CoreMetrics.Counter(label: "mailslot_refreshes_total", dimensions: [("outcome", outcome)], factory: factory).increment()
+    }
+
+    /// How long one store operation took.
+    func store(_ operation: String, _ duration: Duration) {
+        CoreMetrics.Timer(label: "mailslot_store_duration_seconds", dimensions: [("operation", operation)], factory: factory)
+            .recordNanoseconds(Self.nanoseconds(duration))
+    }
+
+    /// The Prometheus text exposition: the registry, then the process's own figures.
+    func exposition() -> [UInt8] {
+        var buffer: [UInt8] = []
+        buffer.reserveCapacity(16 * 1024)
+        registry.emit(into: &buffer)
+        buffer.append(contentsOf: ProcessMetrics.current().exposition().utf8)
+        return buffer
+    }
+
+    private static func nanoseconds(_ duration: Duration) -> Int64 {
+        duration.components.seconds * 1_000_000_000 + duration.components.attoseconds / 1_000_000_000
+    }
+}

@@ -1,0 +1,44 @@
+import Foundation
+import MailslotWire
+
+/// The start-up check of a configuration: combinations that would run, but unsafely, are refused
+/// with a sentence that says what to change. `mailslot-relay serve` runs it before anything else.
+public enum ConfigurationCheck {
+    /// Every unsafe setting of `configuration`, for the operator; empty when it may start.
+    /// `developmentKey` is the development issuer key when it is among the trusted ones.
+    public static func problems(_ configuration: RelayConfiguration, developmentKeyTrusted: Bool,
+                                logLevel: String = "info") -> [String] {
+        var problems: [String] = []
+        let exposed = !configuration.listensOnLoopbackOnly
+        if exposed && developmentKeyTrusted {
+            problems.append("""
+                the development issuer key (in the data folder) is trusted, and the relay listens on \
+                \(configuration.host): anyone who reads that file can sign in as anyone. Run `mailslot-relay keygen`, \
+                trust its public key with --issuer-public-key, and delete dev-issuer.key.
+                """)
+        }
+        if exposed && (logLevel == "trace" || logLevel == "debug") {
+            problems.append("""
+                log level \(logLevel) writes frame bytes (uids, message ids) on a relay listening on \(configuration.host); \
+                use info or above outside local development.
+                """)
+        }
+        if let token = configuration.metricsToken, token.utf8.count < 16 {
+            problems.append("the metrics token must be at least 16 characters (e.g. `openssl rand -hex 32`).")
+        }
+        if configuration.sessionLifetime > configuration.refreshLifetime {
+            problems.append("the session lifetime (\(configuration.sessionLifetime) s) is longer than the refresh lifetime (\(configuration.refreshLifetime) s).")
+        }
+        if configuration.defaultMessageTTL > configuration.maxMessageTTL {
+            problems.append("the default message lifetime (\(configuration.defaultMessageTTL) s) is longer than the maximum (\(configuration.maxMessageTTL) s).")
+        }
+        if let mode = try? FileManager.default.attributesOfItem(atPath: configuration.dataDirectory)[.posixPermissions] as? Int,
+           mode & 0o077 != 0 {
+            problems.append("""
+                the data folder \(configuration.dataDirectory) is open to other users (mode \(String(mode, radix: 8))): \
+                it holds the database of every mailbox. Run `chmod 700 \(configuration.dataDirectory)`.
+                """)
+        }
+        return problems
+    }
+}
