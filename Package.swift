@@ -11,6 +11,8 @@ let package = Package(
         .library(name: "MailslotClient", targets: ["MailslotClient"]),
         .executable(name: "mailslot-relay", targets: ["mailslot-relay"]),
         .executable(name: "mailslot", targets: ["mailslot"]),
+        .executable(name: "mailslot-audit", targets: ["mailslot-audit"]),
+        .executable(name: "mailslot-bench", targets: ["mailslot-bench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -22,6 +24,8 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.0.0"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.4.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.0.0"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.1.0"),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.0.0"),
     ],
     targets: [
         // libsodium, found through pkg-config. Every byte of cryptography goes through it.
@@ -54,6 +58,7 @@ let package = Package(
                 "MailslotWire",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -71,6 +76,37 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        // The black-box audit of a running relay: the checks (a library the security tests also run
+        // against a deliberately broken relay) and the command.
+        .target(
+            name: "MailslotAudit",
+            dependencies: [
+                "MailslotWire",
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "tools/mailslot-audit/MailslotAudit"
+        ),
+        .executableTarget(
+            name: "mailslot-audit",
+            dependencies: ["MailslotAudit", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            path: "tools/mailslot-audit/Command"
+        ),
+        // The load generator: real WebSocket senders and recipients against a spawned or remote relay.
+        .executableTarget(
+            name: "mailslot-bench",
+            dependencies: [
+                "MailslotWire",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            path: "tools/mailslot-bench"
+        ),
         // An example bot on the public client API only.
         .executableTarget(name: "mailslot-echo-bot", dependencies: ["MailslotClient"], path: "Examples/EchoBot"),
         .testTarget(
@@ -82,15 +118,24 @@ let package = Package(
         .testTarget(
             name: "MailslotRelayTests",
             dependencies: [
-                "MailslotRelay",
+                "MailslotRelay", "MailslotTestSupport", "MailslotAudit",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
             ]
         ),
         .testTarget(name: "MailslotClientTests", dependencies: ["MailslotClient", "MailslotRelay"]),
+        // The attack catalogue (issue 6), against in-process relays.
+        .testTarget(
+            name: "SecurityTests",
+            dependencies: [
+                "MailslotRelay", "MailslotAudit", "MailslotTestSupport",
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+            ]
+        ),
         .testTarget(name: "mailslotTests", dependencies: ["mailslot", "MailslotRelay", "MailslotTestSupport"]),
         // Shared by the tests that run the executables.
-        .target(name: "MailslotTestSupport", path: "Tests/Support"),
+        .target(name: "MailslotTestSupport", dependencies: [.product(name: "Logging", package: "swift-log")], path: "Tests/Support"),
         .testTarget(name: "mailslot-relayTests", dependencies: ["mailslot-relay", "MailslotCrypto", "MailslotTestSupport"]),
+        .testTarget(name: "mailslot-benchTests", dependencies: ["mailslot-bench", "mailslot-relay", "MailslotTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -4,34 +4,8 @@ import Logging
 import Synchronization
 import Testing
 @testable import MailslotRelay
+import MailslotTestSupport
 import MailslotWire
-
-/// Collects every log line (message and metadata) the relay writes.
-final class CapturedLog: Sendable {
-    private let lines = Mutex<[String]>([])
-
-    var text: String { lines.withLock { $0.joined(separator: "\n") } }
-
-    var logger: Logger {
-        var logger = Logger(label: "captured") { _ in Handler(log: self) }
-        logger.logLevel = .trace
-        return logger
-    }
-
-    struct Handler: LogHandler {
-        let log: CapturedLog
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .trace
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-        func log(event: LogEvent) {
-            let all = metadata.merging(event.metadata ?? [:]) { $1 }
-            log.lines.withLock { $0.append("\(event.level) \(event.message) \(all) \(event.source)") }
-        }
-    }
-}
 
 @Suite struct LogHygieneTests {
     @Test func noTokenSessionSecretOrEnvelopeReachesTheLog() async throws {

@@ -75,7 +75,7 @@ import MailslotWire
         #expect(try await older.next()?.type == "ready")
         let newer = TestSocket.open(relay, "bob", session: bob)
         #expect(try await newer.next()?.type == "ready")
-        #expect(try await older.closeCode() == CloseCode.replaced)
+        #expect(await older.closeCode() == CloseCode.replaced)
         let alice = try await relay.signIn("alice").session
         try await relay.send(alice, to: "bob", id: messageID(1))
         #expect(try await newer.next()?.message?.id == messageID(1))
@@ -117,13 +117,13 @@ import MailslotWire
         let carol = try await relay.signIn("carol").session
         let anonymous = TestSocket.open(relay, "bob", session: nil)
         #expect(try await anonymous.next()?.problem?.code == .unauthenticated)
-        #expect(try await anonymous.closeCode() == 4401)
+        #expect(await anonymous.closeCode() == 4401)
         let stranger = TestSocket.open(relay, "bob", session: carol)
         #expect(try await stranger.next()?.problem?.code == .forbidden)
-        #expect(try await stranger.closeCode() == 4403)
+        #expect(await stranger.closeCode() == 4403)
         let invalid = TestSocket.open(relay, "b..%20b", session: carol)
         #expect(try await invalid.next()?.problem?.code == .invalidUID)
-        #expect(try await invalid.closeCode() == 4400)
+        #expect(await invalid.closeCode() == 4400)
     }
 
     @Test func anOversizedFrameClosesTheSocketAndLosesNothing() async throws {
@@ -136,7 +136,7 @@ import MailslotWire
         #expect(try await socket.next()?.type == "ready")
         #expect(try await socket.next()?.type == "message")
         try await socket.send(text: #"{"type":"ack","id":""# + String(repeating: "x", count: 8000) + #""}"#)
-        _ = try await socket.closeCode()
+        _ = await socket.closeCode()
         #expect(try await socket.next(timeout: .milliseconds(200)) == nil, "the relay closed the socket")
         let list = try await relay.call("GET", "/v1/users/bob/messages", session: bob)
         #expect((list.json["messages"] as? [Any])?.count == 1, "the unacked message is still there for the next subscription")
@@ -149,7 +149,7 @@ import MailslotWire
         let socket = TestSocket.open(relay, "bob", session: bob)
         #expect(try await socket.next()?.type == "ready")
         #expect(try await relay.call("DELETE", "/v1/sessions/current", session: bob).status == 204)
-        #expect(try await socket.closeCode() == CloseCode.sessionEnded)
+        #expect(await socket.closeCode() == CloseCode.sessionEnded)
     }
 
     @Test func anExpiringSessionEndsAnIdleSubscription() async throws {
@@ -157,7 +157,7 @@ import MailslotWire
         defer { Task { try? await relay.finish() } }
         let socket = TestSocket.open(relay, "bob", session: try await relay.signIn("bob").session)
         #expect(try await socket.next()?.type == "ready")
-        #expect(try await socket.closeCode() == CloseCode.sessionEnded)
+        #expect(await socket.closeCode() == CloseCode.sessionEnded)
     }
 
     @Test func malformedFramesGetErrorsAndPersistentGarbageIsDisconnected() async throws {
@@ -175,6 +175,6 @@ import MailslotWire
             try await socket.send(text: text)
             #expect(try await socket.next()?.problem?.code == .invalidJSON)
         }
-        #expect(try await socket.closeCode() == CloseCode.protocolViolation)
+        #expect(await socket.closeCode() == CloseCode.protocolViolation)
     }
 }

@@ -23,6 +23,10 @@ public enum Base64URL {
         // Unused low bits of the last character must be zero (libsodium checks), and a length
         // of 1 mod 4 can never be produced by an encoder.
         guard utf8.count % 4 != 1 else { return nil }
+        // libsodium up to 1.0.18 (what Debian and Ubuntu ship) reads every byte ≥ 0x80 as `_`
+        // (a signed `char` reaches its constant-time table), so "é" would decode as "__".
+        // Only ASCII can be base64url; refuse the rest here (found by tools/fuzz).
+        guard utf8.allSatisfy({ $0 < 0x80 }) else { return nil }
         var output = [UInt8](repeating: 0, count: utf8.count * 3 / 4 + 1)
         var written = 0
         let status = utf8.withUnsafeBufferPointer { b64 in

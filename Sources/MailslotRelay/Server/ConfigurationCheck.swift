@@ -32,7 +32,9 @@ public enum ConfigurationCheck {
         if configuration.defaultMessageTTL > configuration.maxMessageTTL {
             problems.append("the default message lifetime (\(configuration.defaultMessageTTL) s) is longer than the maximum (\(configuration.maxMessageTTL) s).")
         }
-        if let mode = try? FileManager.default.attributesOfItem(atPath: configuration.dataDirectory)[.posixPermissions] as? Int,
+        // The folder itself, not a link to it (systemd's StateDirectory with DynamicUser is a link).
+        let folder = URL(fileURLWithPath: configuration.dataDirectory).resolvingSymlinksInPath().path
+        if let mode = try? FileManager.default.attributesOfItem(atPath: folder)[.posixPermissions] as? Int,
            mode & 0o077 != 0 {
             problems.append("""
                 the data folder \(configuration.dataDirectory) is open to other users (mode \(String(mode, radix: 8))): \

@@ -2,6 +2,7 @@ import Foundation
 import HummingbirdWebSocket
 import Logging
 import MailslotWire
+import ServiceLifecycle
 
 /// One owner's subscription socket: delivers the backlog oldest first and then each new message,
 /// keeps at most `window` deliveries unacknowledged, erases a message when its ack arrives, and
@@ -70,6 +71,9 @@ struct SubscriptionSession {
             group.addTask { await deliver(owner: owner, principal: principal, subscription: subscription, inFlight: inFlight, outbound) }
             group.addTask { await receive(owner: owner, principal: principal, subscription: subscription, inFlight: inFlight, inbound, outbound) }
             group.addTask { await watch(principal, authorization: authorization) }
+            // A stopping relay ends its subscriptions itself: a client that never answers the
+            // close handshake must not hold the shutdown open.
+            group.addTask { (try? await gracefulShutdown()) == nil ? .clientLeft : .shuttingDown }
             let first = await group.next() ?? .clientLeft
             group.cancelAll()
             return first
@@ -81,11 +85,12 @@ struct SubscriptionSession {
         case .replaced: try? await outbound.close(.unknown(CloseCode.replaced), reason: "replaced by a newer subscription")
         case .sessionEnded: try? await outbound.close(.unknown(CloseCode.sessionEnded), reason: "the session expired or was revoked")
         case .protocolViolation(let why): try? await outbound.close(.unknown(CloseCode.protocolViolation), reason: why)
+        case .shuttingDown: try? await outbound.close(.goingAway, reason: "the relay is stopping")
         }
     }
 
     enum CloseReason: Sendable {
-        case clientLeft, replaced, sessionEnded
+        case clientLeft, replaced, sessionEnded, shuttingDown
         case protocolViolation(String)
     }
 

@@ -1,0 +1,77 @@
+import Foundation
+import Testing
+@testable import MailslotAudit
+import MailslotWire
+
+/// The attack catalogue: every attack Mailslot must resist, one test case each, named for the
+/// attack. Each family runs once against its own fresh relay (through the audit's probes, so the
+/// same attacks can be aimed at any deployment with `mailslot-audit`); each case then checks
+/// the relay's answer to its attack.
+@Suite struct AttackCatalogueTests {
+    /// One audit run per family, shared by that family's cases.
+    actor Runs {
+        static let shared = Runs()
+        private var runs: [Audit.Group: Task<[Audit.Outcome], Never>] = [:]
+
+        func outcome(_ attack: String, in group: Audit.Group) async -> Audit.Outcome? {
+            let run = runs[group] ?? Task {
+                guard let relay = try? await SecurityRelay.start() else { return [] }
+                let outcomes = await relay.audit([group])
+                await relay.finish()
+                return outcomes
+            }
+            runs[group] = run
+            return await run.value.first { $0.name == attack }
+        }
+    }
+
+    func expectResisted(_ attack: String, _ group: Audit.Group) async {
+        let outcome = await Runs.shared.outcome(attack, in: group)
+        #expect(outcome != nil, "the audit has no check \(attack)")
+        #expect(outcome?.passed == true, "\(outcome?.detail ?? "")")
+    }
+
+    @Test(arguments: [
+        "token.signed-by-a-foreign-key", "token.foreign-key-with-its-own-kid", "token.tampered-payload", "token.tampered-footer",
+        "token.footer-removed", "token.purpose-confusion-v4-local", "token.version-confusion-v3", "token.version-confusion-v2",
+        "token.expired", "token.issued-in-the-future", "token.lifetime-over-an-hour", "token.wrong-audience",
+        "token.invalid-subject", "token.missing-subject", "token.over-long", "token.garbage", "token.not-utf8",
+    ])
+    func tokenForgery(_ attack: String) async { await expectResisted(attack, .tokens) }
+
+    @Test(arguments: [
+        "session.garbage-bearer", "session.refresh-token-as-bearer", "session.not-bearer-scheme",
+        "session.used-after-sign-out", "session.refresh-reuse-revokes-the-family",
+    ])
+    func sessionAbuse(_ attack: String) async { await expectResisted(attack, .sessions) }
+
+    @Test(arguments: [
+        "bypass.dot-dot-segments", "bypass.dot-dot-as-uid", "bypass.percent-encoded-slash", "bypass.percent-encoded-dot-dot",
+        "bypass.upper-case-variant-is-another-user", "bypass.unicode-fullwidth-variant", "bypass.nul-byte-in-uid",
+        "bypass.nul-byte-in-uid-other", "bypass.space-in-uid", "bypass.over-long-uid", "bypass.over-long-message-id",
+        "bypass.too-short-message-id", "bypass.duplicate-json-members", "bypass.claimed-author-is-ignored",
+    ])
+    func ruleBypass(_ attack: String) async { await expectResisted(attack, .bypass) }
+
+    @Test(arguments: [
+        "envelope.odd-size-refused", "envelope.below-smallest-class-refused", "envelope.not-base64url-refused",
+        "envelope.oversized-refused", "envelope.kept-byte-for-byte", "envelope.id-cannot-be-reused-with-another-envelope",
+        "envelope.id-cannot-be-taken-by-another-author", "envelope.replayed-into-another-mailbox-does-not-open",
+        "envelope.replayed-under-another-id-is-detected",
+    ])
+    func envelopeAbuse(_ attack: String) async { await expectResisted(attack, .envelopes) }
+
+    @Test(arguments: [
+        "limit.huge-body", "limit.deep-json", "limit.non-json-content-type", "limit.huge-header", "limit.half-open-connections",
+        "limit.huge-websocket-frame", "limit.garbage-frames-close-the-socket", "limit.flood-of-creates",
+    ])
+    func resourceExhaustion(_ attack: String) async { await expectResisted(attack, .limits) }
+
+    @Test(arguments: [
+        "leak.no-existence-oracle-get", "leak.no-existence-oracle-delete", "leak.no-existence-oracle-patch",
+        "leak.author-unsend-of-missing-is-403", "leak.sender-learns-nothing-of-the-mailbox", "leak.error-does-not-echo-the-token",
+        "leak.error-does-not-echo-the-refresh-token", "leak.error-does-not-echo-the-body", "leak.error-does-not-echo-the-session",
+        "leak.errors-are-problem-json", "leak.no-version-banner",
+    ])
+    func informationLeak(_ attack: String) async { await expectResisted(attack, .leaks) }
+}

@@ -1,0 +1,45 @@
+import Foundation
+import Testing
+@testable import MailslotAudit
+@testable import MailslotRelay
+
+/// `mailslot-audit` itself: a sound relay passes every check; a relay with a hole in its rules
+/// table fails exactly where the hole is — the audit can fail.
+@Suite struct AuditTests {
+    @Test func aFreshRelayPassesTheWholeAudit() async throws {
+        let relay = try await SecurityRelay.start()
+        let outcomes = await relay.audit()
+        await relay.finish()
+        let failed = outcomes.filter { !$0.passed }
+        #expect(failed.isEmpty, "\(failed)")
+        #expect(outcomes.filter { !$0.skipped }.count >= 40)
+        #expect(Set(outcomes.map(\.name)).count == outcomes.count, "every check has its own name")
+    }
+
+    /// A relay started with one extra grant in its rules table, and the checks that must notice.
+    struct Hole: Sendable, CustomTestStringConvertible {
+        let operation: MailslotRelay.Operation
+        let resource: Resource
+        let role: Role
+        let caughtBy: Set<String>
+        var testDescription: String { "\(role) may \(operation) \(resource)" }
+    }
+
+    static let holes: [Hole] = [
+        Hole(operation: .read, resource: .mailbox, role: .signedIn,
+             caughtBy: ["rule.mailbox.other-cannot-list", "rule.mailbox.author-cannot-list", "rule.mailbox.other-cannot-subscribe"]),
+        Hole(operation: .delete, resource: .message, role: .signedIn, caughtBy: ["rule.message.other-cannot-delete"]),
+        Hole(operation: .delete, resource: .blockEntry, role: .signedIn, caughtBy: ["rule.block.other-cannot-unblock"]),
+        Hole(operation: .update, resource: .keyBundle, role: .signedIn, caughtBy: ["rule.keys.other-cannot-replace"]),
+        Hole(operation: .read, resource: .userDocument, role: .signedIn, caughtBy: ["rule.document.other-cannot-read"]),
+    ]
+
+    @Test(arguments: holes)
+    func aHoleInTheRulesFailsTheAudit(_ hole: Hole) async throws {
+        let relay = try await SecurityRelay.start { $0.rules = AccessRules.standard.granting(hole.operation, hole.resource, to: hole.role) }
+        let outcomes = await relay.audit([.rules])
+        await relay.finish()
+        let failed = Set(outcomes.filter { !$0.passed }.map(\.name))
+        #expect(hole.caughtBy.isSubset(of: failed), "failed: \(failed.sorted())")
+    }
+}

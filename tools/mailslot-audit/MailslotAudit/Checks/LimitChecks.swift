@@ -1,0 +1,92 @@
+import Foundation
+import MailslotWire
+
+/// Resource exhaustion: huge bodies, deep JSON, huge headers, huge WebSocket frames, half-open
+/// connections and a flood of creates each meet a limit, and the relay keeps serving.
+enum LimitChecks {
+    @Sendable static func run(_ context: AuditContext) async {
+        let bob = context.bob!, alice = context.alice!
+        let http = context.http
+
+        await context.check("limit.huge-body") {
+            let body = Data(#"{"envelope":""#.utf8) + Data(repeating: 0x41, count: 4 << 20) + Data(#""}"#.utf8)
+            let answer = try await http.call("PUT", "/v1/users/\(bob.uid)/messages/\(MessageID.generate())", session: alice.session, body: body)
+            context.expect("limit.huge-body", answer, 413, "body_too_large")
+        }
+        await context.check("limit.deep-json") {
+            let deep = String(repeating: "[", count: 2000) + String(repeating: "]", count: 2000)
+            let answer = try await http.call("PUT", "/v1/users/\(bob.uid)", session: bob.session, body: deep)
+            context.expect("limit.deep-json", answer, 400, "invalid_json")
+        }
+        await context.check("limit.non-json-content-type") {
+            let answer = try await http.call("PUT", "/v1/users/\(bob.uid)", session: bob.session, body: #"{"a":1}"#,
+                                             headers: ["Content-Type": "text/plain"])
+            context.expect("limit.non-json-content-type", answer, 415)
+        }
+        await context.check("limit.huge-header") {
+            guard let connection = try context.rawConnection() else { return context.skip("limit.huge-header", "needs plain HTTP") }
+            connection.send("GET /healthz HTTP/1.1\r\nHost: relay\r\nX-Big: \(String(repeating: "a", count: 64 * 1024))\r\n\r\n")
+            let status = await connection.status(attempts: 20)
+            let stillServing = try await http.call("GET", "/healthz").status == 200
+            // Closed without an answer (0) or refused with 4xx; never served, never left hanging.
+            context.record("limit.huge-header", (status == 0 || (status ?? 0) >= 400) && stillServing,
+                           "oversized header answered \(status.map(String.init) ?? "nothing (connection left open)"); relay serving: \(stillServing)")
+        }
+        await context.check("limit.half-open-connections") {
+            guard context.target.relay.scheme == "http" else { return context.skip("limit.half-open-connections", "needs plain HTTP") }
+            // Connections that start a request and never finish it must not stop others being served.
+            var held: [RawConnection] = []
+            for _ in 0..<64 {
+                guard let connection = try context.rawConnection() else { break }
+                connection.send("GET /healthz HTTP/1.1\r\nHost: relay\r\nX-Slow: ")
+                held.append(connection)
+            }
+            let started = ContinuousClock.now
+            let answer = try await http.call("GET", "/healthz")
+            let waited = ContinuousClock.now - started
+            context.record("limit.half-open-connections", answer.status == 200 && waited < .seconds(5),
+                           "with \(held.count) half-open connections /healthz answered \(answer.status) after \(waited)")
+            held.removeAll()
+        }
+        await context.check("limit.huge-websocket-frame") {
+            let socket = RelaySocket.subscribe(base: context.target.relay, uid: bob.uid, session: bob.session)
+            guard try await socket.next(timeout: .seconds(10))?.type == "ready" else {
+                return context.record("limit.huge-websocket-frame", false, "the owner's subscription did not open")
+            }
+            try? await socket.send(text: String(repeating: "x", count: 2 << 20))
+            let code = await socket.closeCode(timeout: .seconds(10))
+            let stillServing = try await http.call("GET", "/healthz").status == 200
+            context.record("limit.huge-websocket-frame", code != nil && stillServing,
+                           "a 2 MiB frame left the socket \(code == nil ? "open" : "closed"); relay serving: \(stillServing)")
+        }
+        await context.check("limit.garbage-frames-close-the-socket") {
+            let socket = RelaySocket.subscribe(base: context.target.relay, uid: bob.uid, session: bob.session)
+            guard try await socket.next(timeout: .seconds(10))?.type == "ready" else {
+                return context.record("limit.garbage-frames-close-the-socket", false, "the owner's subscription did not open")
+            }
+            for _ in 0..<12 { try? await socket.send(text: "{not json") }
+            let code = await socket.closeCode(timeout: .seconds(10))
+            context.record("limit.garbage-frames-close-the-socket", code == CloseCode.protocolViolation,
+                           "after 12 malformed frames: close \(code.map(String.init) ?? "none (still open)")")
+        }
+        guard context.target.flood else { return context.skip("limit.flood-of-creates", "disabled (--no-flood)") }
+        await context.check("limit.flood-of-creates") {
+            // Into the flooder's own mailbox, so nobody else is disturbed; cleaned up afterwards.
+            let flooder = try await context.signIn("flooder")
+            var limited: AuditHTTP.Answer?
+            var sent = 0
+            let deadline = ContinuousClock.now + .seconds(60)
+            while limited == nil, sent < 3000, ContinuousClock.now < deadline {
+                let answers = try await withThrowingTaskGroup(of: AuditHTTP.Answer.self) { group in
+                    for _ in 0..<16 { group.addTask { try await context.send(flooder, to: flooder.uid) } }
+                    return try await group.reduce(into: []) { $0.append($1) }
+                }
+                sent += answers.count
+                limited = answers.first { $0.status == 429 }
+            }
+            let retryAfter = limited?.headers["retry-after"].flatMap(Int.init) ?? 0
+            context.record("limit.flood-of-creates", limited?.code == "rate_limited" && retryAfter >= 1,
+                           limited.map { "429 without a usable Retry-After (\($0.summary))" } ?? "no 429 after \(sent) creates")
+        }
+    }
+}

@@ -1,0 +1,101 @@
+import Foundation
+import MailslotWire
+
+/// Every cell of the access-rule table (spec/protocol.md §2), from outside: the owner, the
+/// author, another signed-in user and no session at all, on every resource and operation.
+enum RuleChecks {
+    @Sendable static func run(_ context: AuditContext) async {
+        let http = context.http
+        let bob = context.bob!, alice = context.alice!, mallory = context.mallory!
+        func cell(_ name: String, _ method: String, _ path: String, _ user: AuditUser?, body: Any? = nil, _ status: Int,
+                  _ code: String? = nil) async {
+            await context.check("rule.\(name)") {
+                context.expect("rule.\(name)", try await http.call(method, path, session: user?.session, body: body), status, code)
+            }
+        }
+        let document = "/v1/users/\(bob.uid)"
+        await cell("document.owner-writes", "PUT", document, bob, body: ["theme": "dark"], 204)
+        await cell("document.owner-reads", "GET", document, bob, 200)
+        await cell("document.other-cannot-read", "GET", document, mallory, 403, "forbidden")
+        await cell("document.other-cannot-write", "PUT", document, mallory, body: ["theme": "owned"], 403, "forbidden")
+        await cell("document.other-cannot-delete", "DELETE", document, mallory, 403, "forbidden")
+        await cell("document.anonymous-cannot-read", "GET", document, nil, 401)
+
+        let keys = "/v1/users/\(bob.uid)/keys"
+        let bundle = KeyBundle.make(uid: bob.uid, identity: IdentityKeyPair(), mailbox: MailboxKeyPair())
+        await cell("keys.owner-publishes", "PUT", keys, bob, body: bundle, 204)
+        await cell("keys.signed-in-user-reads", "GET", keys, mallory, 200)
+        await cell("keys.other-cannot-replace", "PUT", keys, mallory,
+                   body: KeyBundle.make(uid: bob.uid, identity: IdentityKeyPair(), mailbox: MailboxKeyPair()), 403, "forbidden")
+        await cell("keys.other-cannot-delete", "DELETE", keys, mallory, 403, "forbidden")
+        await cell("keys.anonymous-cannot-read", "GET", keys, nil, 401)
+
+        // Messages: alice writes into bob's mailbox; mallory is a bystander.
+        let id = MessageID.generate()
+        let message = "/v1/users/\(bob.uid)/messages/\(id)"
+        await context.check("rule.message.signed-in-user-creates") {
+            let answer = try await context.send(alice, to: bob.uid, id: id)
+            context.record("rule.message.signed-in-user-creates", answer.status == 201 && answer.json["author"] as? String == alice.uid,
+                           "expected 201 stamped with the sender, got \(answer.summary) \(answer.json["author"] ?? "no author")")
+        }
+        await cell("message.anonymous-cannot-create", "PUT", "/v1/users/\(bob.uid)/messages/\(MessageID.generate())", nil,
+                   body: ["envelope": Base64URL.encode(randomBytes(512))], 401)
+        await cell("message.owner-reads", "GET", message, bob, 200)
+        await cell("message.author-cannot-read", "GET", message, alice, 403, "forbidden")
+        await cell("message.other-cannot-read", "GET", message, mallory, 403, "forbidden")
+        await cell("message.owner-updates-metadata", "PATCH", message, bob, body: ["lease_seconds": 30, "lease_holder": "w1"], 200)
+        await cell("message.author-cannot-update", "PATCH", message, alice, body: ["lease_seconds": 30], 403, "forbidden")
+        await cell("message.other-cannot-update", "PATCH", message, mallory, body: ["lease_seconds": 30], 403, "forbidden")
+        await cell("message.other-cannot-delete", "DELETE", message, mallory, 403, "forbidden")
+        await cell("message.anonymous-cannot-delete", "DELETE", message, nil, 401)
+        await cell("message.author-unsends", "DELETE", message, alice, 204)
+        await cell("message.owner-finds-it-gone", "GET", message, bob, 404, "not_found")
+        let second = MessageID.generate()
+        _ = try? await context.send(alice, to: bob.uid, id: second)
+        await cell("message.owner-acks", "DELETE", "/v1/users/\(bob.uid)/messages/\(second)", bob, 204)
+
+        let mailbox = "/v1/users/\(bob.uid)/messages"
+        await cell("mailbox.owner-lists", "GET", mailbox, bob, 200)
+        await cell("mailbox.other-cannot-list", "GET", mailbox, mallory, 403, "forbidden")
+        await cell("mailbox.author-cannot-list", "GET", mailbox, alice, 403, "forbidden")
+        await cell("mailbox.anonymous-cannot-list", "GET", mailbox, nil, 401)
+        await subscription(context, "mailbox.owner-subscribes", bob, expectReady: true)
+        await subscription(context, "mailbox.other-cannot-subscribe", mallory, expectReady: false, closeCode: 4403)
+        await subscription(context, "mailbox.anonymous-cannot-subscribe", nil, expectReady: false, closeCode: 4401)
+
+        let blocked = "/v1/users/\(bob.uid)/blocked/\(mallory.uid)"
+        await cell("block.other-cannot-block-for-the-owner", "PUT", "/v1/users/\(bob.uid)/blocked/\(alice.uid)", mallory, 403, "forbidden")
+        await cell("block.owner-blocks", "PUT", blocked, bob, 204)
+        await cell("block.owner-reads-the-list", "GET", "/v1/users/\(bob.uid)/blocked", bob, 200)
+        await cell("block.other-cannot-read-the-list", "GET", "/v1/users/\(bob.uid)/blocked", mallory, 403, "forbidden")
+        await cell("block.blocked-author-is-refused", "PUT", "/v1/users/\(bob.uid)/messages/\(MessageID.generate())", mallory,
+                   body: ["envelope": Base64URL.encode(randomBytes(512))], 403, "blocked")
+        await cell("block.other-cannot-unblock", "DELETE", blocked, mallory, 403, "forbidden")
+        await cell("block.owner-unblocks", "DELETE", blocked, bob, 204)
+    }
+
+    /// Opens bob's subscription as `user`: the owner gets `ready`; anyone else an error frame
+    /// and the close code of the refusal.
+    static func subscription(_ context: AuditContext, _ name: String, _ user: AuditUser?, expectReady: Bool,
+                             closeCode: UInt16? = nil) async {
+        await context.check("rule.\(name)") {
+            let socket = RelaySocket.subscribe(base: context.target.relay, uid: context.bob.uid, session: user?.session)
+            let first = try await socket.next(timeout: .seconds(10))
+            if expectReady {
+                context.record("rule.\(name)", first?.type == "ready", "first frame: \(first?.type ?? "none")")
+                await socket.close()
+            } else {
+                let code = await socket.closeCode(timeout: .seconds(10))
+                context.record("rule.\(name)", first?.type == "error" && code == closeCode,
+                               "expected an error frame and close \(closeCode ?? 0), got \(first?.type ?? "no frame") and close \(code.map(String.init) ?? "none (still open)")")
+            }
+        }
+    }
+}
+
+extension KeyBundle {
+    /// A signed bundle for `uid`, as JSON for a request body.
+    static func make(uid: String, identity: IdentityKeyPair, mailbox: MailboxKeyPair) -> Data {
+        Data(KeyBundle(uid: uid, identity: identity, mailboxKey: mailbox.publicKey).encoded())
+    }
+}

@@ -1,0 +1,132 @@
+import ArgumentParser
+import Foundation
+
+/// `mailslot-bench`: load and crash tests for the relay, with real WebSocket clients.
+@main
+struct MailslotBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "mailslot-bench",
+        abstract: "Measure a Mailslot relay with real WebSocket senders and recipients.",
+        discussion: """
+            `run` (the default) measures throughput and latency; `crash` kills the relay again and again \
+            and checks that nothing answered is lost. Exit status: 0 all checks passed; 1 a check failed \
+            (lost, duplicated, refused or left-over messages; the crash test's FAIL); 64 bad flags; \
+            69 the relay cannot be reached or started; 70 the run could not proceed.
+            """,
+        subcommands: [RunCommand.self, CrashCommand.self],
+        defaultSubcommand: RunCommand.self
+    )
+}
+
+/// Whether messages are sealed once up front or by each sender.
+enum Mode: String, ExpressibleByArgument, Sendable {
+    /// Pre-sealed envelopes, one per recipient, made before the clock starts: the relay alone.
+    case relay
+    /// Each message sealed by its sender and opened and verified by its recipient (libsodium).
+    case e2e
+}
+
+/// `mailslot-bench run`: throughput and latency.
+struct RunCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Send messages from S senders to R recipients over WebSockets; report throughput, latency and losses.",
+        discussion: """
+            Each sender writes `send` frames on its own subscription socket; each recipient acks every \
+            `message` frame and the relay answers `acked` once it has erased it. Latencies are measured \
+            from the send (in an open loop, from the moment the scheduler meant to send, so a slow relay \
+            cannot hide its backlog) to the delivery and to the `acked` frame. Progress goes to stderr once \
+            a second; the summary to stdout; with --json the last line of stdout is one JSON object.
+            """
+    )
+
+    @OptionGroup var target: TargetOptions
+
+    @Option(help: "relay: envelopes sealed once per recipient before the clock starts (measures the relay); e2e: each message sealed by its sender and opened and verified by its recipient.")
+    var mode: Mode = .relay
+
+    @Option(help: "Sending users, each with its own socket.")
+    var senders = 4
+
+    @Option(help: "Receiving users that ack every message.")
+    var recipients = 4
+
+    @Option(help: ArgumentHelp("Plaintext body size in bytes; the envelope is the size class that holds it.", valueName: "BYTES"))
+    var size = 256
+
+    @Option(help: ArgumentHelp("Send for this long (default 10 unless --messages is given).", valueName: "SECONDS"))
+    var duration: Double?
+
+    @Option(help: ArgumentHelp("Send this many messages in all (with --duration: whichever ends first).", valueName: "N"))
+    var messages: Int?
+
+    @Option(help: ArgumentHelp("Open loop: offer this many messages per second in all, whatever the answers. Without it, a closed loop.", valueName: "PER_SEC"))
+    var rate: Double?
+
+    @Option(help: ArgumentHelp("Closed loop: unanswered sends each sender keeps outstanding (default 32).", valueName: "N"))
+    var window: Int?
+
+    @Option(help: ArgumentHelp("Idle subscribed sockets held open during the run (connection scale); reports relay RSS per idle connection.", valueName: "C"))
+    var subscribers = 0
+
+    @Option(help: ArgumentHelp("Extra recipients that receive but never ack: their backlog waits on disk; RSS is sampled as it grows. Drained at the end.", valueName: "K"))
+    var slowRecipients = 0
+
+    @Option(help: ArgumentHelp("How long to wait for the last answers and acks after sending stops, and the longest stall tolerated.", valueName: "SECONDS"))
+    var drainTimeout: Double = 30
+
+    @Flag(help: "End stdout with one JSON object (the last line).")
+    var json = false
+
+    @Flag(help: "No progress lines on stderr.")
+    var quiet = false
+
+    func validate() throws {
+        guard (1...1000).contains(senders) else { throw ValidationError("--senders must be 1 to 1000") }
+        guard (1...1000).contains(recipients) else { throw ValidationError("--recipients must be 1 to 1000") }
+        guard (0...1000).contains(slowRecipients) else { throw ValidationError("--slow-recipients must be 0 to 1000") }
+        guard (0...200_000).contains(subscribers) else { throw ValidationError("--subscribers must be 0 to 200000") }
+        guard (1...1_000_000).contains(size) else { throw ValidationError("--size must be 1 to 1000000 bytes") }
+        if let duration { guard duration > 0, duration <= 3600 else { throw ValidationError("--duration must be more than 0 and at most 3600 seconds") } }
+        if let messages { guard messages >= 1, messages <= 100_000_000 else { throw ValidationError("--messages must be 1 to 100000000") } }
+        if let rate { guard rate > 0, rate <= 10_000_000 else { throw ValidationError("--rate must be more than 0 and at most 10000000 per second") } }
+        if let window {
+            guard (1...100_000).contains(window) else { throw ValidationError("--window must be 1 to 100000") }
+            guard rate == nil else { throw ValidationError("--window is for the closed loop; an open loop (--rate) keeps no window") }
+        }
+        guard drainTimeout > 0, drainTimeout <= 3600 else { throw ValidationError("--drain-timeout must be more than 0 and at most 3600 seconds") }
+    }
+
+    func run() async throws {
+        SpawnedRelay.cleanUpOnSignals()
+        let fileLimit = ProcessStats.raiseFileLimit()
+        let needed = 2 * (senders + recipients + slowRecipients + subscribers) + 64
+        if fileLimit > 0, fileLimit < UInt64(needed) {
+            Console.error("mailslot-bench: warning: the open-file limit is \(fileLimit); this run needs about \(needed)")
+        }
+        let settings = RunSettings(mode: mode, senders: senders, recipients: recipients, slowRecipients: slowRecipients,
+                                   subscribers: subscribers, size: size, duration: duration ?? (messages == nil ? 10 : nil),
+                                   messages: messages, rate: rate, window: window ?? 32, drainTimeout: drainTimeout, quiet: quiet)
+        let report: RunReport
+        do {
+            let body = try MessageBody(size: size, senderUID: "bench-xxxxxxxxxx-s0000", recipientUIDLength: "bench-xxxxxxxxxx-r0000".count)
+            let relay = try await RelayTarget.start(target, maxEnvelopeBytes: body.envelopeBytes > 65536 ? body.envelopeBytes : nil)
+            do {
+                report = try await Benchmark(settings: settings, target: relay).run()
+            } catch {
+                await relay.finish()
+                throw error
+            }
+            await relay.finish()
+        } catch let failure as BenchFailure {
+            Console.error("mailslot-bench: error: \(failure.description)")
+            throw ExitCode(failure.status)
+        }
+        print(report.summary)
+        if json { print(report.json.text) }
+        if !report.problems.isEmpty {
+            Console.error("mailslot-bench: FAILED: " + report.problems.joined(separator: "; "))
+            throw ExitCode(1)
+        }
+    }
+}

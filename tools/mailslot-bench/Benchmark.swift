@@ -1,0 +1,400 @@
+import Foundation
+import Histogram
+import MailslotWire
+
+/// What `run` was asked to do.
+struct RunSettings: Sendable {
+    let mode: Mode
+    let senders: Int, recipients: Int, slowRecipients: Int, subscribers: Int
+    let size: Int
+    let duration: Double?
+    let messages: Int?
+    let rate: Double?
+    let window: Int
+    let drainTimeout: Double
+    let quiet: Bool
+}
+
+/// The outcome of a run: the human summary, the JSON object, and the checks that failed.
+struct RunReport {
+    let summary: String
+    let json: JSON
+    let problems: [String]
+}
+
+/// One measured run against one relay: set up users and sockets, start the clock, send, drain,
+/// check, and report.
+struct Benchmark {
+    let settings: RunSettings
+    let target: RelayTarget
+
+    private var http: RelayHTTP { target.http }
+
+    private func status(_ text: String) { if !settings.quiet { Console.error("mailslot-bench: \(text)") } }
+
+    func run() async throws -> RunReport {
+        let s = settings
+        let prefix = Users.runPrefix()
+        func uids(_ tag: String, _ count: Int) -> [String] { (0..<count).map { "\(prefix)-\(tag)\(String(format: "%04d", $0))" } }
+        let senderUIDs = uids("s", s.senders), recipientUIDs = uids("r", s.recipients), slowUIDs = uids("k", s.slowRecipients)
+        let body = try MessageBody(size: s.size, senderUID: senderUIDs[0], recipientUIDLength: recipientUIDs[0].utf8.count)
+        let e2e = s.mode == .e2e
+
+        status("signing in \(s.senders + s.recipients + s.slowRecipients) users at \(target.description)\(e2e ? " and publishing their key bundles" : "")")
+        let senders = try await Users.signIn(senderUIDs, target: target, publish: e2e)
+        let recipients = try await Users.signIn(recipientUIDs, target: target, publish: e2e)
+        let slow = try await Users.signIn(slowUIDs, target: target, publish: e2e)
+
+        // What clients would have pinned: senders the recipients' bundles, recipients the senders'.
+        var mailboxKeys = Dictionary(uniqueKeysWithValues: (recipients + slow).map { ($0.uid, $0.mailbox.publicKey) })
+        var pinned: [String: IdentityPublicKey]?
+        if e2e {
+            let recipientBundles = try await Users.bundles(of: recipientUIDs + slowUIDs, reader: senders[0], http: http)
+            mailboxKeys = recipientBundles.mapValues(\.mailboxKey)
+            pinned = try await Users.bundles(of: senderUIDs, reader: recipients[0], http: http).mapValues(\.identityKey)
+        }
+        var destinations: [Destination] = []
+        var presealed: [String: String] = [:]
+        for user in recipients + slow {
+            let key = mailboxKeys[user.uid] ?? user.mailbox.publicKey
+            if !e2e { presealed[user.uid] = try body.presealed(from: senders[0], to: user.uid, mailboxKey: key) }
+            destinations.append(Destination(uid: user.uid, slow: slowUIDs.contains(user.uid), presealed: presealed[user.uid], mailboxKey: key))
+        }
+
+        let counters = Counters(LiveCounts())
+        let gate = StartGate()
+        var sockets: [Socket] = []
+        do {
+            // Idle connections first, alone, so their cost is measured before any traffic.
+            var idle: (before: Int?, after: Int?, opened: Int)?
+            if s.subscribers > 0 {
+                idle = try await openIdle(prefix: prefix, counters: counters, sockets: &sockets)
+            }
+            let readyBefore = counters.current.ready
+
+            status("opening \(s.recipients + s.slowRecipients + s.senders) sockets")
+            var recipientLedgers: [Locked<RecipientLedger>] = []
+            var recipientPlans: [RecipientPlan] = []
+            for user in recipients + slow {
+                let isSlow = slowUIDs.contains(user.uid)
+                let plan = RecipientPlan(user: user, acks: !isSlow, measures: !isSlow, senderUIDs: senderUIDs,
+                                         presealed: presealed[user.uid].map { Array($0.utf8) }, pinned: pinned)
+                let ledger = Locked(RecipientLedger())
+                sockets.append(BenchRecipient.start(plan, ledger: ledger, http: http, counters: counters))
+                recipientLedgers.append(ledger)
+                recipientPlans.append(plan)
+            }
+            var senderLedgers: [Locked<SenderLedger>] = []
+            for (index, user) in senders.enumerated() {
+                let plan = SenderPlan(index: index, user: user, destinations: destinations,
+                                      quota: s.messages.map { $0 / s.senders + (index < $0 % s.senders ? 1 : 0) },
+                                      duration: s.duration.map { UInt64($0 * 1e9) }, pacing: pacing(index),
+                                      body: e2e ? body : nil)
+                let (socket, ledger) = BenchSender.start(plan, http: http, gate: gate, counters: counters)
+                sockets.append(socket)
+                senderLedgers.append(ledger)
+            }
+            let expected = s.recipients + s.slowRecipients + s.senders
+            guard await waitUntil(seconds: 30, { let c = counters.current; return c.ready - readyBefore >= expected || c.failure != nil }) else {
+                throw BenchFailure.failed("only \(counters.current.ready - readyBefore) of \(expected) sockets got their ready frame within 30 s")
+            }
+            try await checkSockets(sockets, counters: counters)
+
+            // The clock.
+            let cpuBefore = await target.cpuSeconds(), ownBefore = ProcessStats.ownCPUSeconds()
+            let start = Monotonic.now() + 20_000_000
+            let progress = ProgressPrinter()
+            progress.start(counters: counters, target: target, start: start, quiet: s.quiet)
+            gate.open(start)
+            status("sending (\(describePacing()))")
+
+            let sendingEnded = try await waitProgressing(counters: counters, sockets: sockets, what: "sending") {
+                $0.sendersDone == s.senders
+            }
+            let answered = try await waitProgressing(counters: counters, sockets: sockets, what: "the answers to the sends") {
+                $0.answered >= $0.sent
+            }
+            let drained = try await waitProgressing(counters: counters, sockets: sockets, what: "the deliveries and acks") {
+                $0.erased >= $0.created
+            }
+            let end = Monotonic.now()
+            let cpuAfter = await target.cpuSeconds(), ownAfter = ProcessStats.ownCPUSeconds()
+            let samples = progress.stop()
+            if !(sendingEnded && answered && drained) { status("not everything arrived; counting what did") }
+
+            // Slow consumers: reconnect them as acking recipients; the relay brings their whole
+            // backlog from disk (the unacked window again, then the rest).
+            let slowBacklog = counters.current.createdSlow
+            var slowDrained = true
+            if s.slowRecipients > 0 {
+                status("draining \(slowBacklog) messages waiting for the slow recipients")
+                let slowIndexes = Array(s.recipients..<(s.recipients + s.slowRecipients))
+                for index in slowIndexes { await sockets[index].close() }
+                for index in slowIndexes { await sockets[index].finish(within: 10) }
+                for index in slowIndexes {
+                    let plan = recipientPlans[index]
+                    let drainer = RecipientPlan(user: plan.user, acks: true, measures: false, senderUIDs: plan.senderUIDs,
+                                                presealed: plan.presealed, pinned: plan.pinned)
+                    sockets.append(BenchRecipient.start(drainer, ledger: recipientLedgers[index], http: http, counters: counters))
+                }
+                slowDrained = try await waitProgressing(counters: counters, sockets: sockets, what: "the slow recipients' backlog") { _ in
+                    slowIndexes.allSatisfy { index in recipientLedgers[index].withLock { $0.erased == $0.stored } }
+                        && slowIndexes.reduce(0) { total, index in total + recipientLedgers[index].withLock { $0.stored } } >= slowBacklog
+                }
+            }
+
+            let remaining = await relayRemaining(users: senders + recipients + slow)
+            let peak = await target.peakResidentBytes()
+            let rssAtEnd = await target.residentBytes()
+            await closeAll(sockets)
+            sockets = []
+
+            return report(start: start, end: end, cpu: (cpuBefore, cpuAfter), own: ownAfter - ownBefore, samples: samples,
+                          senders: senderLedgers.map(\.current), ledgers: recipientLedgers.map(\.current),
+                          destinations: destinations, body: body, remaining: remaining, peak: peak, rssAtEnd: rssAtEnd,
+                          idle: idle, slowBacklog: slowBacklog, complete: sendingEnded && answered && drained && slowDrained,
+                          counts: counters.current)
+        } catch {
+            gate.open(nil)
+            for socket in sockets { socket.abandon() }
+            throw error
+        }
+    }
+
+    /// The pacing of sender `index`: open loops are staggered so the senders do not fire together.
+    private func pacing(_ index: Int) -> Pacing {
+        guard let rate = settings.rate else { return .closed(window: settings.window) }
+        let interval = UInt64(1e9 * Double(settings.senders) / rate)
+        return .open(interval: interval, offset: interval * UInt64(index) / UInt64(settings.senders))
+    }
+
+    private func describePacing() -> String {
+        var parts: [String] = []
+        if let rate = settings.rate { parts.append("open loop, \(Int(rate)) msg/s offered") } else { parts.append("closed loop, window \(settings.window) per sender") }
+        if let duration = settings.duration { parts.append("\(duration) s") }
+        if let messages = settings.messages { parts.append("\(messages) messages") }
+        return parts.joined(separator: ", ")
+    }
+
+    /// Signs in and subscribes the idle users, measuring the relay's RSS before and after.
+    private func openIdle(prefix: String, counters: Counters, sockets: inout [Socket]) async throws -> (before: Int?, after: Int?, opened: Int) {
+        let count = settings.subscribers
+        status("signing in \(count) idle subscribers")
+        let users = try await Users.signIn((0..<count).map { "\(prefix)-i\(String(format: "%06d", $0))" }, target: target,
+                                           publish: false, concurrency: 32)
+        try await Task.sleep(nanoseconds: 1_000_000_000)
+        let before = await target.residentBytes()
+        status("opening \(count) idle sockets")
+        // In batches, so the relay's accept queue is never the thing measured.
+        var opened = 0
+        for batch in stride(from: 0, to: count, by: 200) {
+            let batchEnd = min(batch + 200, count)
+            for user in users[batch..<batchEnd] { sockets.append(IdleSubscriber.start(user, http: http, counters: counters)) }
+            guard await waitUntil(seconds: 30, { let c = counters.current; return c.ready >= batchEnd || c.failure != nil }) else {
+                throw BenchFailure.failed("only \(counters.current.ready) of \(batchEnd) idle sockets got their ready frame within 30 s")
+            }
+            try await checkSockets(sockets, counters: counters)
+            opened = batchEnd
+        }
+        try await Task.sleep(nanoseconds: 1_000_000_000)
+        let after = await target.residentBytes()
+        status("\(opened) idle sockets open; relay RSS \(Format.bytes(before)) → \(Format.bytes(after))")
+        return (before, after, opened)
+    }
+
+    /// Fails the run if a socket failed or the relay closed one, or the relay died.
+    private func checkSockets(_ sockets: [Socket], counters: Counters) async throws {
+        if let failure = counters.current.failure { throw BenchFailure.failed(failure) }
+        if let pid = target.spawned?.pid, kill(pid, 0) != 0 {
+            throw BenchFailure.failed("the relay process died:\n\(target.spawned?.logTail() ?? "")")
+        }
+        if let ended = sockets.lazy.compactMap(\.unexpectedEnd).first {
+            throw BenchFailure.failed("a socket ended during the run: \(ended)")
+        }
+    }
+
+    /// Waits until `done` holds, as long as the counts keep moving: stops after `drainTimeout`
+    /// seconds without any change (false), or at a socket failure (throws).
+    private func waitProgressing(counters: Counters, sockets: [Socket], what: String,
+                                 _ done: @escaping (LiveCounts) -> Bool) async throws -> Bool {
+        var last = counters.current
+        var lastChange = Monotonic.now()
+        while true {
+            let counts = counters.current
+            if let failure = counts.failure { throw BenchFailure.failed(failure) }
+            if done(counts) { return true }
+            let now = Monotonic.now()
+            if counts.sent != last.sent || counts.answered != last.answered || counts.erased != last.erased
+                || counts.delivered != last.delivered || counts.deliveredSlow != last.deliveredSlow {
+                last = counts
+                lastChange = now
+            } else if Monotonic.seconds(lastChange, now) > settings.drainTimeout {
+                Console.error("mailslot-bench: nothing moved for \(Int(settings.drainTimeout)) s while waiting for \(what)")
+                return false
+            }
+            try await checkSockets(sockets, counters: counters)
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
+    }
+
+    /// Closes every socket cleanly, then waits (bounded) for them to end.
+    private func closeAll(_ sockets: [Socket]) async {
+        await withTaskGroup(of: Void.self) { group in
+            for socket in sockets { group.addTask { await socket.close() } }
+        }
+        await withTaskGroup(of: Void.self) { group in
+            for socket in sockets { group.addTask { await socket.finish(within: 10) } }
+        }
+    }
+
+    /// How many messages the relay still holds: its `mailslot_messages_pending` gauge (spawned
+    /// relay: all of them are this run's), and a listing of every mailbox of this run.
+    private func relayRemaining(users: [BenchUser]) async -> (gauge: Int?, listed: Int?) {
+        var gauge: Int?
+        // A gauge may be updated a moment after the erasure: give it a few seconds to reach 0. (A
+        // remote relay's gauge counts other users' messages too: read once, for the report only.)
+        for _ in 0..<(target.spawned != nil ? 30 : 1) {
+            guard let value = await target.metrics()?["mailslot_messages_pending"] else { break }
+            gauge = Int(value)
+            if value == 0 { break }
+            try? await Task.sleep(nanoseconds: 100_000_000)
+        }
+        let listed = try? await boundedMap(users, limit: 8) { user in
+            try await http.pendingIDs(of: user.uid, session: user.session).count
+        }.reduce(0, +)
+        return (gauge, listed)
+    }
+
+    // MARK: The report
+
+    private func report(start: UInt64, end: UInt64, cpu: (Double?, Double?), own: Double, samples: [Sample],
+                        senders: [SenderLedger], ledgers: [RecipientLedger], destinations: [Destination], body: MessageBody,
+                        remaining: (gauge: Int?, listed: Int?), peak: Int?, rssAtEnd: Int?,
+                        idle: (before: Int?, after: Int?, opened: Int)?, slowBacklog: Int, complete: Bool,
+                        counts: LiveCounts) -> RunReport {
+        let s = settings
+        // Lost: stored by the relay (a 2xx answer) and never delivered to the recipient it was for.
+        var lost = 0, storedTotal = 0, storedNormal = 0
+        for (index, sender) in senders.enumerated() {
+            for sequence in sender.stored.members {
+                storedTotal += 1
+                let destination = (index + sequence) % destinations.count
+                if !destinations[destination].slow { storedNormal += 1 }
+                if ledgers[destination].entries[BenchID.key(sender: index, sequence: sequence)] == nil { lost += 1 }
+            }
+        }
+        // Delivered without a 2xx answer to its send: only possible if an answer went missing.
+        var unanswered = 0, unacked = 0
+        for ledger in ledgers {
+            for (key, entry) in ledger.entries {
+                let (sender, sequence) = BenchID.split(key)
+                if sender >= senders.count || !senders[sender].stored.contains(sequence) { unanswered += 1 }
+                if entry & RecipientLedger.erasedNow == 0 { unacked += 1 }
+            }
+        }
+        let normal = ledgers.prefix(s.recipients)
+        var receive = Latencies.latencies(), erased = Latencies.latencies(), created = Latencies.latencies()
+        for ledger in normal {
+            receive.add(ledger.receiveLatency)
+            erased.add(ledger.erasedLatency)
+        }
+        for sender in senders { created.add(sender.createLatency) }
+        // No run retries a send, so nothing is created twice: every reappearance is a duplicate.
+        let duplicates = ledgers.reduce(0) { $0 + $1.sameSocketRepeats + $1.reappeared.values.reduce(0, +) }
+        let redeliveries = ledgers.reduce(0) { $0 + $1.redeliveries }
+        var rejected: [String: Int] = [:], refused: [String: Int] = [:]
+        for ledger in ledgers { rejected.merge(ledger.rejected, uniquingKeysWith: +) }
+        for sender in senders { refused.merge(sender.refusals, uniquingKeysWith: +) }
+        let unexpected = (senders.flatMap(\.unexpected) + ledgers.flatMap(\.unexpected))
+        let identicalRetries = senders.reduce(0) { $0 + $1.identicalRetries }
+        let doubleAnswers = senders.reduce(0) { $0 + $1.doubleAnswers }
+        let written = senders.reduce(0) { $0 + $1.written }
+        let deliveredNormal = normal.reduce(0) { $0 + $1.stored }
+        let lastDelivery = normal.map(\.lastStored).max() ?? end
+        let elapsed = Monotonic.seconds(start, max(start + 1, lastDelivery))
+        let deliveredPerSecond = Double(deliveredNormal) / elapsed
+        let relayCPU: Double? = cpu.0.flatMap { before in cpu.1.map { ($0 - before) * 1e6 / Double(max(1, storedTotal)) } }
+        let ownCPU = own * 1e6 / Double(max(1, storedTotal))
+        let remainingCount = target.spawned != nil ? (remaining.gauge ?? remaining.listed) : remaining.listed
+        let perIdle: Double? = idle.flatMap { idle in
+            guard let before = idle.before, let after = idle.after, idle.opened > 0 else { return nil }
+            return Double(after - before) / Double(idle.opened)
+        }
+        let receiveSummary = LatencySummary(receive), erasedSummary = LatencySummary(erased), createdSummary = LatencySummary(created)
+
+        var problems: [String] = []
+        if lost > 0 { problems.append("\(lost) messages lost") }
+        if duplicates > 0 { problems.append("\(duplicates) messages duplicated") }
+        if let remainingCount, remainingCount != 0 { problems.append("the relay still holds \(remainingCount) messages") }
+        if remaining.gauge == nil && remaining.listed == nil { problems.append("could not learn how many messages the relay still holds") }
+        if let listed = remaining.listed, listed != 0, remainingCount != listed { problems.append("\(listed) messages are still listed in this run's mailboxes") }
+        if !refused.isEmpty { problems.append("the relay refused \(refused.values.reduce(0, +)) sends (\(refused.map { "\($0.key) \($0.value)" }.sorted().joined(separator: ", ")))") }
+        if !rejected.isEmpty { problems.append("recipients rejected \(rejected.values.reduce(0, +)) messages (\(rejected.map { "\($0.key) \($0.value)" }.sorted().joined(separator: ", ")))") }
+        if unanswered > 0 { problems.append("\(unanswered) messages were delivered whose send was never answered") }
+        if unacked > 0 { problems.append("\(unacked) acks were never confirmed with acked") }
+        if written != counts.answered { problems.append("\(written - counts.answered) sends were never answered") }
+        if identicalRetries + doubleAnswers > 0 { problems.append("\(identicalRetries + doubleAnswers) sends were answered as retries or twice") }
+        if !unexpected.isEmpty { problems.append("unexpected frames: \(Set(unexpected).sorted().joined(separator: "; "))") }
+        if !complete && problems.isEmpty { problems.append("the run did not drain") }
+
+        // Human summary.
+        var lines: [String] = []
+        let pacing = s.rate.map { "open loop at \(Int($0)) msg/s" } ?? "closed loop, window \(s.window)"
+        lines.append("mailslot-bench \(s.mode.rawValue) mode — \(target.description)")
+        lines.append("  \(s.senders) senders → \(s.recipients) recipients\(s.slowRecipients > 0 ? " + \(s.slowRecipients) slow" : "")"
+                     + "\(s.subscribers > 0 ? ", \(s.subscribers) idle subscribers" : ""); \(body.bodyBytes) B bodies in \(body.envelopeBytes) B envelopes; \(pacing)")
+        lines.append(String(format: "  %d sent, %d stored, %d delivered and erased in %.2f s: %.0f msg/s delivered",
+                            written, storedTotal, deliveredNormal, elapsed, deliveredPerSecond))
+        lines.append("  latency (ms)              p50       p99     p99.9       max")
+        lines.append("  " + receiveSummary.row("send → delivery"))
+        lines.append("  " + erasedSummary.row("send → acked (erased)"))
+        lines.append("  " + createdSummary.row("send → sent (stored)"))
+        lines.append("  lost \(lost), duplicated \(duplicates), redelivered \(redeliveries), refused \(refused.values.reduce(0, +)), rejected \(rejected.values.reduce(0, +)), relay remaining \(remainingCount.map(String.init) ?? "unknown")"
+                     + " (\(remaining.gauge != nil ? "gauge \(remaining.gauge!)" : "no gauge"), listed \(remaining.listed.map(String.init) ?? "n/a"))")
+        lines.append("  relay: CPU \(Format.optional(relayCPU, "%.1f")) µs/msg, peak RSS \(Format.bytes(peak)), RSS at end \(Format.bytes(rssAtEnd)); bench CPU \(String(format: "%.1f", ownCPU)) µs/msg")
+        if let idle {
+            lines.append("  idle connections: \(idle.opened), relay RSS \(Format.bytes(idle.before)) → \(Format.bytes(idle.after)): \(Format.optional(perIdle, "%.0f")) B per connection")
+        }
+        if s.slowRecipients > 0 {
+            lines.append("  slow recipients: \(slowBacklog) messages waited for them; relay RSS as their backlog grew:")
+            for sample in samples {
+                lines.append(String(format: "    %5.1f s  backlog %8d  rss %@", sample.time, sample.counts.createdSlow - sample.counts.deliveredSlow,
+                                    Format.bytes(sample.residentBytes)))
+            }
+        }
+        let machine = ProcessStats.machine()
+        lines.append("  machine: " + machine.map { "\($0.0) \($0.1)" }.joined(separator: "; "))
+        lines.append(problems.isEmpty ? "  PASS: nothing lost, nothing duplicated, nothing left on the relay" : "  FAIL: " + problems.joined(separator: "; "))
+
+        let json = JSON.object([
+            ("mode", .string(s.mode.rawValue)),
+            ("relay", .string(target.spawned != nil ? "spawned" : http.base)),
+            ("senders", .int(s.senders)), ("recipients", .int(s.recipients)), ("slow_recipients", .int(s.slowRecipients)),
+            ("subscribers", .int(s.subscribers)),
+            ("size", .int(s.size)), ("body_bytes", .int(body.bodyBytes)), ("envelope_bytes", .int(body.envelopeBytes)),
+            ("rate", .number(s.rate)), ("window", s.rate == nil ? .int(s.window) : .null),
+            ("duration_s", .number(s.duration)), ("messages_requested", .int(s.messages)),
+            ("messages", .int(storedNormal)), ("sent", .int(written)), ("stored", .int(storedTotal)), ("delivered", .int(deliveredNormal)),
+            ("elapsed_s", .number(elapsed)), ("delivered_per_sec", .number(deliveredPerSecond)),
+            ("latency_ms", .object([("receive", receiveSummary.json), ("erased", erasedSummary.json), ("created", createdSummary.json)])),
+            ("lost", .int(lost)), ("duplicated", .int(duplicates)), ("redelivered", .int(redeliveries)),
+            ("refused", .object(refused.sorted { $0.key < $1.key }.map { ($0.key, .int($0.value)) })),
+            ("rejected", .object(rejected.sorted { $0.key < $1.key }.map { ($0.key, .int($0.value)) })),
+            ("relay_remaining", .int(remainingCount)), ("relay_remaining_gauge", .int(remaining.gauge)), ("relay_remaining_listed", .int(remaining.listed)),
+            ("relay_peak_rss_bytes", .int(peak)), ("relay_rss_end_bytes", .int(rssAtEnd)),
+            ("relay_cpu_us_per_msg", .number(relayCPU)), ("bench_cpu_us_per_msg", .number(ownCPU)),
+            ("rss_per_idle_connection_bytes", .number(perIdle)),
+            ("idle_rss_before_bytes", .int(idle?.before)), ("idle_rss_after_bytes", .int(idle?.after)),
+            ("slow_backlog", s.slowRecipients > 0 ? .int(slowBacklog) : .null),
+            ("rss_samples", .array(samples.map { sample in
+                .object([("t", .number((sample.time * 10).rounded() / 10)), ("rss_bytes", .int(sample.residentBytes)),
+                         ("stored", .int(sample.counts.created + sample.counts.createdSlow)), ("erased", .int(sample.counts.erased)),
+                         ("slow_backlog", .int(sample.counts.createdSlow - sample.counts.deliveredSlow))])
+            })),
+            ("machine", .object(machine.map { ($0.0, .string($0.1)) })),
+            ("ok", .bool(problems.isEmpty)),
+            ("problems", .array(problems.map(JSON.string))),
+        ])
+        return RunReport(summary: lines.joined(separator: "\n"), json: json, problems: problems)
+    }
+}

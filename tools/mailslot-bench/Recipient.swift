@@ -1,0 +1,196 @@
+import Foundation
+import HummingbirdWSClient
+import MailslotWire
+import NIOCore
+
+/// Everything one recipient does with what it receives.
+struct RecipientPlan: Sendable {
+    let user: BenchUser
+    /// Ack each delivery (false: a slow consumer that receives and never acks).
+    let acks: Bool
+    /// Record latencies (not for a slow consumer's backlog, which waits by design).
+    let measures: Bool
+    /// The sender uids by index: the relay's stamped `author` must be the sender the id names.
+    let senderUIDs: [String]
+    /// Relay mode: the pre-sealed envelope every message to this recipient carries, base64url.
+    let presealed: [UInt8]?
+    /// E2e mode: the senders' identity keys as pinned from their key bundles.
+    let pinned: [String: IdentityPublicKey]?
+}
+
+/// What one recipient user has seen, across all its sockets (the crash test reconnects): the
+/// "store" a client keeps, by message key, so a redelivery is recognised as one.
+struct RecipientLedger: Sendable {
+    /// Message key → the socket generation that last received it (<< 2), bit 0: the erasure of the
+    /// copy it holds was confirmed (`acked`), bit 1: an erasure was ever confirmed.
+    var entries: [UInt64: UInt32] = [:]
+    /// Which socket of this user is reading (each new socket increments it).
+    var generation: UInt32 = 0
+    /// Distinct messages delivered (stored).
+    var stored = 0
+    /// Distinct messages whose erasure was confirmed.
+    var erased = 0
+    /// A delivery of a message already delivered on the same socket: never allowed (spec §8.2).
+    var sameSocketRepeats = 0
+    /// Deliveries of a message after its erasure was confirmed, by key: a duplicate, unless its
+    /// sender's retry created it again (the crash test checks that against the senders' answers).
+    var reappeared: [UInt64: Int] = [:]
+    /// A message delivered again on a new socket before its erasure was confirmed: allowed
+    /// (spec §8.2), and the store drops it.
+    var redeliveries = 0
+    /// Messages that failed a check (e2e: envelope error codes; both modes: author, envelope bytes), by reason.
+    var rejected: [String: Int] = [:]
+    /// Frames that are not what the protocol says.
+    var unexpected: [String] = []
+    var receiveLatency = Latencies.latencies()
+    var erasedLatency = Latencies.latencies()
+    /// When the last first delivery arrived (``Monotonic``).
+    var lastStored: UInt64 = 0
+
+    static let erasedNow: UInt32 = 1, erasedOnce: UInt32 = 2
+
+    /// Whether the copy of `key` this store holds is confirmed erased on the relay.
+    func isErased(_ key: UInt64) -> Bool { entries[key].map { $0 & Self.erasedNow != 0 } ?? false }
+
+    mutating func note(_ text: String) { if unexpected.count < 20 { unexpected.append(text) } }
+    mutating func reject(_ reason: String) { rejected[reason, default: 0] += 1 }
+}
+
+/// A recipient: one user subscribed to its mailbox, storing (counting, checking) each delivery
+/// and acking it; the relay erases it and answers `acked`.
+enum BenchRecipient {
+    /// Connects a new socket for `plan.user`, continuing `ledger` (a new generation).
+    static func start(_ plan: RecipientPlan, ledger: Locked<RecipientLedger>, http: RelayHTTP, counters: Counters) -> Socket {
+        let generation = ledger.withLock { ledger -> UInt32 in
+            ledger.generation += 1
+            return ledger.generation
+        }
+        return Socket(url: http.subscribeURL(plan.user.uid), session: plan.user.session, logger: Socket.logger) { frames, outbound in
+            for try await frame in frames {
+                if let ack = read(frame, plan: plan, generation: generation, ledger: ledger, counters: counters) {
+                    try await outbound.write(.text(ack))
+                }
+            }
+        }
+    }
+
+    /// Reads one frame; returns the ack to write, if any.
+    private static func read(_ frame: ByteBuffer, plan: RecipientPlan, generation: UInt32,
+                             ledger: Locked<RecipientLedger>, counters: Counters) -> String? {
+        let now = Monotonic.now()
+        return frame.withUnsafeReadableBytes { raw -> String? in
+            let bytes = FrameBytes(raw: raw)
+            switch bytes.kind {
+            case .message:
+                guard let idBytes = bytes.string("\"id\":\"") else {
+                    ledger.withLock { $0.note("a message frame without an id") }
+                    return nil
+                }
+                let ack = plan.acks ? ClientFrames.ack(idBytes) : nil
+                guard let id = BenchID.parse(idBytes), id.sender < plan.senderUIDs.count else {
+                    ledger.withLock { $0.note("a message this run did not send") }
+                    return ack
+                }
+                let key = BenchID.key(sender: id.sender, sequence: id.sequence)
+                let first = ledger.withLock { ledger -> Bool in
+                    if let entry = ledger.entries[key] {
+                        if entry & RecipientLedger.erasedNow != 0 {
+                            ledger.reappeared[key, default: 0] += 1
+                        } else if entry >> 2 == generation {
+                            ledger.sameSocketRepeats += 1
+                        } else {
+                            ledger.redeliveries += 1
+                        }
+                        // The copy now held is this delivery's, not yet erased.
+                        ledger.entries[key] = generation << 2 | (entry & RecipientLedger.erasedOnce)
+                        return false
+                    }
+                    ledger.entries[key] = generation << 2
+                    ledger.stored += 1
+                    ledger.lastStored = now
+                    if plan.measures { ledger.receiveLatency.record(from: id.time, to: now) }
+                    return true
+                }
+                guard first else { return ack }
+                counters.withLock { if plan.measures { $0.delivered += 1 } else { $0.deliveredSlow += 1 } }
+                if let reason = check(bytes, id: idBytes, sender: plan.senderUIDs[id.sender], plan: plan) {
+                    ledger.withLock { $0.reject(reason) }
+                }
+                return ack
+            case .acked:
+                guard let idBytes = bytes.string("\"id\":\""), let id = BenchID.parse(idBytes) else {
+                    ledger.withLock { $0.note("an acked frame for an id this run did not send") }
+                    return nil
+                }
+                let key = BenchID.key(sender: id.sender, sequence: id.sequence)
+                let fresh = ledger.withLock { ledger -> Bool in
+                    guard let entry = ledger.entries[key] else {
+                        ledger.note("an acked frame for a message never delivered")
+                        return false
+                    }
+                    // A repeated ack after a reconnect is answered acked again (spec §8.3): no second erasure.
+                    guard entry & RecipientLedger.erasedNow == 0 else { return false }
+                    ledger.entries[key] = entry | RecipientLedger.erasedNow | RecipientLedger.erasedOnce
+                    guard entry & RecipientLedger.erasedOnce == 0 else { return false }
+                    ledger.erased += 1
+                    if plan.measures { ledger.erasedLatency.record(from: id.time, to: now) }
+                    return true
+                }
+                if fresh { counters.withLock { $0.erased += 1 } }
+                return nil
+            case .sent:
+                ledger.withLock { $0.note("a sent frame on a recipient's socket") }
+                return nil
+            case .other:
+                guard let decoded = try? JSONDecoder().decode(RelayFrame.self, from: Data(raw)) else {
+                    ledger.withLock { $0.note("a frame that is not JSON") }
+                    return nil
+                }
+                if decoded.type == "ready" {
+                    counters.withLock { $0.ready += 1 }
+                } else {
+                    let code = decoded.problem?.code.rawValue ?? "-"
+                    ledger.withLock { $0.note("a \(decoded.type) frame (\(code))") }
+                }
+                return nil
+            }
+        }
+    }
+
+    /// What a client checks before it stores a message; nil when it passes. The relay's stamped
+    /// author must be the sender the id names. Relay mode: the envelope must be the bytes sent.
+    /// E2e mode: it must open with the recipient's key, for this recipient and id, signed by the
+    /// key pinned for that author.
+    private static func check(_ bytes: FrameBytes, id: UnsafeRawBufferPointer, sender: String, plan: RecipientPlan) -> String? {
+        guard let author = bytes.string("\"author\":\""), author.elementsEqual(sender.utf8) else { return "author_mismatch" }
+        guard let envelope = bytes.string("\"envelope\":\"") else { return "envelope_missing" }
+        if let presealed = plan.presealed {
+            return envelope.elementsEqual(presealed) ? nil : "envelope_altered"
+        }
+        guard let pinned = plan.pinned?[sender] else { return "sender_not_pinned" }
+        guard let sealed = Base64URL.decode(String(decoding: envelope, as: UTF8.self)) else { return "envelope_not_base64url" }
+        do {
+            let opened = try Envelope.open(sealed, id: String(decoding: id, as: UTF8.self), recipient: plan.user.uid, keys: plan.user.mailbox)
+            guard opened.sender == sender else { return "author_mismatch" }
+            guard opened.senderKey == pinned else { return "key_changed" }
+            return nil
+        } catch {
+            return error.code
+        }
+    }
+}
+
+/// Idle subscribers: signed-in users holding a subscribed socket open and doing nothing, to see
+/// what each open connection costs the relay.
+enum IdleSubscriber {
+    static func start(_ user: BenchUser, http: RelayHTTP, counters: Counters) -> Socket {
+        Socket(url: http.subscribeURL(user.uid), session: user.session, logger: Socket.logger) { frames, _ in
+            for try await frame in frames {
+                let ready = frame.withUnsafeReadableBytes { raw in
+                    (try? JSONDecoder().decode(RelayFrame.self, from: Data(raw)))?.type == "ready"
+                }
+                if ready { counters.withLock { $0.ready += 1 } }
+            }
+        }
+    }
+}

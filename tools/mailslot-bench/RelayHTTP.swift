@@ -1,0 +1,134 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import MailslotWire
+
+/// The relay's HTTP routes the bench needs (spec/protocol.md §4), for setup and checks only: the
+/// measured traffic goes over WebSockets.
+struct RelayHTTP: Sendable {
+    /// `http://host:port`, without a trailing slash.
+    let base: String
+    private let session: URLSession
+
+    init(base: String, timeout: Double = 10) {
+        self.base = base.hasSuffix("/") ? String(base.dropLast()) : base
+        let configuration = URLSessionConfiguration.ephemeral
+        configuration.timeoutIntervalForRequest = timeout
+        configuration.timeoutIntervalForResource = timeout * 3
+        configuration.httpMaximumConnectionsPerHost = 32
+        session = URLSession(configuration: configuration)
+    }
+
+    /// The subscription URL of `uid` (`ws://…/v1/users/{uid}/subscribe`).
+    func subscribeURL(_ uid: String) -> String {
+        var text = base
+        if text.hasPrefix("https://") { text = "wss://" + text.dropFirst(8) } else if text.hasPrefix("http://") { text = "ws://" + text.dropFirst(7) }
+        return text + "/v1/users/\(uid)/subscribe"
+    }
+
+    /// One request: the status and the body. Throws only when no answer came.
+    func call(_ method: String, _ path: String, bearer: String? = nil, body: Data? = nil) async throws -> (status: Int, body: Data) {
+        guard let url = URL(string: base + path) else { throw BenchFailure.usage("cannot form a URL from \(base)\(path)") }
+        var request = URLRequest(url: url)
+        request.httpMethod = method
+        if let bearer { request.setValue("Bearer \(bearer)", forHTTPHeaderField: "Authorization") }
+        if let body {
+            request.httpBody = body
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
+        do {
+            let (data, response) = try await session.data(for: request)
+            guard let http = response as? HTTPURLResponse else { throw BenchFailure.failed("\(method) \(path): not an HTTP answer") }
+            return (http.statusCode, data)
+        } catch let failure as BenchFailure {
+            throw failure
+        } catch {
+            throw BenchFailure.unreachable("cannot reach the relay at \(base) (\(method) \(path)): \(error.localizedDescription)")
+        }
+    }
+
+    /// Whether `GET /healthz` answers 200.
+    func healthy() async -> Bool {
+        guard let answer = try? await call("GET", "/healthz") else { return false }
+        return answer.status == 200
+    }
+
+    /// `POST /v1/sessions` with a custom token.
+    func signIn(token: String) async throws -> SessionGrant {
+        let answer = try await call("POST", "/v1/sessions", body: try JSONEncoder().encode(SignInRequest(token: token)))
+        guard answer.status == 201 else { throw refusal("sign-in", answer) }
+        guard let grant = try? JSONDecoder().decode(SessionGrant.self, from: answer.body) else {
+            throw BenchFailure.failed("sign-in answered 201 without a session grant")
+        }
+        return grant
+    }
+
+    /// `PUT /v1/users/{uid}/keys`.
+    func publish(_ bundle: KeyBundle, session: String) async throws {
+        let answer = try await call("PUT", "/v1/users/\(bundle.uid)/keys", bearer: session, body: Data(bundle.encoded()))
+        guard answer.status == 204 else { throw refusal("publishing the key bundle of \(bundle.uid)", answer) }
+    }
+
+    /// `GET /v1/users/{uid}/keys`, verified for `uid` as a client does before it pins or seals.
+    func keys(of uid: String, session: String) async throws -> KeyBundle {
+        let answer = try await call("GET", "/v1/users/\(uid)/keys", bearer: session)
+        guard answer.status == 200 else { throw refusal("fetching the key bundle of \(uid)", answer) }
+        do { return try KeyBundle.decode(Array(answer.body), for: uid) } catch {
+            throw BenchFailure.failed("the relay served a key bundle for \(uid) that does not verify: \(error.code)")
+        }
+    }
+
+    /// Every message waiting in `uid`'s mailbox, by listing it page by page (`GET …/messages`).
+    func pendingIDs(of uid: String, session: String) async throws -> [String] {
+        var ids: [String] = []
+        var cursor: String?
+        for _ in 0..<100_000 {
+            let query = "?limit=500" + (cursor.map { "&after=\($0)" } ?? "")
+            let answer = try await call("GET", "/v1/users/\(uid)/messages\(query)", bearer: session)
+            guard answer.status == 200, let page = try? JSONDecoder().decode(MessagePage.self, from: answer.body) else {
+                throw refusal("listing the mailbox of \(uid)", answer)
+            }
+            ids += page.messages.map(\.id)
+            guard let next = page.next else { return ids }
+            cursor = next
+        }
+        throw BenchFailure.failed("listing the mailbox of \(uid) did not end")
+    }
+
+    /// `GET /metrics` as Prometheus text, or nil when the relay does not serve it (or refuses us).
+    func metrics(token: String?) async -> PrometheusText? {
+        guard let answer = try? await call("GET", "/metrics", bearer: token), answer.status == 200 else { return nil }
+        return PrometheusText(String(decoding: answer.body, as: UTF8.self))
+    }
+
+    private func refusal(_ what: String, _ answer: (status: Int, body: Data)) -> BenchFailure {
+        let code = (try? JSONDecoder().decode(Problem.self, from: answer.body)).map { " \($0.code.rawValue)" } ?? ""
+        return .failed("\(what) was refused: HTTP \(answer.status)\(code)")
+    }
+}
+
+/// The samples of a Prometheus text exposition, summed over label sets by metric name.
+struct PrometheusText: Sendable {
+    private(set) var values: [String: Double] = [:]
+
+    init(_ text: String) {
+        for line in text.split(separator: "\n") where !line.hasPrefix("#") {
+            // `name value`, or `name{labels} value`, where label values may hold spaces.
+            let name: Substring, rest: Substring
+            if let brace = line.firstIndex(of: "{"), let close = line.lastIndex(of: "}") {
+                name = line[..<brace]
+                rest = line[line.index(after: close)...]
+            } else if let space = line.firstIndex(of: " ") {
+                name = line[..<space]
+                rest = line[space...]
+            } else {
+                continue
+            }
+            guard let text = rest.split(separator: " ").first, let value = Double(text) else { continue }
+            values[String(name), default: 0] += value
+        }
+    }
+
+    subscript(_ name: String) -> Double? { values[name] }
+}
