@@ -32,6 +32,13 @@ actor RateLimiter {
         return nil
     }
 
+    /// Gives back the token of a create that turned out to be an identical retry (they take none).
+    func refund(_ author: String) {
+        guard var bucket = buckets[author] else { return }
+        bucket.tokens = min(burst, bucket.tokens + 1)
+        buckets[author] = bucket
+    }
+
     private func prune(now: Int64) {
         let refill = Int64(burst / rate * 1000)
         guard now - lastPrune > max(refill, 10_000) else { return }

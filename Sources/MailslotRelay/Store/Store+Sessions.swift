@@ -32,7 +32,7 @@ extension Store {
     /// The session whose secret hashes to `hash`, if any.
     func session(hash: Data) async throws -> StoredSession? {
         try await read("session") { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM sessions WHERE hash = ?", arguments: [hash]).map { row in
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM sessions WHERE hash = ?"), arguments: [hash]).map { row in
                 StoredSession(kind: StoredSession.Kind(rawValue: row["kind"]) ?? .access, uid: row["uid"],
                               family: row["family"], expiresAt: row["expires_at"], spent: row["spent"] != 0)
             }
@@ -54,20 +54,20 @@ extension Store {
     func rotateRefresh(hash: Data, now: Int64, accessHash: Data, accessExpiresAt: Int64,
                        refreshHash: Data, refreshExpiresAt: Int64) async throws -> RefreshOutcome {
         try await write("rotate_refresh") { db in
-            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM sessions WHERE hash = ? AND kind = 1", arguments: [hash]) else {
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM sessions WHERE hash = ? AND kind = 1"), arguments: [hash]) else {
                 return .invalid
             }
             let family: Data = row["family"]
             if row["spent"] != 0 {
                 // A spent refresh token came back: someone holds a copy. Revoke the whole sign-in.
-                try db.execute(sql: "DELETE FROM sessions WHERE family = ?", arguments: [family])
+                try db.cachedStatement(sql: "DELETE FROM sessions WHERE family = ?").execute(arguments: [family])
                 return .reused
             }
             guard (row["expires_at"] as Int64) > now else { return .invalid }
             let uid: String = row["uid"]
-            try db.execute(sql: "UPDATE sessions SET spent = 1 WHERE hash = ?", arguments: [hash])
+            try db.cachedStatement(sql: "UPDATE sessions SET spent = 1 WHERE hash = ?").execute(arguments: [hash])
             // One live access session per family: the previous one ends with the rotation.
-            try db.execute(sql: "DELETE FROM sessions WHERE family = ? AND kind = 0", arguments: [family])
+            try db.cachedStatement(sql: "DELETE FROM sessions WHERE family = ? AND kind = 0").execute(arguments: [family])
             try Self.insertPair(db, uid: uid, family: family, accessHash: accessHash, accessExpiresAt: accessExpiresAt,
                                 refreshHash: refreshHash, refreshExpiresAt: refreshExpiresAt)
             return .rotated(uid: uid)
@@ -77,7 +77,7 @@ extension Store {
     /// Revokes every session of `family` (sign-out).
     func revokeFamily(_ family: Data) async throws {
         try await write("revoke_family") { db in
-            try db.execute(sql: "DELETE FROM sessions WHERE family = ?", arguments: [family])
+            try db.cachedStatement(sql: "DELETE FROM sessions WHERE family = ?").execute(arguments: [family])
         }
     }
 }

@@ -96,7 +96,7 @@ final class Store: Sendable {
     /// All mailboxes together: pending (unexpired) messages and the creation time of the oldest.
     func pendingSummary(now: Int64) async throws -> (count: Int, oldestCreatedAt: Int64?) {
         try await read("pending_summary") { db in
-            let row = try Row.fetchOne(db, sql: "SELECT count(*), min(created_at) FROM messages WHERE expires_at > ?", arguments: [now])
+            let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT count(*), min(created_at) FROM messages WHERE expires_at > ?"), arguments: [now])
             return (row?[0] ?? 0, row?[1])
         }
     }
@@ -108,36 +108,37 @@ final class Store: Sendable {
                        maxPending: Int) async throws -> CreateOutcome {
         try await write("create_message") { db in
             var erasedExpired = false
-            if let existing = try Row.fetchOne(db, sql: "SELECT * FROM messages WHERE recipient = ? AND id = ?",
+            if let existing = try Row.fetchOne(db.cachedStatement(sql: "SELECT \(StoredMessage.columns) FROM messages WHERE recipient = ? AND id = ?"),
                                                arguments: [recipient, id]).map(StoredMessage.init(row:)) {
                 if existing.expiresAt <= now {
                     // Expired but not swept yet: it is gone for every purpose, so erase it now.
-                    try db.execute(sql: "DELETE FROM messages WHERE seq = ?", arguments: [existing.seq])
+                    try db.cachedStatement(sql: "DELETE FROM messages WHERE seq = ?").execute(arguments: [existing.seq])
                     erasedExpired = true
                 } else {
                     guard existing.author == author, existing.envelope == envelope else { throw StoreRefusal.conflict }
                     return .duplicate(existing)
                 }
             }
-            if try Bool.fetchOne(db, sql: "SELECT 1 FROM blocked WHERE owner = ? AND author = ?", arguments: [recipient, author]) == true {
+            if try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM blocked WHERE owner = ? AND author = ?"), arguments: [recipient, author]) == true {
                 throw StoreRefusal.blocked
             }
-            let pending = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM messages WHERE recipient = ? AND expires_at > ?",
+            let pending = try Int.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM messages WHERE recipient = ? AND expires_at > ?"),
                                            arguments: [recipient, now]) ?? 0
             guard pending < maxPending else { throw StoreRefusal.mailboxFull }
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 INSERT INTO messages (recipient, id, author, created_at, expires_at, size, envelope)
                 VALUES (?, ?, ?, ?, ?, ?, ?)
-                """, arguments: [recipient, id, author, now, expiresAt, envelope.count, envelope])
-            let row = try Row.fetchOne(db, sql: "SELECT * FROM messages WHERE seq = ?", arguments: [db.lastInsertedRowID])!
-            return .created(StoredMessage(row: row), erasedExpired: erasedExpired)
+                """).execute(arguments: [recipient, id, author, now, expiresAt, envelope.count, envelope])
+            let stored = StoredMessage(seq: db.lastInsertedRowID, recipient: recipient, id: id, author: author, createdAt: now,
+                                       expiresAt: expiresAt, envelope: envelope)
+            return .created(stored, erasedExpired: erasedExpired)
         }
     }
 
     /// The unexpired message `id` of `recipient`'s mailbox.
     func message(recipient: String, id: String, now: Int64) async throws -> StoredMessage? {
         try await read("message") { db in
-            try Row.fetchOne(db, sql: "SELECT * FROM messages WHERE recipient = ? AND id = ? AND expires_at > ?",
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT \(StoredMessage.columns) FROM messages WHERE recipient = ? AND id = ? AND expires_at > ?"),
                              arguments: [recipient, id, now]).map(StoredMessage.init(row:))
         }
     }
@@ -145,16 +146,16 @@ final class Store: Sendable {
     /// Unexpired messages of a mailbox after `seq`, oldest first.
     func messages(recipient: String, after seq: Int64, limit: Int, now: Int64) async throws -> [StoredMessage] {
         try await read("messages") { db in
-            try Row.fetchAll(db, sql: """
-                SELECT * FROM messages WHERE recipient = ? AND seq > ? AND expires_at > ? ORDER BY seq LIMIT ?
-                """, arguments: [recipient, seq, now, limit]).map(StoredMessage.init(row:))
+            try Row.fetchAll(db.cachedStatement(sql: """
+                SELECT \(StoredMessage.columns) FROM messages WHERE recipient = ? AND seq > ? AND expires_at > ? ORDER BY seq LIMIT ?
+                """), arguments: [recipient, seq, now, limit]).map(StoredMessage.init(row:))
         }
     }
 
     /// The number of unexpired messages waiting in a mailbox.
     func pendingCount(recipient: String, now: Int64) async throws -> Int {
         try await read("pending_count") { db in
-            try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM messages WHERE recipient = ? AND expires_at > ?",
+            try Int.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM messages WHERE recipient = ? AND expires_at > ?"),
                              arguments: [recipient, now]) ?? 0
         }
     }
@@ -165,11 +166,11 @@ final class Store: Sendable {
     @discardableResult
     func deleteMessage(recipient: String, id: String, author: String? = nil, now: Int64) async throws -> Bool {
         try await write("delete_message") { db in
-            let expiresAt = try Int64.fetchOne(db, sql: """
+            let expiresAt = try Int64.fetchOne(db.cachedStatement(sql: """
                 SELECT expires_at FROM messages WHERE recipient = ? AND id = ? AND (? IS NULL OR author = ?)
-                """, arguments: [recipient, id, author, author])
+                """), arguments: [recipient, id, author, author])
             guard let expiresAt else { return false }
-            try db.execute(sql: "DELETE FROM messages WHERE recipient = ? AND id = ?", arguments: [recipient, id])
+            try db.cachedStatement(sql: "DELETE FROM messages WHERE recipient = ? AND id = ?").execute(arguments: [recipient, id])
             return expiresAt > now
         }
     }
@@ -187,13 +188,13 @@ final class Store: Sendable {
     /// workers share one mailbox without doing the same message twice.
     func setLease(recipient: String, id: String, until: Int64?, holder: String, now: Int64) async throws -> LeaseOutcome {
         try await write("set_lease") { db in
-            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM messages WHERE recipient = ? AND id = ? AND expires_at > ?",
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT \(StoredMessage.columns) FROM messages WHERE recipient = ? AND id = ? AND expires_at > ?"),
                                              arguments: [recipient, id, now]) else { return .notFound }
             let current = StoredMessage(row: row)
             if let leaseUntil = current.leaseUntil, leaseUntil > now, current.leaseHolder != holder { return .held }
             try db.execute(sql: "UPDATE messages SET lease_until = ?, lease_holder = ? WHERE seq = ?",
                            arguments: [until, until == nil ? nil : holder, current.seq])
-            let updated = try Row.fetchOne(db, sql: "SELECT * FROM messages WHERE seq = ?", arguments: [current.seq])!
+            let updated = try Row.fetchOne(db.cachedStatement(sql: "SELECT \(StoredMessage.columns) FROM messages WHERE seq = ?"), arguments: [current.seq])!
             return .updated(StoredMessage(row: updated))
         }
     }
@@ -201,10 +202,10 @@ final class Store: Sendable {
     /// Erases every expired message and session; the number of messages erased.
     func sweepExpired(now: Int64) async throws -> Int {
         try await write("sweep_expired") { db in
-            try db.execute(sql: "DELETE FROM messages WHERE expires_at <= ?", arguments: [now])
+            try db.cachedStatement(sql: "DELETE FROM messages WHERE expires_at <= ?").execute(arguments: [now])
             let erased = db.changesCount
             // Expired sessions are kept a day, so that using one says `session_expired`, not `unauthenticated`.
-            try db.execute(sql: "DELETE FROM sessions WHERE expires_at <= ?", arguments: [now - 24 * 3600 * 1000])
+            try db.cachedStatement(sql: "DELETE FROM sessions WHERE expires_at <= ?").execute(arguments: [now - 24 * 3600 * 1000])
             return erased
         }
     }
@@ -215,7 +216,7 @@ final class Store: Sendable {
     func checkpoint() async throws -> Bool {
         // The barrier waits for running reads, so the truncation is not kept busy by them.
         try await pool.barrierWriteWithoutTransaction { db in
-            let row = try Row.fetchOne(db, sql: "PRAGMA wal_checkpoint(TRUNCATE)")
+            let row = try Row.fetchOne(db.cachedStatement(sql: "PRAGMA wal_checkpoint(TRUNCATE)"))
             let busy: Int = row?[0] ?? 1
             return busy == 0
         }
@@ -224,35 +225,35 @@ final class Store: Sendable {
     // MARK: Documents, key bundles, block lists
 
     func document(uid: String) async throws -> Data? {
-        try await read("document") { db in try Data.fetchOne(db, sql: "SELECT body FROM documents WHERE uid = ?", arguments: [uid]) }
+        try await read("document") { db in try Data.fetchOne(db.cachedStatement(sql: "SELECT body FROM documents WHERE uid = ?"), arguments: [uid]) }
     }
 
     func putDocument(uid: String, body: Data, now: Int64) async throws {
         try await write("put_document") { db in
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 INSERT INTO documents (uid, body, updated_at) VALUES (?, ?, ?)
                 ON CONFLICT (uid) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at
-                """, arguments: [uid, body, now])
+                """).execute(arguments: [uid, body, now])
         }
     }
 
     func keyBundle(uid: String) async throws -> Data? {
-        try await read("key_bundle") { db in try Data.fetchOne(db, sql: "SELECT bundle FROM key_bundles WHERE uid = ?", arguments: [uid]) }
+        try await read("key_bundle") { db in try Data.fetchOne(db.cachedStatement(sql: "SELECT bundle FROM key_bundles WHERE uid = ?"), arguments: [uid]) }
     }
 
     func putKeyBundle(uid: String, bundle: Data, now: Int64) async throws {
         try await write("put_key_bundle") { db in
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 INSERT INTO key_bundles (uid, bundle, updated_at) VALUES (?, ?, ?)
                 ON CONFLICT (uid) DO UPDATE SET bundle = excluded.bundle, updated_at = excluded.updated_at
-                """, arguments: [uid, bundle, now])
+                """).execute(arguments: [uid, bundle, now])
         }
     }
 
     @discardableResult
     func deleteDocument(uid: String) async throws -> Bool {
         try await write("delete_document") { db in
-            try db.execute(sql: "DELETE FROM documents WHERE uid = ?", arguments: [uid])
+            try db.cachedStatement(sql: "DELETE FROM documents WHERE uid = ?").execute(arguments: [uid])
             return db.changesCount > 0
         }
     }
@@ -260,7 +261,7 @@ final class Store: Sendable {
     @discardableResult
     func deleteKeyBundle(uid: String) async throws -> Bool {
         try await write("delete_key_bundle") { db in
-            try db.execute(sql: "DELETE FROM key_bundles WHERE uid = ?", arguments: [uid])
+            try db.cachedStatement(sql: "DELETE FROM key_bundles WHERE uid = ?").execute(arguments: [uid])
             return db.changesCount > 0
         }
     }
@@ -268,13 +269,13 @@ final class Store: Sendable {
     /// The authors `owner` has blocked, in byte order.
     func blocked(owner: String) async throws -> [String] {
         try await read("blocked") { db in
-            try String.fetchAll(db, sql: "SELECT author FROM blocked WHERE owner = ? ORDER BY author", arguments: [owner])
+            try String.fetchAll(db.cachedStatement(sql: "SELECT author FROM blocked WHERE owner = ? ORDER BY author"), arguments: [owner])
         }
     }
 
     func isBlocked(owner: String, author: String) async throws -> Bool {
         try await read("is_blocked") { db in
-            try Bool.fetchOne(db, sql: "SELECT 1 FROM blocked WHERE owner = ? AND author = ?", arguments: [owner, author]) ?? false
+            try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM blocked WHERE owner = ? AND author = ?"), arguments: [owner, author]) ?? false
         }
     }
 
@@ -288,7 +289,7 @@ final class Store: Sendable {
     @discardableResult
     func unblock(owner: String, author: String) async throws -> Bool {
         try await write("unblock") { db in
-            try db.execute(sql: "DELETE FROM blocked WHERE owner = ? AND author = ?", arguments: [owner, author])
+            try db.cachedStatement(sql: "DELETE FROM blocked WHERE owner = ? AND author = ?").execute(arguments: [owner, author])
             return db.changesCount > 0
         }
     }

@@ -17,17 +17,35 @@ struct StoredMessage: Sendable, Equatable {
     let leaseUntil: Int64?
     let leaseHolder: String?
 
+    init(seq: Int64, recipient: String, id: String, author: String, createdAt: Int64, expiresAt: Int64, envelope: Data) {
+        self.seq = seq
+        self.recipient = recipient
+        self.id = id
+        self.author = author
+        self.createdAt = createdAt
+        self.expiresAt = expiresAt
+        size = envelope.count
+        self.envelope = envelope
+        leaseUntil = nil
+        leaseHolder = nil
+    }
+
+    /// The columns ``init(row:)`` reads, in its order: read by position, which spares a
+    /// case-insensitive name lookup per column per row.
+    static let columns = "seq, recipient, id, author, created_at, expires_at, size, envelope, lease_until, lease_holder"
+
+    /// A row selected with ``columns``.
     init(row: Row) {
-        seq = row["seq"]
-        recipient = row["recipient"]
-        id = row["id"]
-        author = row["author"]
-        createdAt = row["created_at"]
-        expiresAt = row["expires_at"]
-        size = row["size"]
-        envelope = row["envelope"]
-        leaseUntil = row["lease_until"]
-        leaseHolder = row["lease_holder"]
+        seq = row[0]
+        recipient = row[1]
+        id = row[2]
+        author = row[3]
+        createdAt = row[4]
+        expiresAt = row[5]
+        size = row[6]
+        envelope = row[7]
+        leaseUntil = row[8]
+        leaseHolder = row[9]
     }
 
     /// The wire form. The envelope, the mailbox position and the lease only for the owner: `seq`

@@ -123,7 +123,12 @@ struct SubscriptionSession {
                     for message in batch {
                         await inFlight.add(message.id)
                         cursor = message.seq
-                        try await send(RelayFrame(type: "message", message: message.record(forOwner: true)), outbound)
+                        let record = message.record(forOwner: true)
+                        if let text = FrameText.message(record) {
+                            try await outbound.write(.text(text))
+                        } else {
+                            try await send(RelayFrame(type: "message", message: record), outbound)
+                        }
                         metrics.messagesDelivered.increment()
                     }
                 }
@@ -154,10 +159,10 @@ struct SubscriptionSession {
                     let id = frame.id ?? ""
                     do {
                         try await mailboxes.delete(principal, owner: owner, id: id, now: Clock.now())
-                        try await send(RelayFrame(type: "acked", id: id), outbound)
+                        try await outbound.write(.text(FrameText.acked(id)))
                     } catch let problem as Problem where problem.code == .notFound {
                         // Already erased (a repeated ack): acknowledged all the same.
-                        try await send(RelayFrame(type: "acked", id: id), outbound)
+                        try await outbound.write(.text(FrameText.acked(id)))
                     } catch let problem as Problem {
                         try await send(RelayFrame(type: "error", id: id, problem: problem), outbound)
                     }

@@ -1,0 +1,22 @@
+import Foundation
+import Testing
+@testable import MailslotRelay
+import MailslotWire
+
+/// The hand-written frames are exactly what the encoder writes.
+@Suite struct FrameTextTests {
+    @Test func messageAndAckedFramesMatchTheEncoder() {
+        for n in 0..<50 {
+            let record = MessageRecord(id: MessageID.generate(), author: "user.\(n)_x-\(n)", createdAt: Clock.format(Int64(n) * 1_234_567),
+                                       expiresAt: Clock.format(Int64(n) * 7_654_321 + 1), size: 512 << (n % 4), seq: Int64(n * 977),
+                                       envelope: Base64URL.encode(randomBytes(n * 7)))
+            let encoded = String(decoding: JSONBody.encode(RelayFrame(type: "message", message: record)), as: UTF8.self)
+            #expect(FrameText.message(record) == encoded)
+            let acked = String(decoding: JSONBody.encode(RelayFrame(type: "acked", id: record.id)), as: UTF8.self)
+            #expect(FrameText.acked(record.id) == acked)
+        }
+        let leased = MessageRecord(id: "0123456789abcdefgh", author: "a", createdAt: "x", expiresAt: "y", size: 1, seq: 1,
+                                   leaseUntil: "z", leaseHolder: "w\"1", envelope: "")
+        #expect(FrameText.message(leased) == nil, "free text takes the encoder")
+    }
+}
