@@ -34,6 +34,8 @@ final class Store: Sendable {
     let pool: DatabasePool
     let path: String
     let metrics: RelayMetrics?
+    /// The hot writes (creates, acks) share transactions under load.
+    private let group: GroupCommit
 
     /// How each commit reaches the disk.
     enum Durability: String, Sendable, CaseIterable {
@@ -52,6 +54,7 @@ final class Store: Sendable {
         }
         configuration.busyMode = .timeout(5)
         pool = try DatabasePool(path: path, configuration: configuration)
+        group = GroupCommit(pool: pool)
         self.path = path
         self.metrics = metrics
         // GRDB sets the writer to NORMAL after prepareDatabase; the choice is made here, once,
@@ -67,6 +70,14 @@ final class Store: Sendable {
         let start = ContinuousClock.now
         defer { metrics?.store(operation, ContinuousClock.now - start) }
         return try await pool.write(updates)
+    }
+
+    /// A write that shares a transaction with others arriving meanwhile (``GroupCommit``), timed
+    /// as `operation`.
+    func groupWrite<T: Sendable>(_ operation: String, _ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        let start = ContinuousClock.now
+        defer { metrics?.store(operation, ContinuousClock.now - start) }
+        return try await group.write(updates)
     }
 
     /// A read, timed as `operation`.
@@ -106,7 +117,7 @@ final class Store: Sendable {
     /// Stores a message unless its id is taken, the author is blocked, or the mailbox is full.
     func createMessage(recipient: String, id: String, author: String, envelope: Data, now: Int64, expiresAt: Int64,
                        maxPending: Int) async throws -> CreateOutcome {
-        try await write("create_message") { db in
+        try await groupWrite("create_message") { db in
             var erasedExpired = false
             if let existing = try Row.fetchOne(db.cachedStatement(sql: "SELECT \(StoredMessage.columns) FROM messages WHERE recipient = ? AND id = ?"),
                                                arguments: [recipient, id]).map(StoredMessage.init(row:)) {
@@ -165,7 +176,7 @@ final class Store: Sendable {
     /// was erased; an expired one is erased too, but reported as absent.
     @discardableResult
     func deleteMessage(recipient: String, id: String, author: String? = nil, now: Int64) async throws -> Bool {
-        try await write("delete_message") { db in
+        try await groupWrite("delete_message") { db in
             let expiresAt = try Int64.fetchOne(db.cachedStatement(sql: """
                 SELECT expires_at FROM messages WHERE recipient = ? AND id = ? AND (? IS NULL OR author = ?)
                 """), arguments: [recipient, id, author, author])

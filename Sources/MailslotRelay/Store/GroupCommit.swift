@@ -1,0 +1,73 @@
+import GRDB
+import Synchronization
+
+/// Group commit: the small writes that arrive while a transaction is committing wait for the
+/// next one and share it. Each write runs in a savepoint of its own, so one write's refusal or
+/// error undoes only that write; each caller is answered only after the shared commit succeeded
+/// (or with its error). No write waits for a timer: a lone write commits at once.
+final class GroupCommit: Sendable {
+    private struct Pending: Sendable {
+        let apply: @Sendable (Database) -> Void
+        let complete: @Sendable ((any Error)?) -> Void
+    }
+
+    /// One write's outcome, set inside the transaction and read once it committed.
+    private final class Outcome<T: Sendable>: @unchecked Sendable {
+        // @unchecked: written by the writer inside the transaction, read by `complete` after it;
+        // the commit orders the two.
+        var result: Result<T, any Error>?
+    }
+
+    private let pool: DatabasePool
+    private let state = Mutex<(queue: [Pending], draining: Bool)>(([], false))
+
+    init(pool: DatabasePool) { self.pool = pool }
+
+    /// Runs `updates` in the next shared transaction and returns its result once committed.
+    func write<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            let outcome = Outcome<T>()
+            let pending = Pending(
+                apply: { db in
+                    do {
+                        var value: T?
+                        try db.inSavepoint {
+                            value = try updates(db)
+                            return .commit
+                        }
+                        outcome.result = .success(value!)
+                    } catch {
+                        outcome.result = .failure(error)
+                    }
+                },
+                complete: { commitError in
+                    if let commitError { continuation.resume(throwing: commitError) } else { continuation.resume(with: outcome.result!) }
+                })
+            let start = state.withLock { state -> Bool in
+                state.queue.append(pending)
+                defer { state.draining = true }
+                return !state.draining
+            }
+            if start { Task { await self.drain() } }
+        }
+    }
+
+    /// Commits batch after batch until nothing waits.
+    private func drain() async {
+        while true {
+            let batch = state.withLock { state -> [Pending] in
+                let batch = state.queue
+                state.queue.removeAll(keepingCapacity: true)
+                if batch.isEmpty { state.draining = false }
+                return batch
+            }
+            if batch.isEmpty { return }
+            do {
+                try await pool.write { db in for pending in batch { pending.apply(db) } }
+                for pending in batch { pending.complete(nil) }
+            } catch {
+                for pending in batch { pending.complete(error) }
+            }
+        }
+    }
+}
