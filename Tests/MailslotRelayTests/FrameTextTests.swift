@@ -15,6 +15,18 @@ import MailslotWire
             let acked = String(decoding: JSONBody.encode(RelayFrame(type: "acked", id: record.id)), as: UTF8.self)
             #expect(FrameText.acked(record.id) == acked)
         }
+        for (n, ref) in ["r1", "a.b_c-D9", "x y", "q\"uote", "ünï"].enumerated() {
+            let record = MessageRecord(id: MessageID.generate(), author: "alice", createdAt: Clock.format(Int64(n) * 1000),
+                                       expiresAt: Clock.format(Int64(n) * 9000), size: 1024, seq: nil)
+            for created in [true, false] {
+                let encoded = String(decoding: JSONBody.encode(RelayFrame(type: "sent", message: record, ref: ref, created: created)), as: UTF8.self)
+                if let fast = FrameText.sent(record, ref: ref, created: created) {
+                    #expect(fast == encoded)
+                } else {
+                    #expect(n >= 2, "only refs with characters to escape take the encoder")
+                }
+            }
+        }
         let leased = MessageRecord(id: "0123456789abcdefgh", author: "a", createdAt: "x", expiresAt: "y", size: 1, seq: 1,
                                    leaseUntil: "z", leaseHolder: "w\"1", envelope: "")
         #expect(FrameText.message(leased) == nil, "free text takes the encoder")

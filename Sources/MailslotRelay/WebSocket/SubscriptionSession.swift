@@ -177,7 +177,11 @@ struct SubscriptionSession {
                         let (record, created) = try await mailboxes.send(principal, to: frame.to ?? "", id: frame.id ?? "",
                                                                          envelope: frame.envelope ?? "", ttlSeconds: frame.ttlSeconds,
                                                                          now: Clock.now())
-                        try await send(RelayFrame(type: "sent", message: record, ref: ref, created: created), outbound)
+                        if let text = FrameText.sent(record, ref: ref, created: created) {
+                            try await outbound.write(.text(text))
+                        } else {
+                            try await send(RelayFrame(type: "sent", message: record, ref: ref, created: created), outbound)
+                        }
                     } catch let problem as Problem {
                         try await send(RelayFrame(type: "error", ref: ref, problem: problem), outbound)
                     }
