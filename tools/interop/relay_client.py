@@ -414,7 +414,11 @@ def scenario_start(c):
     expect("unknown path → 404 not_found (§4)", request(c.relay, "GET", "/v1/nothing-here"), 404, "not_found")
     expect("known path, method not served (POST /healthz) → 404 not_found (§4)", request(c.relay, "POST", "/healthz", {}),
            404, "not_found")
-    expect("GET /metrics → 404 (§12)", request(c.relay, "GET", "/metrics"), 404, "not_found")
+    m = request(c.relay, "GET", "/metrics")
+    ok("GET /metrics on a loopback relay → 200 Prometheus text (§4.1)", m.status == 200
+       and m.headers.get("content-type", "").startswith("text/plain") and b"mailslot_messages_pending" in m.body, repr(m))
+    r = request(c.relay, "GET", "/readyz")
+    ok("GET /readyz → 200 {\"status\":\"ready\"} (§4.1)", r.status == 200 and r.json == {"status": "ready"}, repr(r))
 
 
 def scenario_sign_in(c):
