@@ -135,60 +135,36 @@ enum CrashSender {
 
     /// Reads one answer into the outbox; true when it answered a send.
     private static func read(_ frame: ByteBuffer, plan: SenderPlan, outbox: Locked<Outbox>, counters: Counters) -> Bool {
-        frame.withUnsafeReadableBytes { raw -> Bool in
-            let bytes = FrameBytes(raw: raw)
-            switch bytes.kind {
-            case .sent:
-                guard let ref = bytes.string("\"ref\":\""), let id = BenchID.parse(ref), id.sender == plan.index,
-                      let created = bytes.bool("\"created\":") else {
-                    outbox.withLock { $0.note("a sent frame without a ref this sender wrote") }
+        switch frame.withUnsafeReadableBytes({ SenderAnswer.read($0, sender: plan.index) }) {
+        case .sent(let sequence, _, let created):
+            let fresh = outbox.withLock { outbox -> Bool in
+                guard let before = outbox.answer(sequence, stored: true, created: created) else {
+                    outbox.note("an answer to a send not in flight")
                     return false
                 }
-                let fresh = outbox.withLock { outbox -> Bool in
-                    guard let before = outbox.answer(id.sequence, stored: true, created: created) else {
-                        outbox.note("an answer to a send not in flight")
-                        return false
-                    }
-                    return !before.stored
-                }
-                counters.withLock {
-                    $0.answered += 1
-                    if fresh { $0.created += 1 }
-                }
-                return true
-            case .message, .acked:
-                outbox.withLock { $0.note("a delivery or ack on a sender's socket") }
-                return false
-            case .other:
-                guard let decoded = try? JSONDecoder().decode(RelayFrame.self, from: Data(raw)) else {
-                    outbox.withLock { $0.note("a frame that is not JSON") }
-                    return false
-                }
-                switch decoded.type {
-                case "ready":
-                    counters.withLock { $0.ready += 1 }
-                    return false
-                case "error":
-                    let code = decoded.problem?.code.rawValue ?? "no problem"
-                    guard let ref = decoded.ref,
-                          let id = ref.utf8.withContiguousStorageIfAvailable({ BenchID.parse(UnsafeRawBufferPointer($0)) }) ?? nil else {
-                        outbox.withLock { $0.note("an error frame without a ref: \(code)") }
-                        return false
-                    }
-                    outbox.withLock { outbox in
-                        outbox.refusals[code, default: 0] += 1
-                        if outbox.answer(id.sequence, stored: false, created: false) == nil { outbox.note("a refusal of a send not in flight") }
-                    }
-                    counters.withLock {
-                        $0.answered += 1
-                        $0.refused += 1
-                    }
-                    return true
-                default:
-                    outbox.withLock { $0.note("a \(decoded.type) frame") }
-                    return false
-                }
+                return !before.stored
             }
+            counters.withLock {
+                $0.answered += 1
+                if fresh { $0.created += 1 }
+            }
+            return true
+        case .refused(let sequence, let code):
+            outbox.withLock { outbox in
+                outbox.refusals[code, default: 0] += 1
+                if outbox.answer(sequence, stored: false, created: false) == nil { outbox.note("a refusal of a send not in flight") }
+            }
+            counters.withLock {
+                $0.answered += 1
+                $0.refused += 1
+            }
+            return true
+        case .ready:
+            counters.withLock { $0.ready += 1 }
+            return false
+        case .unexpected(let what):
+            outbox.withLock { $0.note(what) }
+            return false
         }
     }
 }

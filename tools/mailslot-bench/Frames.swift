@@ -1,4 +1,5 @@
 import Foundation
+import MailslotWire
 
 /// The bench's message ids carry what the recipient needs to measure: which sender, which of its
 /// messages, and when it was (meant to be) sent. `b` + 4 hex digits of the sender + 10 of its
@@ -140,6 +141,45 @@ enum ClientFrames {
             for byte in bytes { buffer[offset] = byte; offset += 1 }
             buffer[offset] = UInt8(ascii: "\""); buffer[offset + 1] = UInt8(ascii: "}")
             return offset + 2
+        }
+    }
+}
+
+/// What one frame on a sender's socket says, read once for both kinds of sender (`run` and
+/// `crash`), which then keep their own books.
+enum SenderAnswer {
+    /// A `sent` frame for one of this sender's messages.
+    case sent(sequence: Int, time: UInt64, created: Bool)
+    /// An `error` frame refusing one of this sender's messages.
+    case refused(sequence: Int, code: String)
+    /// The socket's `ready` frame.
+    case ready
+    /// Anything else: what to note about it.
+    case unexpected(String)
+
+    /// Reads `raw` as an answer to sender `sender`.
+    static func read(_ raw: UnsafeRawBufferPointer, sender: Int) -> SenderAnswer {
+        let bytes = FrameBytes(raw: raw)
+        switch bytes.kind {
+        case .sent:
+            guard let ref = bytes.string("\"ref\":\""), let id = BenchID.parse(ref), id.sender == sender,
+                  let created = bytes.bool("\"created\":") else { return .unexpected("a sent frame without a ref this sender wrote") }
+            return .sent(sequence: id.sequence, time: id.time, created: created)
+        case .message, .acked:
+            return .unexpected("a delivery or ack on a sender's socket")
+        case .other:
+            guard let decoded = try? JSONDecoder().decode(RelayFrame.self, from: Data(raw)) else { return .unexpected("a frame that is not JSON") }
+            switch decoded.type {
+            case "ready":
+                return .ready
+            case "error":
+                let code = decoded.problem?.code.rawValue ?? "no problem"
+                guard let ref = decoded.ref, let id = ref.utf8.withContiguousStorageIfAvailable({ BenchID.parse(UnsafeRawBufferPointer($0)) }) ?? nil,
+                      id.sender == sender else { return .unexpected("an error frame without a ref: \(code)") }
+                return .refused(sequence: id.sequence, code: code)
+            default:
+                return .unexpected("a \(decoded.type) frame")
+            }
         }
     }
 }

@@ -183,60 +183,36 @@ enum BenchSender {
     /// Reads one frame into the ledger; true when it answered a send (a closed loop's credit).
     private static func read(_ frame: ByteBuffer, plan: SenderPlan, ledger: Locked<SenderLedger>, counters: Counters) -> Bool {
         let now = Monotonic.now()
-        return frame.withUnsafeReadableBytes { raw -> Bool in
-            let bytes = FrameBytes(raw: raw)
-            switch bytes.kind {
-            case .sent:
-                guard let ref = bytes.string("\"ref\":\""), let id = BenchID.parse(ref), id.sender == plan.index,
-                      let created = bytes.bool("\"created\":") else {
-                    ledger.withLock { $0.note("a sent frame without a ref this sender wrote") }
+        switch frame.withUnsafeReadableBytes({ SenderAnswer.read($0, sender: plan.index) }) {
+        case .sent(let sequence, let time, let created):
+            let slow = plan.destination(sequence).slow
+            let fresh = ledger.withLock { ledger -> Bool in
+                if !created { ledger.identicalRetries += 1 }
+                guard ledger.stored.insert(sequence) else {
+                    ledger.doubleAnswers += 1
                     return false
                 }
-                let slow = plan.destination(id.sequence).slow
-                let fresh = ledger.withLock { ledger -> Bool in
-                    if !created { ledger.identicalRetries += 1 }
-                    guard ledger.stored.insert(id.sequence) else {
-                        ledger.doubleAnswers += 1
-                        return false
-                    }
-                    ledger.createLatency.record(from: id.time, to: now)
-                    return true
-                }
-                counters.withLock {
-                    $0.answered += 1
-                    if fresh { if slow { $0.createdSlow += 1 } else { $0.created += 1 } }
-                }
+                ledger.createLatency.record(from: time, to: now)
                 return true
-            case .message, .acked:
-                ledger.withLock { $0.note("a delivery or ack on a sender's socket") }
-                return false
-            case .other:
-                guard let decoded = try? JSONDecoder().decode(RelayFrame.self, from: Data(raw)) else {
-                    ledger.withLock { $0.note("a frame that is not JSON") }
-                    return false
-                }
-                switch decoded.type {
-                case "ready":
-                    counters.withLock { $0.ready += 1 }
-                    return false
-                case "error":
-                    let code = decoded.problem?.code.rawValue ?? "no problem"
-                    guard let ref = decoded.ref, let id = ref.utf8.withContiguousStorageIfAvailable({ BenchID.parse(UnsafeRawBufferPointer($0)) }) ?? nil,
-                          id.sender == plan.index else {
-                        ledger.withLock { $0.note("an error frame without a ref: \(code)") }
-                        return false
-                    }
-                    ledger.withLock { $0.refusals[code, default: 0] += 1 }
-                    counters.withLock {
-                        $0.answered += 1
-                        $0.refused += 1
-                    }
-                    return true
-                default:
-                    ledger.withLock { $0.note("a \(decoded.type) frame") }
-                    return false
-                }
             }
+            counters.withLock {
+                $0.answered += 1
+                if fresh { if slow { $0.createdSlow += 1 } else { $0.created += 1 } }
+            }
+            return true
+        case .refused(_, let code):
+            ledger.withLock { $0.refusals[code, default: 0] += 1 }
+            counters.withLock {
+                $0.answered += 1
+                $0.refused += 1
+            }
+            return true
+        case .ready:
+            counters.withLock { $0.ready += 1 }
+            return false
+        case .unexpected(let what):
+            ledger.withLock { $0.note(what) }
+            return false
         }
     }
 }
