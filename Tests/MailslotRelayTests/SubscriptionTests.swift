@@ -67,6 +67,89 @@ import MailslotWire
         await second.close()
     }
 
+    /// Live messages are handed to the subscription in memory while it is caught up; more than
+    /// that memory holds (here: 80 × 4 KiB, over its 256 KiB) must come from the store, in order,
+    /// each once.
+    @Test func liveMessagesBeyondWhatMemoryHoldsComeFromTheStoreInOrder() async throws {
+        let relay = try await TestRelay.start { $0.deliveryWindow = 1 }
+        defer { Task { try? await relay.finish() } }
+        let alice = try await relay.signIn("alice").session
+        let bob = try await relay.signIn("bob").session
+        let socket = TestSocket.open(relay, "bob", session: bob)
+        #expect(try await socket.next()?.pending == 0)
+        let count = MailboxHub.Subscription.freshLimit.bytes / 4096 + 16
+        for n in 1...count {
+            #expect(try await relay.send(alice, to: "bob", id: messageID(n), envelope: randomBytes(4096)).status == 201)
+        }
+        var delivered: [String] = []
+        var lastSeq: Int64 = 0
+        while delivered.count < count {
+            let frame = try #require(try await socket.next(), "message \(delivered.count + 1) of \(count)")
+            guard frame.type == "message", let message = frame.message else { continue }  // the acks' answers
+            delivered.append(message.id)
+            #expect(message.seq ?? 0 > lastSeq, "in store order")
+            lastSeq = message.seq ?? 0
+            try await socket.send(.ack(message.id))
+        }
+        #expect(delivered == (1...count).map { messageID($0) })
+        #expect(try await socket.next()?.type == "acked")
+        #expect(try await socket.next(timeout: .milliseconds(300)) == nil, "nothing twice")
+        await socket.close()
+    }
+
+    /// A message its author unsends while it waits (in memory) behind a full window is not delivered.
+    @Test func anUnsentMessageWaitingBehindAFullWindowIsNotDelivered() async throws {
+        let relay = try await TestRelay.start { $0.deliveryWindow = 1 }
+        defer { Task { try? await relay.finish() } }
+        let alice = try await relay.signIn("alice").session
+        let bob = try await relay.signIn("bob").session
+        let socket = TestSocket.open(relay, "bob", session: bob)
+        #expect(try await socket.next()?.type == "ready")
+        try await relay.send(alice, to: "bob", id: messageID(1))
+        #expect(try await socket.next()?.message?.id == messageID(1))
+        try await relay.send(alice, to: "bob", id: messageID(2))
+        try await relay.send(alice, to: "bob", id: messageID(3))
+        #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(messageID(2))", session: alice).status == 204)
+        try await socket.send(.ack(messageID(1)))
+        #expect(try await socket.next()?.type == "acked")
+        #expect(try await socket.next()?.message?.id == messageID(3), "the unsent message is skipped")
+        await socket.close()
+    }
+
+    /// Many authors writing at once: one socket sees every message once, in the mailbox's order.
+    @Test func concurrentSendsArriveOnceInMailboxOrder() async throws {
+        let relay = try await TestRelay.start()
+        defer { Task { try? await relay.finish() } }
+        let bob = try await relay.signIn("bob").session
+        let socket = TestSocket.open(relay, "bob", session: bob)
+        #expect(try await socket.next()?.type == "ready")
+        var authors: [String] = []
+        for n in 1...4 { authors.append(try await relay.signIn("author\(n)").session) }
+        let perAuthor = 25
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (a, session) in authors.enumerated() {
+                group.addTask {
+                    for k in 0..<perAuthor {
+                        let status = try await relay.send(session, to: "bob", id: messageID(a * 1000 + k)).status
+                        #expect(status == 201)
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        var seen = Set<String>()
+        var lastSeq: Int64 = 0
+        for _ in 0..<(authors.count * perAuthor) {
+            let message = try #require(try await socket.next()?.message)
+            #expect(seen.insert(message.id).inserted, "delivered once")
+            #expect(message.seq ?? 0 > lastSeq, "in the mailbox's order")
+            lastSeq = message.seq ?? 0
+        }
+        #expect(seen.count == authors.count * perAuthor)
+        #expect(try await socket.next(timeout: .milliseconds(300)) == nil, "nothing more")
+        await socket.close()
+    }
+
     @Test func aNewerSubscriptionTakesOver() async throws {
         let relay = try await TestRelay.start()
         defer { Task { try? await relay.finish() } }

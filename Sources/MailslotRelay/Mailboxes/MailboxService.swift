@@ -67,14 +67,14 @@ struct MailboxService: Sendable {
         do {
             let outcome = try await store.createMessage(recipient: recipient, id: id, author: principal.uid, envelope: Data(envelope),
                                                         now: now, expiresAt: now + ttl * 1000,
-                                                        maxPending: configuration.maxPendingPerMailbox)
+                                                        maxPending: configuration.maxPendingPerMailbox,
+                                                        whenCommitted: { [hub] in hub.push($0) })
             switch outcome {
             case .created(let message, let erasedExpired):
                 if erasedExpired {
                     metrics.messagesExpired.increment()
                     erasure.erased()
                 }
-                await hub.notify(recipient)
                 return (message.record(forOwner: forOwner), true)
             case .duplicate(let message):
                 await rateLimiter.refund(principal.uid)
@@ -155,6 +155,7 @@ struct MailboxService: Sendable {
         // erases only a message that author wrote, even if the id was reused meanwhile.
         let erased = try await store.deleteMessage(recipient: owner, id: id, author: isOwner ? nil : principal.uid, now: now)
         erasure.erased()  // also when the row was expired: it was deleted all the same
+        hub.retract(owner, id: id)  // an unsent message waiting in a subscription's memory is not delivered
         guard erased else { throw Problem(isOwner ? .notFound : .forbidden, isOwner ? "no such message" : "you may not do this") }
         (isOwner ? metrics.messagesAcked : metrics.messagesUnsent).increment()
     }

@@ -5,9 +5,15 @@ import Synchronization
 /// next one and share it. Each write runs in a savepoint of its own, so one write's refusal or
 /// error undoes only that write; each caller is answered only after the shared commit succeeded
 /// (or with its error). No write waits for a timer: a lone write commits at once.
+///
+/// A write may ask to be told of its own success right after the commit (`committed`): those
+/// calls run one after another in the order the writes were applied, which is the order of the
+/// rows they inserted — unlike the callers' resumptions, which run concurrently.
 final class GroupCommit: Sendable {
     private struct Pending: Sendable {
         let apply: @Sendable (Database) -> Void
+        /// Runs after a successful commit, in apply order, before any caller resumes.
+        let committed: @Sendable () -> Void
         let complete: @Sendable ((any Error)?) -> Void
     }
 
@@ -24,7 +30,10 @@ final class GroupCommit: Sendable {
     init(pool: DatabasePool) { self.pool = pool }
 
     /// Runs `updates` in the next shared transaction and returns its result once committed.
-    func write<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
+    /// `committed` gets the result first, in commit order, if `updates` succeeded and the
+    /// transaction committed.
+    func write<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T,
+                            committed: (@Sendable (T) -> Void)? = nil) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
             let outcome = Outcome<T>()
             let pending = Pending(
@@ -39,6 +48,9 @@ final class GroupCommit: Sendable {
                     } catch {
                         outcome.result = .failure(error)
                     }
+                },
+                committed: {
+                    if let committed, case .success(let value) = outcome.result { committed(value) }
                 },
                 complete: { commitError in
                     if let commitError { continuation.resume(throwing: commitError) } else { continuation.resume(with: outcome.result!) }
@@ -64,6 +76,7 @@ final class GroupCommit: Sendable {
             if batch.isEmpty { return }
             do {
                 try await pool.write { db in for pending in batch { pending.apply(db) } }
+                for pending in batch { pending.committed() }
                 for pending in batch { pending.complete(nil) }
             } catch {
                 for pending in batch { pending.complete(error) }

@@ -74,10 +74,11 @@ final class Store: Sendable {
 
     /// A write that shares a transaction with others arriving meanwhile (``GroupCommit``), timed
     /// as `operation`.
-    func groupWrite<T: Sendable>(_ operation: String, _ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
+    func groupWrite<T: Sendable>(_ operation: String, _ updates: @escaping @Sendable (Database) throws -> T,
+                                 committed: (@Sendable (T) -> Void)? = nil) async throws -> T {
         let start = ContinuousClock.now
         defer { metrics?.store(operation, ContinuousClock.now - start) }
-        return try await group.write(updates)
+        return try await group.write(updates, committed: committed)
     }
 
     /// A read, timed as `operation`.
@@ -115,9 +116,10 @@ final class Store: Sendable {
     // MARK: Messages
 
     /// Stores a message unless its id is taken, the author is blocked, or the mailbox is full.
+    /// `whenCommitted` gets each message created, once committed, in commit (`seq`) order.
     func createMessage(recipient: String, id: String, author: String, envelope: Data, now: Int64, expiresAt: Int64,
-                       maxPending: Int) async throws -> CreateOutcome {
-        try await groupWrite("create_message") { db in
+                       maxPending: Int, whenCommitted: (@Sendable (StoredMessage) -> Void)? = nil) async throws -> CreateOutcome {
+        try await groupWrite("create_message", { db in
             var erasedExpired = false
             if let existing = try Row.fetchOne(db.cachedStatement(sql: "SELECT \(StoredMessage.columns) FROM messages WHERE recipient = ? AND id = ?"),
                                                arguments: [recipient, id]).map(StoredMessage.init(row:)) {
@@ -143,7 +145,9 @@ final class Store: Sendable {
             let stored = StoredMessage(seq: db.lastInsertedRowID, recipient: recipient, id: id, author: author, createdAt: now,
                                        expiresAt: expiresAt, envelope: envelope)
             return .created(stored, erasedExpired: erasedExpired)
-        }
+        }, committed: { outcome in
+            if case .created(let message, _) = outcome { whenCommitted?(message) }
+        })
     }
 
     /// The unexpired message `id` of `recipient`'s mailbox.

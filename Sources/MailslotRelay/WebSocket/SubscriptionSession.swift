@@ -3,6 +3,7 @@ import HummingbirdWebSocket
 import Logging
 import MailslotWire
 import ServiceLifecycle
+import Synchronization
 
 /// One owner's subscription socket: delivers the backlog oldest first and then each new message,
 /// keeps at most `window` deliveries unacknowledged, erases a message when its ack arrives, and
@@ -20,25 +21,29 @@ struct SubscriptionSession {
     let metrics: RelayMetrics
 
     /// What has been delivered and not yet acknowledged on this socket (also the relay-wide
-    /// `mailslot_messages_unacked` gauge).
-    private actor InFlight {
+    /// `mailslot_messages_unacked` gauge). A lock, not an actor: it is touched for every message
+    /// delivered and acked, and each touch is a few instructions.
+    private final class InFlight: Sendable {
         let metrics: RelayMetrics
-        var ids: Set<String> = []
+        private let ids = Mutex(Set<String>())
         init(metrics: RelayMetrics) { self.metrics = metrics }
         func add(_ id: String) {
-            if ids.insert(id).inserted { metrics.messagesUnacked.increment() }
+            if ids.withLock({ $0.insert(id).inserted }) { metrics.messagesUnacked.increment() }
         }
         func remove(_ id: String) -> Bool {
-            guard ids.remove(id) != nil else { return false }
+            guard ids.withLock({ $0.remove(id) != nil }) else { return false }
             metrics.messagesUnacked.decrement()
             return true
         }
         /// The socket closed: what it had in flight waits for the next subscription.
         func clear() {
-            metrics.messagesUnacked.decrement(by: Double(ids.count))
-            ids.removeAll()
+            let count = ids.withLock { ids in
+                defer { ids.removeAll() }
+                return ids.count
+            }
+            metrics.messagesUnacked.decrement(by: Double(count))
         }
-        var count: Int { ids.count }
+        var count: Int { ids.withLock { $0.count } }
     }
 
     /// Runs the socket until the client leaves, the session ends, or a newer subscription takes over.
@@ -61,7 +66,7 @@ struct SubscriptionSession {
             return
         }
 
-        let (subscription, _) = await hub.subscribe(owner)
+        let (subscription, _) = hub.subscribe(owner)
         let inFlight = InFlight(metrics: metrics)
         let pending = try await mailboxes.store.pendingCount(recipient: owner, now: Clock.now())
         try await send(RelayFrame(type: "ready", pending: pending), outbound)
@@ -78,8 +83,8 @@ struct SubscriptionSession {
             group.cancelAll()
             return first
         }
-        await hub.unsubscribe(owner, subscription)
-        await inFlight.clear()
+        hub.unsubscribe(owner, subscription)
+        inFlight.clear()
         switch outcome {
         case .clientLeft: break
         case .replaced: try? await outbound.close(.unknown(CloseCode.replaced), reason: "replaced by a newer subscription")
@@ -107,21 +112,35 @@ struct SubscriptionSession {
         return .clientLeft
     }
 
-    /// Sends stored messages after the cursor while the window has room; sleeps until woken by a
-    /// new message or an ack. Ends when the subscription is replaced.
+    /// Sends the mailbox's messages after the cursor while the window has room; sleeps until woken
+    /// by a new message or an ack. Ends when the subscription is replaced.
+    ///
+    /// It reads the store until a read comes back short (nothing more was stored when it
+    /// began); from then on it delivers what the hub hands it, in commit order, without reading
+    /// the store — until the hub reports that it did not keep everything, and it reads again.
     private func deliver(owner: String, principal: SessionService.Principal, subscription: MailboxHub.Subscription,
                          inFlight: InFlight, _ outbound: WebSocketOutboundWriter) async -> CloseReason {
         var cursor: Int64 = 0
+        var caughtUp = false
         for await _ in subscription.wakeups {
             if Clock.now() >= principal.expiresAt { return .sessionEnded }
             do {
                 while true {
-                    let room = window - (await inFlight.count)
+                    let room = window - inFlight.count
                     guard room > 0 else { break }
-                    let batch = try await mailboxes.store.messages(recipient: owner, after: cursor, limit: room, now: Clock.now())
-                    guard !batch.isEmpty else { break }
+                    let batch: [StoredMessage]
+                    if caughtUp, let fresh = subscription.takeFresh(limit: room) {
+                        guard !fresh.isEmpty else { break }
+                        let now = Clock.now()
+                        // A message read by the last store read may be handed over as well.
+                        batch = fresh.filter { $0.seq > cursor && $0.expiresAt > now }
+                    } else {
+                        subscription.startStoreRead()
+                        batch = try await mailboxes.store.messages(recipient: owner, after: cursor, limit: room, now: Clock.now())
+                        caughtUp = batch.count < room
+                    }
                     for message in batch {
-                        await inFlight.add(message.id)
+                        inFlight.add(message.id)
                         cursor = message.seq
                         let record = message.record(forOwner: true)
                         if let text = FrameText.message(record) {
@@ -166,7 +185,7 @@ struct SubscriptionSession {
                     } catch let problem as Problem {
                         try await send(RelayFrame(type: "error", id: id, problem: problem), outbound)
                     }
-                    if await inFlight.remove(id) { subscription.wake() }
+                    if inFlight.remove(id) { subscription.wake() }
                 case "send":
                     guard let ref = frame.ref, !ref.isEmpty, ref.utf8.count <= 64 else {
                         // Not echoed: a reference the client cannot have meant is no reference.
