@@ -78,7 +78,7 @@ public enum StrictJSON {
             while true {
                 skipWhitespace()
                 guard current == UInt8(ascii: "\"") else { throw failure("expected a member name") }
-                let name = try string()
+                let name = try string(decoding: true)
                 guard names.insert(name).inserted else {
                     throw .duplicateMember(String(decoding: name.prefix(64), as: UTF8.self))
                 }
@@ -111,12 +111,19 @@ public enum StrictJSON {
             }
         }
 
-        /// A string; returns its decoded bytes, so that member names that differ only in how they
-        /// are escaped (`"a"` and `"\u0061"`) count as duplicates.
-        mutating func string() throws(Failure) -> [UInt8] {
+        /// A string; returns its decoded bytes when `decoding` (member names, so that names that
+        /// differ only in how they are escaped — `"a"` and `"\u0061"` — count as duplicates);
+        /// values are only checked.
+        mutating func string(decoding: Bool = false) throws(Failure) -> [UInt8] {
             index += 1
             var decoded: [UInt8] = []
             while true {
+                // The common case: a run of plain bytes, taken (or skipped) at once.
+                let run = index
+                while index < bytes.count, bytes[index] >= 0x20, bytes[index] != UInt8(ascii: "\""), bytes[index] != UInt8(ascii: "\\") {
+                    index += 1
+                }
+                if decoding, index > run { decoded.append(contentsOf: bytes[run..<index]) }
                 guard let byte = current else { throw failure("unterminated string") }
                 index += 1
                 switch byte {
@@ -150,8 +157,7 @@ public enum StrictJSON {
                         throw failure("invalid escape")
                     }
                 default:
-                    guard byte >= 0x20 else { throw failure("control character in a string") }
-                    decoded.append(byte)
+                    throw failure("control character in a string")
                 }
             }
         }
