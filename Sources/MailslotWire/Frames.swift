@@ -45,6 +45,27 @@ public struct ClientFrame: Sendable, Equatable, Codable {
     }
 }
 
+extension ClientFrame {
+    /// The frame a flat object of string (or null) members decodes to — what JSONDecoder would
+    /// give — or nil when only JSONDecoder can say (no type, or a ttl_seconds to interpret).
+    init?(flatMembers members: [(name: String, value: String?)]) {
+        var type, id, ref, to, envelope: String?
+        for (name, value) in members {
+            switch name {
+            case CodingKeys.type.rawValue: type = value
+            case CodingKeys.id.rawValue: id = value
+            case CodingKeys.ref.rawValue: ref = value
+            case CodingKeys.to.rawValue: to = value
+            case CodingKeys.envelope.rawValue: envelope = value
+            case CodingKeys.ttlSeconds.rawValue: return nil
+            default: continue  // unknown members are ignored, as by JSONDecoder
+            }
+        }
+        guard let type else { return nil }
+        self.init(type: type, id: id, ref: ref, to: to, envelope: envelope, ttlSeconds: nil)
+    }
+}
+
 /// A frame the relay sends on the subscription socket.
 ///
 /// - `{"type":"ready","pending":N}`: first frame; N messages are waiting.

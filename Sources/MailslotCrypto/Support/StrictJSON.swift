@@ -30,6 +30,44 @@ public enum StrictJSON {
         guard String(validating: parser.bytes, as: UTF8.self) != nil else { throw .syntax("not UTF-8") }
     }
 
+    /// The members of a JSON object whose every member value is a string or null, in order, names
+    /// and values unescaped; nil for any other text. For text that passed ``validate(_:maxDepth:)``:
+    /// it lets the hottest frames skip a general decoder, and refuses anything it would have to
+    /// interpret (numbers, nesting) so that the general decoder handles those.
+    public static func flatStringObject(_ bytes: [UInt8]) -> [(name: String, value: String?)]? {
+        var parser = Parser(bytes: bytes, maxDepth: 1)
+        parser.skipWhitespace()
+        guard parser.current == UInt8(ascii: "{") else { return nil }
+        parser.index += 1
+        var members: [(name: String, value: String?)] = []
+        parser.skipWhitespace()
+        if parser.current == UInt8(ascii: "}") { return members }
+        do {
+            while true {
+                parser.skipWhitespace()
+                guard parser.current == UInt8(ascii: "\"") else { return nil }
+                let name = String(decoding: try parser.string(decoding: true), as: UTF8.self)
+                parser.skipWhitespace()
+                guard parser.current == UInt8(ascii: ":") else { return nil }
+                parser.index += 1
+                parser.skipWhitespace()
+                switch parser.current {
+                case UInt8(ascii: "\""): members.append((name, String(decoding: try parser.string(decoding: true), as: UTF8.self)))
+                case UInt8(ascii: "n"):
+                    try parser.expect("null")
+                    members.append((name, nil))
+                default: return nil
+                }
+                parser.skipWhitespace()
+                if parser.current == UInt8(ascii: ",") { parser.index += 1; continue }
+                guard parser.current == UInt8(ascii: "}") else { return nil }
+                return members
+            }
+        } catch {
+            return nil
+        }
+    }
+
     private struct Parser {
         let bytes: [UInt8]
         let maxDepth: Int

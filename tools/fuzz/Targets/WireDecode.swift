@@ -13,7 +13,8 @@
 //   6  RelayFrame (what a client decodes from the relay).
 //   7  a chat-message body: ChatMessage.decode.
 //
-// Every value that decodes must encode and decode back to an equal value.
+// Every value that decodes must encode and decode back to an equal value, and a ClientFrame must
+// decode to what JSONDecoder makes of the same text (the relay reads flat frames directly).
 //
 // The relay-side checks below restate MailboxService.send and SessionService.hash, which live in
 // MailslotRelay (not built here, as it needs the server dependencies); keep them in step.
@@ -28,6 +29,11 @@ public func wireDecodeOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let body = Data(input.dropFirst())
     switch mode % 8 {
     case 0:
+        // The relay reads flat frames without JSONDecoder: it must get exactly what JSONDecoder gets.
+        if (try? WireDecoding.validate(body, maxDepth: Fixed.relayMaxJSONDepth)) != nil {
+            let direct = try? WireDecoding.decode(ClientFrame.self, from: body, maxDepth: Fixed.relayMaxJSONDepth)
+            expect(direct == (try? JSONDecoder().decode(ClientFrame.self, from: body)), "a frame decodes differently than with JSONDecoder")
+        }
         guard let frame = decodeAndRoundTrip(ClientFrame.self, body), frame.hasRequiredMembers else { return 0 }
         // An ack only names an id, checked by the grammar alone; a send goes through the full path.
         guard frame.type == "send", let ref = frame.ref, !ref.isEmpty, ref.utf8.count <= 64 else { return 0 }
