@@ -11,7 +11,8 @@ import Synchronization
 /// rows they inserted — unlike the callers' resumptions, which run concurrently.
 final class GroupCommit: Sendable {
     private struct Pending: Sendable {
-        let apply: @Sendable (Database) -> Void
+        /// Throws only when the transaction itself is broken (a savepoint would not roll back).
+        let apply: @Sendable (Database) throws -> Void
         /// Runs after a successful commit, in apply order, before any caller resumes.
         let committed: @Sendable () -> Void
         let complete: @Sendable ((any Error)?) -> Void
@@ -38,15 +39,18 @@ final class GroupCommit: Sendable {
             let outcome = Outcome<T>()
             let pending = Pending(
                 apply: { db in
+                    // GRDB's inSavepoint compiles its SAVEPOINT statements each time; these are
+                    // compiled once per connection.
+                    try db.cachedStatement(sql: "SAVEPOINT group_write").execute()
                     do {
-                        var value: T?
-                        try db.inSavepoint {
-                            value = try updates(db)
-                            return .commit
-                        }
-                        outcome.result = .success(value!)
+                        let value = try updates(db)
+                        try db.cachedStatement(sql: "RELEASE SAVEPOINT group_write").execute()
+                        outcome.result = .success(value)
                     } catch {
                         outcome.result = .failure(error)
+                        // Undo this write alone; if even that fails, the whole batch fails.
+                        try db.cachedStatement(sql: "ROLLBACK TO SAVEPOINT group_write").execute()
+                        try db.cachedStatement(sql: "RELEASE SAVEPOINT group_write").execute()
                     }
                 },
                 committed: {
@@ -75,7 +79,7 @@ final class GroupCommit: Sendable {
             }
             if batch.isEmpty { return }
             do {
-                try await pool.write { db in for pending in batch { pending.apply(db) } }
+                try await pool.write { db in for pending in batch { try pending.apply(db) } }
                 for pending in batch { pending.committed() }
                 for pending in batch { pending.complete(nil) }
             } catch {

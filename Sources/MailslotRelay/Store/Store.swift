@@ -182,10 +182,9 @@ final class Store: Sendable {
     func deleteMessage(recipient: String, id: String, author: String? = nil, now: Int64) async throws -> Bool {
         try await groupWrite("delete_message") { db in
             let expiresAt = try Int64.fetchOne(db.cachedStatement(sql: """
-                SELECT expires_at FROM messages WHERE recipient = ? AND id = ? AND (? IS NULL OR author = ?)
+                DELETE FROM messages WHERE recipient = ? AND id = ? AND (? IS NULL OR author = ?) RETURNING expires_at
                 """), arguments: [recipient, id, author, author])
             guard let expiresAt else { return false }
-            try db.cachedStatement(sql: "DELETE FROM messages WHERE recipient = ? AND id = ?").execute(arguments: [recipient, id])
             return expiresAt > now
         }
     }
