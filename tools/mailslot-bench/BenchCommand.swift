@@ -72,14 +72,7 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Extra recipients that receive but never ack: their backlog waits on disk; RSS is sampled as it grows. Drained at the end.", valueName: "K"))
     var slowRecipients = 0
 
-    @Option(help: ArgumentHelp("How long to wait for the last answers and acks after sending stops, and the longest stall tolerated.", valueName: "SECONDS"))
-    var drainTimeout: Double = 30
-
-    @Flag(help: "End stdout with one JSON object (the last line).")
-    var json = false
-
-    @Flag(help: "No progress lines on stderr.")
-    var quiet = false
+    @OptionGroup var output: RunOutput
 
     func validate() throws {
         guard (1...1000).contains(senders) else { throw ValidationError("--senders must be 1 to 1000") }
@@ -94,7 +87,6 @@ struct RunCommand: AsyncParsableCommand {
             guard (1...100_000).contains(window) else { throw ValidationError("--window must be 1 to 100000") }
             guard rate == nil else { throw ValidationError("--window is for the closed loop; an open loop (--rate) keeps no window") }
         }
-        guard drainTimeout > 0, drainTimeout <= 3600 else { throw ValidationError("--drain-timeout must be more than 0 and at most 3600 seconds") }
     }
 
     func run() async throws {
@@ -106,7 +98,7 @@ struct RunCommand: AsyncParsableCommand {
         }
         let settings = RunSettings(mode: mode, senders: senders, recipients: recipients, slowRecipients: slowRecipients,
                                    subscribers: subscribers, size: size, duration: duration ?? (messages == nil ? 10 : nil),
-                                   messages: messages, rate: rate, window: window ?? 32, drainTimeout: drainTimeout, quiet: quiet)
+                                   messages: messages, rate: rate, window: window ?? 32, drainTimeout: output.drainTimeout, quiet: output.quiet)
         let report: RunReport
         do {
             let body = try MessageBody(size: size, senderUID: "bench-xxxxxxxxxx-s0000", recipientUIDLength: "bench-xxxxxxxxxx-r0000".count)
@@ -123,7 +115,7 @@ struct RunCommand: AsyncParsableCommand {
             throw ExitCode(failure.status)
         }
         print(report.summary)
-        if json { print(report.json.text) }
+        if output.json { print(report.json.text) }
         if !report.problems.isEmpty {
             Console.error("mailslot-bench: FAILED: " + report.problems.joined(separator: "; "))
             throw ExitCode(1)

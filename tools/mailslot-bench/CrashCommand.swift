@@ -45,14 +45,7 @@ struct CrashCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The relay executable (default: mailslot-relay next to this one).", valueName: "PATH"))
     var relayBinary: String?
 
-    @Option(help: ArgumentHelp("How long to wait without progress for the final answers and the drain.", valueName: "SECONDS"))
-    var drainTimeout: Double = 30
-
-    @Flag(help: "End stdout with one JSON object (the last line).")
-    var json = false
-
-    @Flag(help: "No progress lines on stderr.")
-    var quiet = false
+    @OptionGroup var output: RunOutput
 
     func validate() throws {
         guard (1...1000).contains(kills) else { throw ValidationError("--kills must be 1 to 1000") }
@@ -64,7 +57,6 @@ struct CrashCommand: AsyncParsableCommand {
             throw ValidationError("give 0 < --min-interval ≤ --max-interval ≤ 600 seconds")
         }
         if let durability, !["normal", "full"].contains(durability) { throw ValidationError("--durability is normal or full") }
-        guard drainTimeout > 0, drainTimeout <= 3600 else { throw ValidationError("--drain-timeout must be more than 0 and at most 3600 seconds") }
     }
 
     func run() async throws {
@@ -86,7 +78,7 @@ struct CrashCommand: AsyncParsableCommand {
             throw ExitCode(failure.status)
         }
         print(report.summary)
-        if json { print(report.json.text) }
+        if output.json { print(report.json.text) }
         if !report.problems.isEmpty { throw ExitCode(1) }
     }
 }
@@ -110,7 +102,7 @@ struct CrashTest {
     let command: CrashCommand
     let target: RelayTarget
 
-    private func status(_ text: String) { if !command.quiet { Console.error("mailslot-bench: \(text)") } }
+    private func status(_ text: String) { if !command.output.quiet { Console.error("mailslot-bench: \(text)") } }
 
     func run() async throws -> RunReport {
         guard let relay = target.spawned else { throw BenchFailure.failed("the crash test needs a spawned relay") }
@@ -222,7 +214,7 @@ struct CrashTest {
             // A message the relay still holds from before the last kill is delivered again soon: wait for that too.
             var remainingListed = await listed()
             if drained, remainingListed != 0 {
-                let deadline = Monotonic.now() + UInt64(command.drainTimeout * 1e9)
+                let deadline = Monotonic.now() + UInt64(command.output.drainTimeout * 1e9)
                 while remainingListed != 0, Monotonic.now() < deadline {
                     try await Task.sleep(nanoseconds: 200_000_000)
                     remainingListed = await listed()
@@ -246,8 +238,8 @@ struct CrashTest {
     private func trafficPause(counters: Counters, relay: SpawnedRelay) async throws {
         let before = counters.current.created
         try await Task.sleep(nanoseconds: UInt64(Double.random(in: command.minInterval...command.maxInterval) * 1e9))
-        guard await waitUntil(seconds: command.drainTimeout, { counters.current.created > before }) else {
-            throw BenchFailure.failed("no message was stored for \(Int(command.drainTimeout)) s after a restart:\n\(relay.logTail())")
+        guard await waitUntil(seconds: command.output.drainTimeout, { counters.current.created > before }) else {
+            throw BenchFailure.failed("no message was stored for \(Int(command.output.drainTimeout)) s after a restart:\n\(relay.logTail())")
         }
     }
 
@@ -260,7 +252,7 @@ struct CrashTest {
             if counts.answered != last.answered || counts.erased != last.erased || counts.delivered != last.delivered || counts.sent != last.sent {
                 last = counts
                 lastChange = Monotonic.now()
-            } else if Monotonic.seconds(lastChange, Monotonic.now()) > command.drainTimeout {
+            } else if Monotonic.seconds(lastChange, Monotonic.now()) > command.output.drainTimeout {
                 return false
             }
             if let pid = relay.pid, kill(pid, 0) != 0 { throw BenchFailure.failed("the relay died:\n\(relay.logTail())") }

@@ -27,7 +27,8 @@ final class MailboxHub: Sendable {
         }
 
         /// At most this many messages, and this many envelope bytes, wait in memory per
-        /// subscription; a recipient that stops acking must not grow the relay's memory.
+        /// subscription between two turns of its delivery loop. (A subscription whose window is
+        /// full keeps none: see ``forgetFresh()``.)
         static let freshLimit = (messages: 256, bytes: 256 * 1024)
 
         init(id: Int) {
@@ -73,6 +74,12 @@ final class MailboxHub: Sendable {
                 fresh.bytes -= taken.reduce(0) { $0 + $1.size }
                 return taken
             }
+        }
+
+        /// The window is full: keep nothing in memory until the next store read, so that a
+        /// recipient that stops acking costs the relay no memory; its messages wait on disk.
+        func forgetFresh() {
+            fresh.withLock { $0 = Fresh(incomplete: true) }
         }
 
         /// Call just before reading the store: what was pushed until now is in that read (every

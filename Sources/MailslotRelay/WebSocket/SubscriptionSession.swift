@@ -127,7 +127,10 @@ struct SubscriptionSession {
             do {
                 while true {
                     let room = window - inFlight.count
-                    guard room > 0 else { break }
+                    guard room > 0 else {
+                        subscription.forgetFresh()  // what lands meanwhile waits on disk, not here
+                        break
+                    }
                     let batch: [StoredMessage]
                     if caughtUp, let fresh = subscription.takeFresh(limit: room) {
                         guard !fresh.isEmpty else { break }
