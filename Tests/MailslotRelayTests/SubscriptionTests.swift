@@ -150,6 +150,43 @@ import MailslotWire
         await socket.close()
     }
 
+    @Test func framesSentWithoutWaitingAreStoredAndAnsweredInTheirOrder() async throws {
+        let relay = try await TestRelay.start()
+        defer { Task { try? await relay.finish() } }
+        let bob = try await relay.signIn("bob").session
+        let socket = TestSocket.open(relay, "bob", session: bob)
+        #expect(try await socket.next()?.type == "ready")
+        // More frames than the relay works on at once, without waiting for any answer; a bad
+        // one and a refused one among them.
+        let count = SubscriptionSession.maxQueuedAnswers * 3
+        var expected: [String] = []
+        for n in 0..<count {
+            switch n {
+            case 40:
+                try await socket.send(.send(ref: "r\(n)", to: "carol", id: "short", envelope: randomBytes(512)))
+                expected.append("error r\(n)")
+            case 41:
+                try await socket.send(.ack(messageID(99_999)))
+                expected.append("acked \(messageID(99_999))")
+            default:
+                try await socket.send(.send(ref: "r\(n)", to: "carol", id: messageID(n), envelope: randomBytes(512)))
+                expected.append("sent r\(n)")
+            }
+        }
+        var answers: [String] = []
+        for _ in 0..<count {
+            let frame = try #require(try await socket.next())
+            answers.append("\(frame.type) \(frame.ref ?? frame.id ?? "")")
+        }
+        #expect(answers == expected, "one answer per frame, in frame order")
+        // Carol's mailbox holds them in the order they were sent.
+        let ids = try await relay.relay.store.pool.read { db in
+            try String.fetchAll(db, sql: "SELECT id FROM messages WHERE recipient = 'carol' ORDER BY seq")
+        }
+        #expect(ids == (0..<count).filter { $0 != 40 && $0 != 41 }.map { messageID($0) })
+        await socket.close()
+    }
+
     @Test func aNewerSubscriptionTakesOver() async throws {
         let relay = try await TestRelay.start()
         defer { Task { try? await relay.finish() } }

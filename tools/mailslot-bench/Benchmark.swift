@@ -289,7 +289,7 @@ struct Benchmark {
             for (key, entry) in ledger.entries {
                 let (sender, sequence) = BenchID.split(key)
                 if sender >= senders.count || !senders[sender].stored.contains(sequence) { unanswered += 1 }
-                if entry & RecipientLedger.erasedNow == 0 { unacked += 1 }
+                if !entry.erasedNow { unacked += 1 }
             }
         }
         let normal = ledgers.prefix(s.recipients)
@@ -300,7 +300,7 @@ struct Benchmark {
         }
         for sender in senders { created.add(sender.createLatency) }
         // No run retries a send, so nothing is created twice: every reappearance is a duplicate.
-        let duplicates = ledgers.reduce(0) { $0 + $1.sameSocketRepeats + $1.reappeared.values.reduce(0, +) }
+        let duplicates = ledgers.reduce(0) { $0 + $1.duplicates + $1.reappeared.values.reduce(0, +) }
         let redeliveries = ledgers.reduce(0) { $0 + $1.redeliveries }
         var rejected: [String: Int] = [:], refused: [String: Int] = [:]
         for ledger in ledgers { rejected.merge(ledger.rejected, uniquingKeysWith: +) }

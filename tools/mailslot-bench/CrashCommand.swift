@@ -150,14 +150,10 @@ struct CrashTest {
             sockets = []
         }
         func unconfirmed() -> Int {
-            ledgers.reduce(0) { total, ledger in total + ledger.withLock { $0.entries.values.reduce(0) { $0 + ($1 & RecipientLedger.erasedNow == 0 ? 1 : 0) } } }
+            ledgers.reduce(0) { total, ledger in total + ledger.withLock { $0.unconfirmed() } }
         }
         func currentUnconfirmed() -> Int {
-            ledgers.reduce(0) { total, ledger in
-                total + ledger.withLock { ledger in
-                    ledger.entries.values.reduce(0) { $0 + ($1 >> 2 == ledger.generation && $1 & RecipientLedger.erasedNow == 0 ? 1 : 0) }
-                }
-            }
+            ledgers.reduce(0) { total, ledger in total + ledger.withLock { $0.unconfirmed(current: true) } }
         }
 
         let start = Monotonic.now()
@@ -287,14 +283,14 @@ struct CrashTest {
                 let ledger = ledgers[(index + sequence) % destinations]
                 let key = BenchID.key(sender: index, sequence: sequence)
                 if ledger.entries[key] == nil { lost += 1 }
-                // Seeing it again after its erasure is a duplicate unless the relay created it again.
+                // A new copy is a duplicate unless the relay created it again.
                 let again = ledger.reappeared[key] ?? 0
                 let allowed = max(0, entry.possibleCreations - 1)
                 duplicates += max(0, again - allowed)
                 allowedReappearances += min(again, allowed)
             }
         }
-        duplicates += ledgers.reduce(0) { $0 + $1.sameSocketRepeats }
+        duplicates += ledgers.reduce(0) { $0 + $1.duplicates }
         let redeliveries = ledgers.reduce(0) { $0 + $1.redeliveries }
         let rejected = ledgers.reduce(into: [String: Int]()) { $0.merge($1.rejected, uniquingKeysWith: +) }
         let unexpected = outboxes.flatMap(\.unexpected) + ledgers.flatMap(\.unexpected)

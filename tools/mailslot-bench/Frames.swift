@@ -83,6 +83,18 @@ struct FrameBytes {
         return UnsafeRawBufferPointer(start: base + start, count: base.distance(to: UnsafeRawPointer(end)) - start)
     }
 
+    /// The non-negative integer member `pattern` introduces (`"name":`).
+    func integer(_ pattern: StaticString) -> Int64? {
+        guard var index = find(pattern) else { return nil }
+        var value: Int64 = 0
+        let start = index
+        while index < raw.count, raw[index] >= UInt8(ascii: "0"), raw[index] <= UInt8(ascii: "9"), index - start < 18 {
+            value = value * 10 + Int64(raw[index] - UInt8(ascii: "0"))
+            index += 1
+        }
+        return index > start ? value : nil
+    }
+
     /// The boolean member `pattern` introduces (`"name":`).
     func bool(_ pattern: StaticString) -> Bool? {
         guard let start = find(pattern), start < raw.count else { return nil }

@@ -21,21 +21,38 @@ struct RecipientPlan: Sendable {
 /// What one recipient user has seen, across all its sockets (the crash test reconnects): the
 /// "store" a client keeps, by message key, so a redelivery is recognised as one.
 struct RecipientLedger: Sendable {
-    /// Message key → the socket generation that last received it (<< 2), bit 0: the erasure of the
-    /// copy it holds was confirmed (`acked`), bit 1: an erasure was ever confirmed.
-    var entries: [UInt64: UInt32] = [:]
+    /// What the store knows of one message id. A sender's retry after the erasure creates the
+    /// message again under the same id: a new copy, with a higher `seq`.
+    struct Entry: Sendable {
+        /// The socket generation that last delivered it.
+        var generation: UInt32
+        /// The copy held.
+        var seq: Int64
+        /// The erasure of the copy held was confirmed (`acked`).
+        var erasedNow = false
+        /// An erasure of some copy was confirmed.
+        var erasedOnce = false
+    }
+
+    var entries: [UInt64: Entry] = [:]
+    /// Acks written on the current socket and not answered yet, by key, as the seq of the copy
+    /// each one acknowledged, oldest first. The relay answers a socket's frames in order, so an
+    /// `acked` answers the oldest ack of its id — and says which copy was erased.
+    var pendingAcks: [UInt64: [Int64]] = [:]
     /// Which socket of this user is reading (each new socket increments it).
     var generation: UInt32 = 0
     /// Distinct messages delivered (stored).
     var stored = 0
     /// Distinct messages whose erasure was confirmed.
     var erased = 0
-    /// A delivery of a message already delivered on the same socket: never allowed (spec §8.2).
+    /// A delivery of a copy already delivered on the same socket: never allowed (spec §8.2).
     var sameSocketRepeats = 0
-    /// Deliveries of a message after its erasure was confirmed, by key: a duplicate, unless its
-    /// sender's retry created it again (the crash test checks that against the senders' answers).
+    /// A copy delivered again after its erasure was confirmed: never allowed.
+    var resurrected = 0
+    /// Deliveries of a new copy of a message (same id, higher seq), by key: a duplicate, unless
+    /// its sender's retry created it again (the crash test checks that against the senders' answers).
     var reappeared: [UInt64: Int] = [:]
-    /// A message delivered again on a new socket before its erasure was confirmed: allowed
+    /// A copy delivered again on a new socket before its erasure was confirmed: allowed
     /// (spec §8.2), and the store drops it.
     var redeliveries = 0
     /// Messages that failed a check (e2e: envelope error codes; both modes: author, envelope bytes), by reason.
@@ -47,10 +64,15 @@ struct RecipientLedger: Sendable {
     /// When the last first delivery arrived (``Monotonic``).
     var lastStored: UInt64 = 0
 
-    static let erasedNow: UInt32 = 1, erasedOnce: UInt32 = 2
+    /// Deliveries that should not have happened: repeats on one socket and erased copies coming back.
+    var duplicates: Int { sameSocketRepeats + resurrected }
 
-    /// Whether the copy of `key` this store holds is confirmed erased on the relay.
-    func isErased(_ key: UInt64) -> Bool { entries[key].map { $0 & Self.erasedNow != 0 } ?? false }
+    /// Delivered copies whose erasure is not confirmed (on the current socket only, if `current`).
+    func unconfirmed(current: Bool = false) -> Int {
+        entries.values.reduce(0) { $0 + (!$1.erasedNow && (!current || $1.generation == generation) ? 1 : 0) }
+    }
+
+    func isErased(_ key: UInt64) -> Bool { entries[key]?.erasedNow ?? false }
 
     mutating func note(_ text: String) { if unexpected.count < 20 { unexpected.append(text) } }
     mutating func reject(_ reason: String) { rejected[reason, default: 0] += 1 }
@@ -63,6 +85,7 @@ enum BenchRecipient {
     static func start(_ plan: RecipientPlan, ledger: Locked<RecipientLedger>, http: RelayHTTP, counters: Counters) -> Socket {
         let generation = ledger.withLock { ledger -> UInt32 in
             ledger.generation += 1
+            ledger.pendingAcks.removeAll()  // the last socket's answers will never come
             return ledger.generation
         }
         return Socket(url: http.subscribeURL(plan.user.uid), session: plan.user.session, logger: Socket.logger) { frames, outbound in
@@ -91,25 +114,36 @@ enum BenchRecipient {
                     ledger.withLock { $0.note("a message this run did not send") }
                     return ack
                 }
+                guard let seq = bytes.integer("\"seq\":") else {
+                    ledger.withLock { $0.note("a message frame without a seq") }
+                    return ack
+                }
                 let key = BenchID.key(sender: id.sender, sequence: id.sequence)
                 let first = ledger.withLock { ledger -> Bool in
-                    if let entry = ledger.entries[key] {
-                        if entry & RecipientLedger.erasedNow != 0 {
-                            ledger.reappeared[key, default: 0] += 1
-                        } else if entry >> 2 == generation {
-                            ledger.sameSocketRepeats += 1
-                        } else {
-                            ledger.redeliveries += 1
-                        }
-                        // The copy now held is this delivery's, not yet erased.
-                        ledger.entries[key] = generation << 2 | (entry & RecipientLedger.erasedOnce)
-                        return false
+                    if ack != nil { ledger.pendingAcks[key, default: []].append(seq) }
+                    guard var entry = ledger.entries[key] else {
+                        ledger.entries[key] = RecipientLedger.Entry(generation: generation, seq: seq)
+                        ledger.stored += 1
+                        ledger.lastStored = now
+                        if plan.measures { ledger.receiveLatency.record(from: id.time, to: now) }
+                        return true
                     }
-                    ledger.entries[key] = generation << 2
-                    ledger.stored += 1
-                    ledger.lastStored = now
-                    if plan.measures { ledger.receiveLatency.record(from: id.time, to: now) }
-                    return true
+                    if seq > entry.seq {
+                        ledger.reappeared[key, default: 0] += 1  // a new copy: the store drops it
+                        entry.seq = seq
+                        entry.erasedNow = false
+                    } else if seq < entry.seq {
+                        ledger.note("an older copy of a message after a newer one")
+                    } else if entry.erasedNow {
+                        ledger.resurrected += 1
+                    } else if entry.generation == generation {
+                        ledger.sameSocketRepeats += 1
+                    } else {
+                        ledger.redeliveries += 1
+                    }
+                    entry.generation = generation
+                    ledger.entries[key] = entry
+                    return false
                 }
                 guard first else { return ack }
                 counters.withLock { if plan.measures { $0.delivered += 1 } else { $0.deliveredSlow += 1 } }
@@ -124,14 +158,16 @@ enum BenchRecipient {
                 }
                 let key = BenchID.key(sender: id.sender, sequence: id.sequence)
                 let fresh = ledger.withLock { ledger -> Bool in
-                    guard let entry = ledger.entries[key] else {
-                        ledger.note("an acked frame for a message never delivered")
+                    guard var entry = ledger.entries[key], let seq = ledger.pendingAcks[key]?.first else {
+                        ledger.note("an acked frame for no ack")
                         return false
                     }
+                    ledger.pendingAcks[key]?.removeFirst()
+                    if ledger.pendingAcks[key]?.isEmpty == true { ledger.pendingAcks[key] = nil }
                     // A repeated ack after a reconnect is answered acked again (spec §8.3): no second erasure.
-                    guard entry & RecipientLedger.erasedNow == 0 else { return false }
-                    ledger.entries[key] = entry | RecipientLedger.erasedNow | RecipientLedger.erasedOnce
-                    guard entry & RecipientLedger.erasedOnce == 0 else { return false }
+                    if seq == entry.seq { entry.erasedNow = true }
+                    defer { entry.erasedOnce = true; ledger.entries[key] = entry }
+                    guard !entry.erasedOnce else { return false }
                     ledger.erased += 1
                     if plan.measures { ledger.erasedLatency.record(from: id.time, to: now) }
                     return true

@@ -16,22 +16,41 @@ struct MailboxService: Sendable {
 
     // MARK: Messages
 
+    /// The answer to a write that is already queued: awaiting it waits for the commit.
+    typealias Answer<T: Sendable> = @Sendable () async throws -> T
+
     /// Drops an envelope into `recipient`'s mailbox under `id`, stamped with the principal as author.
     func send(_ principal: Principal, to recipient: String, id: String, envelope base64: String, ttlSeconds: Int64?,
               now: Int64) async throws -> (record: MessageRecord, created: Bool) {
+        try await startSend(principal, to: recipient, id: id, envelope: base64, ttlSeconds: ttlSeconds, now: now)()
+    }
+
+    /// ``send(_:to:id:envelope:ttlSeconds:now:)`` in two steps: everything that can be decided
+    /// without waiting is decided now, and the write is queued now — so sends started one after
+    /// another are stored in that order, and can share a commit. The returned answer waits for it.
+    func startSend(_ principal: Principal, to recipient: String, id: String, envelope base64: String, ttlSeconds: Int64?,
+                   now: Int64) -> Answer<(record: MessageRecord, created: Bool)> {
+        let stored: Answer<(record: MessageRecord, created: Bool)>
         do {
-            let outcome = try await store(principal, to: recipient, id: id, envelope: base64, ttlSeconds: ttlSeconds, now: now)
-            if outcome.created { metrics.messagesCreated.increment() }
-            return outcome
-        } catch let problem as Problem {
-            metrics.rejected(reason: problem.code.rawValue)
-            if problem.code == .rateLimited { metrics.rateLimited.increment() }
-            throw problem
+            stored = try startStore(principal, to: recipient, id: id, envelope: base64, ttlSeconds: ttlSeconds, now: now)
+        } catch {
+            stored = { throw error }
+        }
+        return { [metrics] in
+            do {
+                let outcome = try await stored()
+                if outcome.created { metrics.messagesCreated.increment() }
+                return outcome
+            } catch let problem as Problem {
+                metrics.rejected(reason: problem.code.rawValue)
+                if problem.code == .rateLimited { metrics.rateLimited.increment() }
+                throw problem
+            }
         }
     }
 
-    private func store(_ principal: Principal, to recipient: String, id: String, envelope base64: String, ttlSeconds: Int64?,
-                       now: Int64) async throws -> (record: MessageRecord, created: Bool) {
+    private func startStore(_ principal: Principal, to recipient: String, id: String, envelope base64: String, ttlSeconds: Int64?,
+                            now: Int64) throws -> Answer<(record: MessageRecord, created: Bool)> {
         try Self.check(uid: recipient)
         try Self.check(messageID: id)
         try require(.create, .message, principal, owner: recipient)
@@ -55,36 +74,40 @@ struct MailboxService: Sendable {
             throw Problem(.invalidEnvelope, "an envelope is a power of two from \(Envelope.minimumSize) bytes (spec/envelope.md)")
         }
         let forOwner = configuration.rules.allows(.read, .message, principal: principal.uid, owner: recipient)
-        if let retryAfter = await rateLimiter.take(principal.uid, now: now) {
+        if let retryAfter = rateLimiter.take(principal.uid, now: now) {
             // An identical retry is answered all the same: a client that lost an answer must not be
             // told to slow down for repeating itself. (Looked up only here, off the common path.)
-            if let existing = try await store.message(recipient: recipient, id: id, now: now),
-               existing.author == principal.uid, existing.envelope == Data(envelope) {
-                return (existing.record(forOwner: forOwner), false)
-            }
-            throw Problem(.rateLimited, "too many messages; slow down", retryAfter: retryAfter)
-        }
-        do {
-            let outcome = try await store.createMessage(recipient: recipient, id: id, author: principal.uid, envelope: Data(envelope),
-                                                        now: now, expiresAt: now + ttl * 1000,
-                                                        maxPending: configuration.maxPendingPerMailbox,
-                                                        whenCommitted: { [hub] in hub.push($0) })
-            switch outcome {
-            case .created(let message, let erasedExpired):
-                if erasedExpired {
-                    metrics.messagesExpired.increment()
-                    erasure.erased()
+            return { [store] in
+                if let existing = try await store.message(recipient: recipient, id: id, now: now),
+                   existing.author == principal.uid, existing.envelope == Data(envelope) {
+                    return (existing.record(forOwner: forOwner), false)
                 }
-                return (message.record(forOwner: forOwner), true)
-            case .duplicate(let message):
-                await rateLimiter.refund(principal.uid)
-                return (message.record(forOwner: forOwner), false)
+                throw Problem(.rateLimited, "too many messages; slow down", retryAfter: retryAfter)
             }
-        } catch let refusal as StoreRefusal {
-            switch refusal {
-            case .conflict: throw Problem(.conflict, "this message id is already used in this mailbox with another envelope")
-            case .mailboxFull: throw Problem(.mailboxFull, "the mailbox holds \(configuration.maxPendingPerMailbox) pending messages; try later")
-            case .blocked: throw Problem(.blocked, "the mailbox owner does not accept messages from you")
+        }
+        let ticket = store.submitCreateMessage(recipient: recipient, id: id, author: principal.uid, envelope: Data(envelope),
+                                               now: now, expiresAt: now + ttl * 1000,
+                                               maxPending: configuration.maxPendingPerMailbox,
+                                               whenCommitted: { [hub] in hub.push($0) })
+        return { [self] in
+            do {
+                switch try await ticket.value {
+                case .created(let message, let erasedExpired):
+                    if erasedExpired {
+                        metrics.messagesExpired.increment()
+                        erasure.erased()
+                    }
+                    return (message.record(forOwner: forOwner), true)
+                case .duplicate(let message):
+                    rateLimiter.refund(principal.uid)
+                    return (message.record(forOwner: forOwner), false)
+                }
+            } catch let refusal as StoreRefusal {
+                switch refusal {
+                case .conflict: throw Problem(.conflict, "this message id is already used in this mailbox with another envelope")
+                case .mailboxFull: throw Problem(.mailboxFull, "the mailbox holds \(configuration.maxPendingPerMailbox) pending messages; try later")
+                case .blocked: throw Problem(.blocked, "the mailbox owner does not accept messages from you")
+                }
             }
         }
     }
@@ -143,19 +166,36 @@ struct MailboxService: Sendable {
     /// Erases a message: the owner's acknowledgement or the author's unsend. Anyone else gets 403
     /// whether or not the message exists.
     func delete(_ principal: Principal, owner: String, id: String, now: Int64) async throws {
-        try Self.check(uid: owner)
-        try Self.check(messageID: id)
+        try await startDelete(principal, owner: owner, id: id, now: now)()
+    }
+
+    /// ``delete(_:owner:id:now:)`` in two steps, like ``startSend(_:to:id:envelope:ttlSeconds:now:)``:
+    /// an owner's acknowledgement is queued at once; anyone else's unsend first looks the message up.
+    func startDelete(_ principal: Principal, owner: String, id: String, now: Int64) -> Answer<Void> {
+        do {
+            try Self.check(uid: owner)
+            try Self.check(messageID: id)
+        } catch {
+            return { throw error }
+        }
         // The owner's ack needs no look at the message first; anyone else may delete only as its author.
-        let isOwner = configuration.rules.allows(.delete, .message, principal: principal.uid, owner: owner, author: nil)
-        if !isOwner {
+        if configuration.rules.allows(.delete, .message, principal: principal.uid, owner: owner, author: nil) {
+            let ticket = store.submitDeleteMessage(recipient: owner, id: id, now: now)
+            return { [self] in try finishDelete(owner: owner, id: id, erased: try await ticket.value, isOwner: true) }
+        }
+        return { [self] in
             let author = try await store.message(recipient: owner, id: id, now: now)?.author
             try require(.delete, .message, principal, owner: owner, author: author)
+            // An author's unsend erases only a message that author wrote, even if the id was reused meanwhile.
+            let erased = try await store.deleteMessage(recipient: owner, id: id, author: principal.uid, now: now)
+            try finishDelete(owner: owner, id: id, erased: erased, isOwner: false)
         }
-        // Only the owner may learn that the message is not there (any more). An author's unsend
-        // erases only a message that author wrote, even if the id was reused meanwhile.
-        let erased = try await store.deleteMessage(recipient: owner, id: id, author: isOwner ? nil : principal.uid, now: now)
+    }
+
+    private func finishDelete(owner: String, id: String, erased: Bool, isOwner: Bool) throws {
         erasure.erased()  // also when the row was expired: it was deleted all the same
         hub.retract(owner, id: id)  // an unsent message waiting in a subscription's memory is not delivered
+        // Only the owner may learn that the message is not there (any more).
         guard erased else { throw Problem(isOwner ? .notFound : .forbidden, isOwner ? "no such message" : "you may not do this") }
         (isOwner ? metrics.messagesAcked : metrics.messagesUnsent).increment()
     }

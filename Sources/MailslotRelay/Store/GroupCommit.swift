@@ -35,37 +35,48 @@ final class GroupCommit: Sendable {
     /// transaction committed.
     func write<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T,
                             committed: (@Sendable (T) -> Void)? = nil) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            let outcome = Outcome<T>()
-            let pending = Pending(
-                apply: { db in
-                    // GRDB's inSavepoint compiles its SAVEPOINT statements each time; these are
-                    // compiled once per connection.
-                    try db.cachedStatement(sql: "SAVEPOINT group_write").execute()
-                    do {
-                        let value = try updates(db)
-                        try db.cachedStatement(sql: "RELEASE SAVEPOINT group_write").execute()
-                        outcome.result = .success(value)
-                    } catch {
-                        outcome.result = .failure(error)
-                        // Undo this write alone; if even that fails, the whole batch fails.
-                        try db.cachedStatement(sql: "ROLLBACK TO SAVEPOINT group_write").execute()
-                        try db.cachedStatement(sql: "RELEASE SAVEPOINT group_write").execute()
-                    }
-                },
-                committed: {
-                    if let committed, case .success(let value) = outcome.result { committed(value) }
-                },
-                complete: { commitError in
-                    if let commitError { continuation.resume(throwing: commitError) } else { continuation.resume(with: outcome.result!) }
-                })
-            let start = state.withLock { state -> Bool in
-                state.queue.append(pending)
-                defer { state.draining = true }
-                return !state.draining
-            }
-            if start { Task { await self.drain() } }
+        try await submit(updates, committed: committed).value
+    }
+
+    /// Queues `updates` for the next shared transaction at once, and returns the ticket its
+    /// result will be on. Writes are applied in the order they were submitted: a caller that
+    /// submits one write after another, without waiting in between, gets them in that order and
+    /// still shares commits with them. `finished` runs when the ticket is resolved, either way.
+    func submit<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T,
+                             committed: (@Sendable (T) -> Void)? = nil,
+                             finished: (@Sendable () -> Void)? = nil) -> CommitTicket<T> {
+        let ticket = CommitTicket<T>()
+        let outcome = Outcome<T>()
+        let pending = Pending(
+            apply: { db in
+                // GRDB's inSavepoint compiles its SAVEPOINT statements each time; these are
+                // compiled once per connection.
+                try db.cachedStatement(sql: "SAVEPOINT group_write").execute()
+                do {
+                    let value = try updates(db)
+                    try db.cachedStatement(sql: "RELEASE SAVEPOINT group_write").execute()
+                    outcome.result = .success(value)
+                } catch {
+                    outcome.result = .failure(error)
+                    // Undo this write alone; if even that fails, the whole batch fails.
+                    try db.cachedStatement(sql: "ROLLBACK TO SAVEPOINT group_write").execute()
+                    try db.cachedStatement(sql: "RELEASE SAVEPOINT group_write").execute()
+                }
+            },
+            committed: {
+                if let committed, case .success(let value) = outcome.result { committed(value) }
+            },
+            complete: { commitError in
+                finished?()
+                ticket.resolve(commitError.map { .failure($0) } ?? outcome.result!)
+            })
+        let start = state.withLock { state -> Bool in
+            state.queue.append(pending)
+            defer { state.draining = true }
+            return !state.draining
         }
+        if start { Task { await self.drain() } }
+        return ticket
     }
 
     /// Commits batch after batch until nothing waits.
@@ -84,6 +95,43 @@ final class GroupCommit: Sendable {
                 for pending in batch { pending.complete(nil) }
             } catch {
                 for pending in batch { pending.complete(error) }
+            }
+        }
+    }
+}
+
+/// The result a submitted write will have once its transaction committed (or failed). Awaited by
+/// one task, once.
+final class CommitTicket<T: Sendable>: Sendable {
+    private enum State {
+        case waiting(CheckedContinuation<T, any Error>?)
+        case resolved(Result<T, any Error>)
+    }
+
+    private let state = Mutex<State>(.waiting(nil))
+
+    fileprivate init() {}
+
+    fileprivate func resolve(_ result: Result<T, any Error>) {
+        let waiter = state.withLock { state -> CheckedContinuation<T, any Error>? in
+            guard case .waiting(let waiter) = state else { return nil }
+            state = .resolved(result)
+            return waiter
+        }
+        waiter?.resume(with: result)
+    }
+
+    /// The write's result: waits for the commit if it has not happened yet.
+    var value: T {
+        get async throws {
+            try await withCheckedThrowingContinuation { continuation in
+                let result = state.withLock { state -> Result<T, any Error>? in
+                    switch state {
+                    case .resolved(let result): return result
+                    case .waiting: state = .waiting(continuation); return nil
+                    }
+                }
+                if let result { continuation.resume(with: result) }
             }
         }
     }

@@ -76,9 +76,15 @@ final class Store: Sendable {
     /// as `operation`.
     func groupWrite<T: Sendable>(_ operation: String, _ updates: @escaping @Sendable (Database) throws -> T,
                                  committed: (@Sendable (T) -> Void)? = nil) async throws -> T {
+        try await groupSubmit(operation, updates, committed: committed).value
+    }
+
+    /// ``groupWrite(_:_:committed:)`` queued at once: writes submitted one after another are
+    /// applied in that order. Timed from submission to commit.
+    func groupSubmit<T: Sendable>(_ operation: String, _ updates: @escaping @Sendable (Database) throws -> T,
+                                  committed: (@Sendable (T) -> Void)? = nil) -> CommitTicket<T> {
         let start = ContinuousClock.now
-        defer { metrics?.store(operation, ContinuousClock.now - start) }
-        return try await group.write(updates, committed: committed)
+        return group.submit(updates, committed: committed, finished: { [metrics] in metrics?.store(operation, ContinuousClock.now - start) })
     }
 
     /// A read, timed as `operation`.
@@ -119,7 +125,15 @@ final class Store: Sendable {
     /// `whenCommitted` gets each message created, once committed, in commit (`seq`) order.
     func createMessage(recipient: String, id: String, author: String, envelope: Data, now: Int64, expiresAt: Int64,
                        maxPending: Int, whenCommitted: (@Sendable (StoredMessage) -> Void)? = nil) async throws -> CreateOutcome {
-        try await groupWrite("create_message", { db in
+        try await submitCreateMessage(recipient: recipient, id: id, author: author, envelope: envelope, now: now, expiresAt: expiresAt,
+                                      maxPending: maxPending, whenCommitted: whenCommitted).value
+    }
+
+    /// ``createMessage(recipient:id:author:envelope:now:expiresAt:maxPending:whenCommitted:)``
+    /// queued at once (``groupSubmit(_:_:committed:)``).
+    func submitCreateMessage(recipient: String, id: String, author: String, envelope: Data, now: Int64, expiresAt: Int64,
+                             maxPending: Int, whenCommitted: (@Sendable (StoredMessage) -> Void)? = nil) -> CommitTicket<CreateOutcome> {
+        groupSubmit("create_message", { db in
             var erasedExpired = false
             if let existing = try Row.fetchOne(db.cachedStatement(sql: "SELECT \(StoredMessage.columns) FROM messages WHERE recipient = ? AND id = ?"),
                                                arguments: [recipient, id]).map(StoredMessage.init(row:)) {
@@ -180,7 +194,12 @@ final class Store: Sendable {
     /// was erased; an expired one is erased too, but reported as absent.
     @discardableResult
     func deleteMessage(recipient: String, id: String, author: String? = nil, now: Int64) async throws -> Bool {
-        try await groupWrite("delete_message") { db in
+        try await submitDeleteMessage(recipient: recipient, id: id, author: author, now: now).value
+    }
+
+    /// ``deleteMessage(recipient:id:author:now:)`` queued at once (``groupSubmit(_:_:committed:)``).
+    func submitDeleteMessage(recipient: String, id: String, author: String? = nil, now: Int64) -> CommitTicket<Bool> {
+        groupSubmit("delete_message") { db in
             let expiresAt = try Int64.fetchOne(db.cachedStatement(sql: """
                 DELETE FROM messages WHERE recipient = ? AND id = ? AND (? IS NULL OR author = ?) RETURNING expires_at
                 """), arguments: [recipient, id, author, author])

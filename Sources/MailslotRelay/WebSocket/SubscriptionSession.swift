@@ -162,54 +162,66 @@ struct SubscriptionSession {
     }
 
     /// Handles the client's frames: acks erase, sends create. A bad frame gets an `error` frame;
-    /// a client that keeps sending garbage is disconnected.
+    /// a client that keeps sending garbage is disconnected. Frames are read while earlier ones
+    /// are still committing (``AnswerQueue``); their answers are written in frame order.
     private func receive(owner: String, principal: SessionService.Principal, subscription: MailboxHub.Subscription,
                          inFlight: InFlight, _ inbound: WebSocketInboundStream, _ outbound: WebSocketOutboundWriter) async -> CloseReason {
+        enum Finished { case reader(CloseReason), writer(failed: Bool) }
+        let answers = AnswerQueue(maxCount: Self.maxQueuedAnswers, maxBytes: Self.maxQueuedFrameBytes)
+        return await withTaskGroup(of: Finished.self) { group in
+            group.addTask {
+                defer { answers.close() }
+                return .reader(await read(owner: owner, principal: principal, subscription: subscription, inFlight: inFlight,
+                                          inbound, into: answers))
+            }
+            group.addTask {
+                while let answer = await answers.next() {
+                    do {
+                        try await outbound.write(.text(try await answer()))
+                    } catch {
+                        answers.close()
+                        return .writer(failed: true)  // the socket is gone, or the store failed
+                    }
+                }
+                return .writer(failed: false)
+            }
+            var reason = CloseReason.clientLeft
+            for await finished in group {
+                switch finished {
+                case .reader(let why): reason = why  // the writer still writes what is queued
+                case .writer(failed: true): group.cancelAll()
+                case .writer(failed: false): break
+                }
+            }
+            return reason
+        }
+    }
+
+    /// At most this many frames of one socket are being worked on at once…
+    static let maxQueuedAnswers = 32
+    /// …holding at most this many bytes of frames (a larger frame goes alone).
+    static let maxQueuedFrameBytes = 256 * 1024
+
+    /// Reads the client's frames, starts each one's work and queues its answer.
+    private func read(owner: String, principal: SessionService.Principal, subscription: MailboxHub.Subscription,
+                      inFlight: InFlight, _ inbound: WebSocketInboundStream, into answers: AnswerQueue) async -> CloseReason {
         var garbage = 0
         do {
             for try await message in inbound.messages(maxSize: maxFrameBytes) {
                 if Clock.now() >= principal.expiresAt { return .sessionEnded }
+                let answer: AnswerQueue.Answer
+                var bytes = 0
                 // A frame that is not JSON, or lacks a member its type requires, is malformed.
-                guard case .text(let text) = message, let frame = decode(text), frame.hasRequiredMembers else {
+                if case .text(let text) = message, let frame = decode(text), frame.hasRequiredMembers {
+                    bytes = text.utf8.count
+                    answer = start(frame, owner: owner, principal: principal, subscription: subscription, inFlight: inFlight)
+                } else {
                     garbage += 1
-                    try await send(RelayFrame(type: "error", problem: Problem(.invalidJSON, "frames are JSON text: ack or send")), outbound)
-                    if garbage >= 10 { return .protocolViolation("too many malformed frames") }
-                    continue
+                    let error = Self.text(RelayFrame(type: "error", problem: Problem(.invalidJSON, "frames are JSON text: ack or send")))
+                    answer = { error }
                 }
-                switch frame.type {
-                case "ack":
-                    let id = frame.id ?? ""
-                    do {
-                        try await mailboxes.delete(principal, owner: owner, id: id, now: Clock.now())
-                        try await outbound.write(.text(FrameText.acked(id)))
-                    } catch let problem as Problem where problem.code == .notFound {
-                        // Already erased (a repeated ack): acknowledged all the same.
-                        try await outbound.write(.text(FrameText.acked(id)))
-                    } catch let problem as Problem {
-                        try await send(RelayFrame(type: "error", id: id, problem: problem), outbound)
-                    }
-                    if inFlight.remove(id) { subscription.wake() }
-                case "send":
-                    guard let ref = frame.ref, !ref.isEmpty, ref.utf8.count <= 64 else {
-                        // Not echoed: a reference the client cannot have meant is no reference.
-                        try await send(RelayFrame(type: "error", problem: Problem(.badRequest, "a send needs a ref of 1 to 64 bytes")), outbound)
-                        continue
-                    }
-                    do {
-                        let (record, created) = try await mailboxes.send(principal, to: frame.to ?? "", id: frame.id ?? "",
-                                                                         envelope: frame.envelope ?? "", ttlSeconds: frame.ttlSeconds,
-                                                                         now: Clock.now())
-                        if let text = FrameText.sent(record, ref: ref, created: created) {
-                            try await outbound.write(.text(text))
-                        } else {
-                            try await send(RelayFrame(type: "sent", message: record, ref: ref, created: created), outbound)
-                        }
-                    } catch let problem as Problem {
-                        try await send(RelayFrame(type: "error", ref: ref, problem: problem), outbound)
-                    }
-                default:
-                    try await send(RelayFrame(type: "error", problem: Problem(.badRequest, "unknown frame type")), outbound)
-                }
+                guard await answers.append(answer, bytes: bytes) else { return .clientLeft }
+                if garbage >= 10 { return .protocolViolation("too many malformed frames") }
             }
         } catch {
             // The inbound stream failed: an oversized frame or a broken connection.
@@ -218,11 +230,56 @@ struct SubscriptionSession {
         return .clientLeft
     }
 
+    /// Starts one well-formed frame's work now and returns its answer.
+    private func start(_ frame: ClientFrame, owner: String, principal: SessionService.Principal,
+                       subscription: MailboxHub.Subscription, inFlight: InFlight) -> AnswerQueue.Answer {
+        switch frame.type {
+        case "ack":
+            let id = frame.id ?? ""
+            let erase = mailboxes.startDelete(principal, owner: owner, id: id, now: Clock.now())
+            return {
+                defer { if inFlight.remove(id) { subscription.wake() } }
+                do {
+                    try await erase()
+                    return FrameText.acked(id)
+                } catch let problem as Problem where problem.code == .notFound {
+                    return FrameText.acked(id)  // already erased (a repeated ack): acknowledged all the same
+                } catch let problem as Problem {
+                    return Self.text(RelayFrame(type: "error", id: id, problem: problem))
+                }
+            }
+        case "send":
+            guard let ref = frame.ref, !ref.isEmpty, ref.utf8.count <= 64 else {
+                // Not echoed: a reference the client cannot have meant is no reference.
+                let error = Self.text(RelayFrame(type: "error", problem: Problem(.badRequest, "a send needs a ref of 1 to 64 bytes")))
+                return { error }
+            }
+            let stored = mailboxes.startSend(principal, to: frame.to ?? "", id: frame.id ?? "", envelope: frame.envelope ?? "",
+                                             ttlSeconds: frame.ttlSeconds, now: Clock.now())
+            return {
+                do {
+                    let (record, created) = try await stored()
+                    return FrameText.sent(record, ref: ref, created: created)
+                        ?? Self.text(RelayFrame(type: "sent", message: record, ref: ref, created: created))
+                } catch let problem as Problem {
+                    return Self.text(RelayFrame(type: "error", ref: ref, problem: problem))
+                }
+            }
+        default:
+            let error = Self.text(RelayFrame(type: "error", problem: Problem(.badRequest, "unknown frame type")))
+            return { error }
+        }
+    }
+
     private func decode(_ text: String) -> ClientFrame? {
         try? WireDecoding.decode(ClientFrame.self, from: Data(text.utf8), maxDepth: maxJSONDepth)
     }
 
     private func send(_ frame: RelayFrame, _ outbound: WebSocketOutboundWriter) async throws {
-        try await outbound.write(.text(String(decoding: JSONBody.encode(frame), as: UTF8.self)))
+        try await outbound.write(.text(Self.text(frame)))
+    }
+
+    private static func text(_ frame: RelayFrame) -> String {
+        String(decoding: JSONBody.encode(frame), as: UTF8.self)
     }
 }

@@ -1,0 +1,122 @@
+import Synchronization
+
+/// The answers a socket owes, in the order its frames arrived. The socket's reader starts each
+/// frame's work at once (a send or an ack joins the next group commit) and queues the answer; one
+/// writer awaits the answers in turn and writes them. So one client's frames share commits
+/// instead of each waiting for the one before it, and its answers still come in order.
+///
+/// Bounded by count and by the size of the frames behind the answers (a queued send holds its
+/// envelope until it commits): a reader that finds it full waits, which stops it reading the
+/// socket, and TCP pushes back on the client. A frame larger than the byte bound still goes
+/// through when the queue is empty.
+final class AnswerQueue: Sendable {
+    /// Produces the frame text to write once the frame's work is done; throwing ends the socket.
+    typealias Answer = @Sendable () async throws -> String
+
+    private struct State {
+        var answers: [(answer: Answer, bytes: Int)] = []
+        var head = 0
+        var bytes = 0
+        var closed = false
+        var waitingForRoom: CheckedContinuation<Void, Never>?
+        var waitingForAnswer: CheckedContinuation<Answer?, Never>?
+
+        var count: Int { answers.count - head }
+
+        mutating func removeFirst() -> Answer {
+            let first = answers[head]
+            head += 1
+            bytes -= first.bytes
+            if head == answers.count {
+                answers.removeAll(keepingCapacity: true)
+                head = 0
+            }
+            return first.answer
+        }
+    }
+
+    private let maxCount: Int
+    private let maxBytes: Int
+    private let state = Mutex(State())
+
+    /// A queue of at most `maxCount` answers, for frames of at most `maxBytes` in all.
+    init(maxCount: Int, maxBytes: Int) {
+        self.maxCount = maxCount
+        self.maxBytes = maxBytes
+    }
+
+    /// Queues the answer to a frame of `bytes` bytes, waiting for room first. False once the queue
+    /// is closed: the answer will not be written.
+    func append(_ answer: @escaping Answer, bytes: Int) async -> Bool {
+        while true {
+            enum Step { case queued, handed(CheckedContinuation<Answer?, Never>), closed, full }
+            let step = state.withLock { state -> Step in
+                if state.closed { return .closed }
+                if let writer = state.waitingForAnswer {
+                    state.waitingForAnswer = nil
+                    return .handed(writer)
+                }
+                guard state.count == 0 || (state.count < maxCount && state.bytes + bytes <= maxBytes) else { return .full }
+                state.answers.append((answer, bytes))
+                state.bytes += bytes
+                return .queued
+            }
+            switch step {
+            case .queued: return true
+            case .handed(let writer):
+                writer.resume(returning: answer)
+                return true
+            case .closed: return false
+            case .full:
+                await withCheckedContinuation { continuation in
+                    let now = state.withLock { state -> Bool in
+                        if state.closed || state.count < maxCount && state.bytes + bytes <= maxBytes || state.count == 0 { return true }
+                        state.waitingForRoom = continuation
+                        return false
+                    }
+                    if now { continuation.resume() }
+                }
+            }
+        }
+    }
+
+    /// The oldest answer, waiting for one if none is queued; nil once the queue is closed and
+    /// everything queued before was taken.
+    func next() async -> Answer? {
+        await withCheckedContinuation { continuation in
+            enum Step { case take(Answer, CheckedContinuation<Void, Never>?), end, wait }
+            let step = state.withLock { state -> Step in
+                if state.count > 0 {
+                    let answer = state.removeFirst()
+                    defer { state.waitingForRoom = nil }
+                    return .take(answer, state.waitingForRoom)
+                }
+                if state.closed { return .end }
+                state.waitingForAnswer = continuation
+                return .wait
+            }
+            switch step {
+            case .take(let answer, let reader):
+                reader?.resume()
+                continuation.resume(returning: answer)
+            case .end: continuation.resume(returning: nil)
+            case .wait: break
+            }
+        }
+    }
+
+    /// No more answers: a waiting reader is told so, a waiting writer gets nil. What is queued
+    /// can still be taken.
+    func close() {
+        let (reader, writer) = state.withLock { state in
+            state.closed = true
+            defer {
+                state.waitingForRoom = nil
+                state.waitingForAnswer = nil
+            }
+            return (state.waitingForRoom, state.waitingForAnswer)
+        }
+        reader?.resume()
+        writer?.resume(returning: nil)
+    }
+}
