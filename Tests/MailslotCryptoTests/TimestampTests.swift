@@ -25,4 +25,19 @@ import Testing
         }
         #expect(Timestamp.format(1_640_995_200) == "2022-01-01T00:00:00+00:00")
     }
+
+    @Test(arguments: [
+        (Int64(0), "1970-01-01T00:00:00.000Z"), (1_640_995_200_007, "2022-01-01T00:00:00.007Z"),
+        (951_825_600_999, "2000-02-29T12:00:00.999Z"), (-1, "1969-12-31T23:59:59.999Z"),
+        (253_402_300_799_120, "9999-12-31T23:59:59.120Z"), (-62_167_219_200_000, "0000-01-01T00:00:00.000Z"),
+    ])
+    func formatsMilliseconds(milliseconds: Int64, text: String) {
+        #expect(Timestamp.format(milliseconds: milliseconds) == text)
+        #expect(Timestamp.parse(text).map { ($0 * 1000).rounded() } == Double(milliseconds))
+    }
+
+    @Test func yearsBeyondFourDigitsStillFormat() {
+        #expect(Timestamp.format(253_402_300_800) == "10000-01-01T00:00:00+00:00")
+        #expect(Timestamp.format(milliseconds: 253_402_300_800_050) == "10000-01-01T00:00:00.050Z")
+    }
 }

@@ -3,12 +3,53 @@
 public enum Timestamp {
     /// Formats whole seconds since the epoch as `YYYY-MM-DDTHH:MM:SS+00:00`.
     public static func format(_ seconds: Int64) -> String {
+        render(seconds: seconds, milliseconds: nil)
+    }
+
+    /// Formats milliseconds since the epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+    public static func format(milliseconds: Int64) -> String {
+        let seconds = floorDiv(milliseconds, 1000)
+        return render(seconds: seconds, milliseconds: milliseconds - seconds * 1000)
+    }
+
+    private static func render(seconds: Int64, milliseconds: Int64?) -> String {
         let days = floorDiv(seconds, 86_400)
         let secondOfDay = seconds - days * 86_400
         let (year, month, day) = civil(fromDays: days)
-        return pad(year, 4) + "-" + pad(month, 2) + "-" + pad(day, 2) + "T"
-            + pad(secondOfDay / 3600, 2) + ":" + pad(secondOfDay / 60 % 60, 2) + ":" + pad(secondOfDay % 60, 2)
-            + "+00:00"
+        let zone = milliseconds.map { "." + pad($0, 3) + "Z" } ?? "+00:00"
+        guard (0...9999).contains(year) else {
+            return pad(year, 4) + "-" + pad(month, 2) + "-" + pad(day, 2) + "T"
+                + pad(secondOfDay / 3600, 2) + ":" + pad(secondOfDay / 60 % 60, 2) + ":" + pad(secondOfDay % 60, 2) + zone
+        }
+        // Every relay answer carries two or three of these: written into place, not concatenated.
+        return String(unsafeUninitializedCapacity: 25) { text in
+            func put(_ value: Int64, _ width: Int, at offset: Int) {
+                var value = value
+                for index in stride(from: offset + width - 1, through: offset, by: -1) {
+                    text[index] = UInt8(truncatingIfNeeded: 48 + value % 10)
+                    value /= 10
+                }
+            }
+            put(year, 4, at: 0)
+            text[4] = UInt8(ascii: "-")
+            put(month, 2, at: 5)
+            text[7] = UInt8(ascii: "-")
+            put(day, 2, at: 8)
+            text[10] = UInt8(ascii: "T")
+            put(secondOfDay / 3600, 2, at: 11)
+            text[13] = UInt8(ascii: ":")
+            put(secondOfDay / 60 % 60, 2, at: 14)
+            text[16] = UInt8(ascii: ":")
+            put(secondOfDay % 60, 2, at: 17)
+            guard let milliseconds else {
+                for (index, byte) in "+00:00".utf8.enumerated() { text[19 + index] = byte }
+                return 25
+            }
+            text[19] = UInt8(ascii: ".")
+            put(milliseconds, 3, at: 20)
+            text[23] = UInt8(ascii: "Z")
+            return 24
+        }
     }
 
     /// Parses an RFC 3339 date-time (`T` or `t`, `Z`/`z` or `±HH:MM`, optional fraction) into

@@ -63,10 +63,6 @@ enum Clock {
 
     /// RFC 3339 with milliseconds, in UTC.
     static func format(_ milliseconds: Int64) -> String {
-        let seconds = milliseconds >= 0 ? milliseconds / 1000 : (milliseconds - 999) / 1000
-        let fraction = milliseconds - seconds * 1000
-        let whole = Timestamp.format(seconds)  // "YYYY-MM-DDTHH:MM:SS+00:00"
-        let digits = String(fraction)
-        return whole.dropLast(6) + "." + String(repeating: "0", count: 3 - digits.count) + digits + "Z"
+        Timestamp.format(milliseconds: milliseconds)
     }
 }
