@@ -27,12 +27,21 @@ final class AnswerQueue: Sendable {
             let first = answers[head]
             head += 1
             bytes -= first.bytes
+            // Taken answers are dropped in bulk (an array is no deque). A busy socket's queue may
+            // never run empty, so this must not wait for that: it would keep every answer ever
+            // queued, and the envelopes they hold.
             if head == answers.count {
                 answers.removeAll(keepingCapacity: true)
+                head = 0
+            } else if head >= 32, head * 2 >= answers.count {
+                answers.removeFirst(head)
                 head = 0
             }
             return first.answer
         }
+
+        /// Slots the array holds, taken or not (for the test that keeps it bounded).
+        var storage: Int { answers.count }
     }
 
     private let maxCount: Int
@@ -104,6 +113,10 @@ final class AnswerQueue: Sendable {
             }
         }
     }
+
+    /// How many slots the queue's storage holds, taken answers included: stays within a small
+    /// multiple of `maxCount` however long the socket stays busy.
+    var storageCount: Int { state.withLock { $0.storage } }
 
     /// No more answers: a waiting reader is told so, a waiting writer gets nil. What is queued
     /// can still be taken.
