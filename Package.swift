@@ -120,6 +120,7 @@ let package = Package(
             dependencies: [
                 "MailslotRelay", "MailslotTestSupport", "MailslotAudit",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
             ]
         ),
         .testTarget(name: "MailslotClientTests", dependencies: ["MailslotClient", "MailslotRelay"]),

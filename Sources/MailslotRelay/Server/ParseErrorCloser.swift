@@ -19,13 +19,15 @@ final class ParseErrorCloser: ChannelInboundHandler, Sendable {
     }
 }
 
-/// The relay's child channel: HTTP/1.1 with the WebSocket upgrade, plus ``ParseErrorCloser``.
+/// The relay's child channel: HTTP/1.1 with the WebSocket upgrade, plus ``ParseErrorCloser``
+/// and, next to the socket, ``FlushCoalescer``.
 struct RelayChildChannel<Base: ServerChildChannel>: ServerChildChannel {
     let base: Base
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Base.Value> {
         base.setup(channel: channel, logger: logger).flatMapThrowing { value in
             try channel.pipeline.syncOperations.addHandler(ParseErrorCloser(), position: .last)
+            try channel.pipeline.syncOperations.addHandler(FlushCoalescer(), position: .first)
             return value
         }
     }

@@ -1,0 +1,100 @@
+import Foundation
+import GRDB
+import Testing
+@testable import MailslotRelay
+
+/// The pending limit reads each mailbox's size from `mailbox_sizes` (kept by triggers, `v3`):
+/// the size must follow every way a message comes and goes, and the limit must still count only
+/// unexpired messages.
+@Suite struct MailboxSizeTests {
+    let envelope = Data(repeating: 7, count: 128)
+
+    private func store() throws -> (Store, URL) {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("mailboxsize-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        return (try Store(path: folder.appendingPathComponent("relay.sqlite").path), folder)
+    }
+
+    /// Every mailbox's size as kept, and as counted from the messages themselves.
+    private func sizes(_ store: Store) async throws -> (kept: [String: Int], counted: [String: Int]) {
+        try await store.read("test") { db in
+            let kept = try Row.fetchAll(db, sql: "SELECT recipient, stored FROM mailbox_sizes")
+            let counted = try Row.fetchAll(db, sql: "SELECT recipient, count(*) FROM messages GROUP BY recipient")
+            return (Dictionary(uniqueKeysWithValues: kept.map { ($0[0], $0[1]) }),
+                    Dictionary(uniqueKeysWithValues: counted.map { ($0[0], $0[1]) }))
+        }
+    }
+
+    @discardableResult
+    private func create(_ store: Store, to recipient: String, id: String, now: Int64 = 1_000, expiresAt: Int64 = 100_000,
+                        maxPending: Int = 100) async throws -> CreateOutcome {
+        try await store.createMessage(recipient: recipient, id: id, author: "alice", envelope: envelope, now: now,
+                                      expiresAt: expiresAt, maxPending: maxPending)
+    }
+
+    @Test func theSizeFollowsCreatesErasuresSweepsAndTheLastMessageLeavesNoRow() async throws {
+        let (store, folder) = try store()
+        defer { try? FileManager.default.removeItem(at: folder) }
+        for n in 0..<5 { try await create(store, to: "bob", id: "m\(n)") }
+        for n in 0..<3 { try await create(store, to: "carol", id: "m\(n)", expiresAt: 2_000) }
+        try await create(store, to: "bob", id: "m0")  // an identical retry stores nothing
+        var sizes = try await sizes(store)
+        #expect(sizes.kept == ["bob": 5, "carol": 3])
+        #expect(sizes.kept == sizes.counted)
+
+        #expect(try await store.deleteMessage(recipient: "bob", id: "m1", now: 1_000))
+        #expect(try await store.deleteMessage(recipient: "bob", id: "m2", author: "alice", now: 1_000))
+        #expect(try await !store.deleteMessage(recipient: "bob", id: "m3", author: "mallory", now: 1_000), "not hers: nothing erased")
+        #expect(try await store.sweepExpired(now: 3_000) == 3)
+        sizes = try await self.sizes(store)
+        #expect(sizes.kept == ["bob": 3], "carol's mailbox is empty, and no row says she had one")
+        #expect(sizes.kept == sizes.counted)
+        #expect(try await store.pendingCount(recipient: "bob", now: 3_000) == 3)
+        #expect(try await store.pendingCount(recipient: "carol", now: 3_000) == 0)
+    }
+
+    @Test func expiredMessagesNotYetSweptDoNotCountTowardTheLimit() async throws {
+        let (store, folder) = try store()
+        defer { try? FileManager.default.removeItem(at: folder) }
+        try await create(store, to: "bob", id: "short0", expiresAt: 2_000, maxPending: 3)
+        try await create(store, to: "bob", id: "short1", expiresAt: 2_000, maxPending: 3)
+        try await create(store, to: "bob", id: "long", maxPending: 3)
+        // Another mailbox's expired messages are not bob's.
+        try await create(store, to: "carol", id: "short", expiresAt: 2_000, maxPending: 3)
+
+        await #expect(throws: StoreRefusal.mailboxFull) { try await create(store, to: "bob", id: "more", maxPending: 3) }
+        #expect(try await store.pendingCount(recipient: "bob", now: 1_500) == 3)
+
+        // Later the two short ones have expired, unswept: two places are free.
+        #expect(try await store.pendingCount(recipient: "bob", now: 2_500) == 1)
+        try await create(store, to: "bob", id: "more0", now: 2_500, maxPending: 3)
+        try await create(store, to: "bob", id: "more1", now: 2_500, maxPending: 3)
+        await #expect(throws: StoreRefusal.mailboxFull) { try await create(store, to: "bob", id: "more2", now: 2_500, maxPending: 3) }
+        let sizes = try await sizes(store)
+        #expect(sizes.kept == ["bob": 5, "carol": 1])
+        #expect(sizes.kept == sizes.counted)
+    }
+
+    @Test func theMigrationCountsMessagesStoredBeforeIt() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("mailboxsize-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let path = folder.appendingPathComponent("relay.sqlite").path
+        do {
+            let queue = try DatabaseQueue(path: path)
+            try Schema.migrator.migrate(queue, upTo: "v2: messages by mailbox and expiry")
+            try await queue.write { db in
+                for (n, recipient) in ["bob", "bob", "carol", "bob"].enumerated() {
+                    try db.execute(sql: """
+                        INSERT INTO messages (recipient, id, author, created_at, expires_at, size, envelope) VALUES (?, ?, 'alice', 1000, 100000, 128, ?)
+                        """, arguments: [recipient, "m\(n)", Data(repeating: 7, count: 128)])
+                }
+            }
+        }
+        let store = try Store(path: path)
+        let sizes = try await sizes(store)
+        #expect(sizes.kept == ["bob": 3, "carol": 1])
+        await #expect(throws: StoreRefusal.mailboxFull) { try await create(store, to: "bob", id: "more", maxPending: 3) }
+        try await create(store, to: "carol", id: "more", maxPending: 3)
+    }
+}
