@@ -41,6 +41,8 @@ let package = Package(
             dependencies: [
                 "MailslotWire",
                 .product(name: "GRDB", package: "GRDB.swift"),
+                // GRDB's own SQLite module: DirectStatement drives the hottest statements through it.
+                .product(name: "GRDBSQLite", package: "GRDB.swift"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),

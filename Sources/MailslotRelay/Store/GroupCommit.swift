@@ -50,17 +50,18 @@ final class GroupCommit: Sendable {
         let pending = Pending(
             apply: { db in
                 // GRDB's inSavepoint compiles its SAVEPOINT statements each time; these are
-                // compiled once per connection.
-                try db.cachedStatement(sql: "SAVEPOINT group_write").execute()
+                // compiled once per connection, and run directly (DirectStatement): two of them
+                // for every write.
+                try db.cachedStatement(sql: "SAVEPOINT group_write").run()
                 do {
                     let value = try updates(db)
-                    try db.cachedStatement(sql: "RELEASE SAVEPOINT group_write").execute()
+                    try db.cachedStatement(sql: "RELEASE SAVEPOINT group_write").run()
                     outcome.result = .success(value)
                 } catch {
                     outcome.result = .failure(error)
                     // Undo this write alone; if even that fails, the whole batch fails.
-                    try db.cachedStatement(sql: "ROLLBACK TO SAVEPOINT group_write").execute()
-                    try db.cachedStatement(sql: "RELEASE SAVEPOINT group_write").execute()
+                    try db.cachedStatement(sql: "ROLLBACK TO SAVEPOINT group_write").run()
+                    try db.cachedStatement(sql: "RELEASE SAVEPOINT group_write").run()
                 }
             },
             committed: {

@@ -134,19 +134,23 @@ final class Store: Sendable {
     func submitCreateMessage(recipient: String, id: String, author: String, envelope: Data, now: Int64, expiresAt: Int64,
                              maxPending: Int, whenCommitted: (@Sendable (StoredMessage) -> Void)? = nil) -> CommitTicket<CreateOutcome> {
         groupSubmit("create_message", { db in
+            // Every create runs these statements: they go through DirectStatement's binding.
             var erasedExpired = false
-            if let existing = try Row.fetchOne(db.cachedStatement(sql: "SELECT \(StoredMessage.columns) FROM messages WHERE recipient = ? AND id = ?"),
-                                               arguments: [recipient, id]).map(StoredMessage.init(row:)) {
+            if let existing = try db.cachedStatement(sql: "SELECT seq, expires_at FROM messages WHERE recipient = ? AND id = ?")
+                .run(.text(recipient), .text(id), row: { (seq: $0.int64(0), expiresAt: $0.int64(1)) }) {
                 if existing.expiresAt <= now {
                     // Expired but not swept yet: it is gone for every purpose, so erase it now.
-                    try db.cachedStatement(sql: "DELETE FROM messages WHERE seq = ?").execute(arguments: [existing.seq])
+                    try db.cachedStatement(sql: "DELETE FROM messages WHERE seq = ?").run(.integer(existing.seq))
                     erasedExpired = true
                 } else {
-                    guard existing.author == author, existing.envelope == envelope else { throw StoreRefusal.conflict }
-                    return .duplicate(existing)
+                    let stored = try Row.fetchOne(db.cachedStatement(sql: "SELECT \(StoredMessage.columns) FROM messages WHERE seq = ?"),
+                                                  arguments: [existing.seq]).map(StoredMessage.init(row:))
+                    guard let stored, stored.author == author, stored.envelope == envelope else { throw StoreRefusal.conflict }
+                    return .duplicate(stored)
                 }
             }
-            if try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM blocked WHERE owner = ? AND author = ?"), arguments: [recipient, author]) == true {
+            if try db.cachedStatement(sql: "SELECT 1 FROM blocked WHERE owner = ? AND author = ?")
+                .run(.text(recipient), .text(author), row: { _ in true }) != nil {
                 throw StoreRefusal.blocked
             }
             guard try Self.pending(db, recipient: recipient, now: now, atLeast: maxPending) < maxPending else {
@@ -155,7 +159,8 @@ final class Store: Sendable {
             try db.cachedStatement(sql: """
                 INSERT INTO messages (recipient, id, author, created_at, expires_at, size, envelope)
                 VALUES (?, ?, ?, ?, ?, ?, ?)
-                """).execute(arguments: [recipient, id, author, now, expiresAt, envelope.count, envelope])
+                """).run(.text(recipient), .text(id), .text(author), .integer(now), .integer(expiresAt),
+                          .integer(Int64(envelope.count)), .blob(envelope))
             let stored = StoredMessage(seq: db.lastInsertedRowID, recipient: recipient, id: id, author: author, createdAt: now,
                                        expiresAt: expiresAt, envelope: envelope)
             return .created(stored, erasedExpired: erasedExpired)
@@ -190,8 +195,8 @@ final class Store: Sendable {
     /// expired ones the sweeper has not erased yet. With `atLeast`, a mailbox storing fewer rows
     /// than that is answered from its row count alone — the common case of every create.
     private static func pending(_ db: Database, recipient: String, now: Int64, atLeast limit: Int = 0) throws -> Int {
-        let stored = try Int.fetchOne(db.cachedStatement(sql: "SELECT stored FROM mailbox_sizes WHERE recipient = ?"),
-                                      arguments: [recipient]) ?? 0
+        let stored = try db.cachedStatement(sql: "SELECT stored FROM mailbox_sizes WHERE recipient = ?")
+            .run(.text(recipient), row: { Int($0.int64(0)) }) ?? 0
         guard stored > 0, stored >= limit else { return stored }
         // Through the expiry index, so the cost is the sweeper's backlog, not the mailbox's size.
         let expired = try Int.fetchOne(db.cachedStatement(sql: """
@@ -211,9 +216,10 @@ final class Store: Sendable {
     /// ``deleteMessage(recipient:id:author:now:)`` queued at once (``groupSubmit(_:_:committed:)``).
     func submitDeleteMessage(recipient: String, id: String, author: String? = nil, now: Int64) -> CommitTicket<Bool> {
         groupSubmit("delete_message") { db in
-            let expiresAt = try Int64.fetchOne(db.cachedStatement(sql: """
+            let author: SQLArgument = author.map { .text($0) } ?? .null
+            let expiresAt = try db.cachedStatement(sql: """
                 DELETE FROM messages WHERE recipient = ? AND id = ? AND (? IS NULL OR author = ?) RETURNING expires_at
-                """), arguments: [recipient, id, author, author])
+                """).run(.text(recipient), .text(id), author, author, row: { $0.int64(0) })
             guard let expiresAt else { return false }
             return expiresAt > now
         }
