@@ -30,15 +30,26 @@ public enum WireDecoding {
 
     /// Validates `data`, then decodes it as `T`.
     public static func decode<T: Decodable>(_ type: T.Type, from data: Data, maxDepth: Int) throws(WireDecodingError) -> T {
-        try validate(data, maxDepth: maxDepth)
-        // The subscription's frames come by the thousand a second and are flat objects of
-        // strings: read those directly. Anything else (a ttl, nesting, a missing type) takes
-        // JSONDecoder, so the result is always the one it would give (the wire-decode fuzz target
-        // checks that).
-        if type == ClientFrame.self, let members = StrictJSON.flatStringObject(Array(data)),
-           let frame = ClientFrame(flatMembers: members) as? T {
-            return frame
+        if type == ClientFrame.self, let frame = data.withUnsafeBytes({ flatFrame($0.bindMemory(to: UInt8.self), maxDepth: maxDepth) }) {
+            return frame as! T
         }
+        try validate(data, maxDepth: maxDepth)
         do { return try JSONDecoder().decode(type, from: data) } catch { throw .shape }
+    }
+
+    /// A subscription frame from its text: ``decode(_:from:maxDepth:)`` without copying the text.
+    public static func clientFrame(_ text: String, maxDepth: Int) throws(WireDecodingError) -> ClientFrame {
+        var text = text
+        if let frame = text.withUTF8({ flatFrame($0, maxDepth: maxDepth) }) { return frame }
+        return try decode(ClientFrame.self, from: Data(text.utf8), maxDepth: maxDepth)
+    }
+
+    /// The subscription's frames come by the thousand a second and are flat objects of strings:
+    /// those are checked and read in one pass. Anything else (a ttl, nesting, a missing type, any
+    /// refusal) is nil here and takes `validate` and JSONDecoder, so the result is always the one
+    /// they give (the wire-decode fuzz target checks that).
+    private static func flatFrame(_ bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int) -> ClientFrame? {
+        guard maxDepth >= 1, let members = StrictJSON.flatStringObject(bytes) else { return nil }
+        return ClientFrame(flatMembers: members)
     }
 }

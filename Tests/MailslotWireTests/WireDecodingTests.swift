@@ -39,4 +39,46 @@ import Testing
             #expect(throws: WireDecodingError.self) { try WireDecoding.decode(ClientFrame.self, from: Data(text.utf8), maxDepth: 16) }
         }
     }
+
+    /// Texts the strict check refuses; the one-pass reading of flat frames must refuse them too.
+    static let refused: [String] = [
+        #"{"type":"ack","type":"send"}"#,
+        #"{"type":"ack","\u0074ype":"send"}"#,
+        #"{"type":"ack",}"#,
+        #"{"type":"ack"} x"#,
+        #"{"type":"ack"}{"type":"ack"}"#,
+        "\u{FEFF}{\"type\":\"ack\"}",
+        "{\"type\":\"a\u{0001}\"}",
+        #"{"type":"ack","id":"\ud800"}"#,
+        #"{"type":"ack","id":"\udc00\ud800"}"#,
+        #"{"type":"ack","id":"\x"}"#,
+        #"{"type":"ack","id":"x"#,
+        #"{"type":'ack'}"#,
+        #"{type:"ack"}"#,
+        #"{"type":"ack" "id":"x"}"#,
+        #"{"type":nul}"#,
+    ]
+
+    @Test(arguments: frames + refused)
+    func theTextPathAndTheDataPathAgree(_ text: String) {
+        let fromText = Result { () throws(WireDecodingError) in try WireDecoding.clientFrame(text, maxDepth: 16) }
+        let fromData = Result { () throws(WireDecodingError) in try WireDecoding.decode(ClientFrame.self, from: Data(text.utf8), maxDepth: 16) }
+        #expect(fromText == fromData)
+    }
+
+    @Test(arguments: refused)
+    func theOnePassReadingRefusesWhatTheStrictCheckRefuses(_ text: String) {
+        #expect(throws: WireDecodingError.self) { try WireDecoding.validate(Data(text.utf8), maxDepth: 16) }
+        #expect(Array(text.utf8).withUnsafeBufferPointer { StrictJSON.flatStringObject($0) } == nil)
+    }
+
+    @Test func theOnePassReadingRefusesBytesThatAreNotUTF8() {
+        let bytes: [UInt8] = Array(#"{"type":"ack","id":""#.utf8) + [0xC3, 0x28] + Array(#""}"#.utf8)
+        #expect(bytes.withUnsafeBufferPointer { StrictJSON.flatStringObject($0) } == nil)
+        #expect(throws: WireDecodingError.syntax) { try WireDecoding.decode(ClientFrame.self, from: Data(bytes), maxDepth: 16) }
+    }
+
+    @Test func theDepthLimitStillApplies() {
+        #expect(throws: WireDecodingError.tooDeep(limit: 0)) { try WireDecoding.clientFrame(#"{"type":"ack","id":"x"}"#, maxDepth: 0) }
+    }
 }

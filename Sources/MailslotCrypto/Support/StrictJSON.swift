@@ -22,58 +22,82 @@ public enum StrictJSON {
     /// allowed), nested at most `maxDepth` deep, with unique member names in every object and no
     /// unpaired surrogate escapes, and no number literal longer than ``maxNumberLength``.
     public static func validate(_ bytes: some Collection<UInt8>, maxDepth: Int = 64) throws(Failure) {
-        var parser = Parser(bytes: Array(bytes), maxDepth: maxDepth)
-        parser.skipWhitespace()
-        try parser.value(depth: 0)
-        parser.skipWhitespace()
-        guard parser.index == parser.bytes.count else { throw parser.failure("data after the JSON value") }
-        guard String(validating: parser.bytes, as: UTF8.self) != nil else { throw .syntax("not UTF-8") }
-    }
-
-    /// The members of a JSON object whose every member value is a string or null, in order, names
-    /// and values unescaped; nil for any other text. For text that passed ``validate(_:maxDepth:)``:
-    /// it lets the hottest frames skip a general decoder, and refuses anything it would have to
-    /// interpret (numbers, nesting) so that the general decoder handles those.
-    public static func flatStringObject(_ bytes: [UInt8]) -> [(name: String, value: String?)]? {
-        var parser = Parser(bytes: bytes, maxDepth: 1)
-        parser.skipWhitespace()
-        guard parser.current == UInt8(ascii: "{") else { return nil }
-        parser.index += 1
-        var members: [(name: String, value: String?)] = []
-        parser.skipWhitespace()
-        if parser.current == UInt8(ascii: "}") { return members }
-        do {
-            while true {
-                parser.skipWhitespace()
-                guard parser.current == UInt8(ascii: "\"") else { return nil }
-                let name = String(decoding: try parser.string(decoding: true), as: UTF8.self)
-                parser.skipWhitespace()
-                guard parser.current == UInt8(ascii: ":") else { return nil }
-                parser.index += 1
-                parser.skipWhitespace()
-                switch parser.current {
-                case UInt8(ascii: "\""): members.append((name, String(decoding: try parser.string(decoding: true), as: UTF8.self)))
-                case UInt8(ascii: "n"):
-                    try parser.expect("null")
-                    members.append((name, nil))
-                default: return nil
-                }
-                parser.skipWhitespace()
-                if parser.current == UInt8(ascii: ",") { parser.index += 1; continue }
-                guard parser.current == UInt8(ascii: "}") else { return nil }
-                return members
-            }
-        } catch {
-            return nil
+        try withContiguousBytes(bytes) { bytes throws(Failure) in
+            var parser = Parser(bytes: bytes, maxDepth: maxDepth)
+            parser.skipWhitespace()
+            try parser.value(depth: 0)
+            parser.skipWhitespace()
+            guard parser.index == parser.bytes.count else { throw parser.failure("data after the JSON value") }
+            guard String(validating: parser.bytes, as: UTF8.self) != nil else { throw .syntax("not UTF-8") }
         }
     }
 
+    /// Calls `body` with the collection's bytes in contiguous memory, copying only when they are not.
+    private static func withContiguousBytes<R>(_ bytes: some Collection<UInt8>,
+                                               _ body: (UnsafeBufferPointer<UInt8>) throws(Failure) -> R) throws(Failure) -> R {
+        let result = bytes.withContiguousStorageIfAvailable { buffer in Result { () throws(Failure) in try body(buffer) } }
+            ?? Array(bytes).withUnsafeBufferPointer { buffer in Result { () throws(Failure) in try body(buffer) } }
+        return try result.get()
+    }
+
+    /// The members of `bytes` when they are one JSON object whose every member value is a string
+    /// or null, in order, names and values unescaped; nil for any other text. The check is the
+    /// one ``validate(_:maxDepth:)`` makes (any `maxDepth` of 1 or more), done in the same pass:
+    /// non-nil means the text is strict JSON. It lets the hottest frames skip both a second pass
+    /// and a general decoder; anything it would have to interpret (numbers, nesting), and every
+    /// refusal, is left to ``validate(_:maxDepth:)`` and the general decoder.
+    public static func flatStringObject(_ bytes: UnsafeBufferPointer<UInt8>) -> [(name: String, value: String?)]? {
+        var parser = Parser(bytes: bytes, maxDepth: 1)
+        var members: [(name: String, value: String?)] = []
+        // Compared as unescaped bytes, as `validate` does (String equality would also equate
+        // canonically equivalent names, which JSON does not).
+        var names: [[UInt8]] = []
+        do {
+            parser.skipWhitespace()
+            guard parser.current == UInt8(ascii: "{") else { return nil }
+            parser.index += 1
+            parser.skipWhitespace()
+            if parser.current == UInt8(ascii: "}") {
+                parser.index += 1
+            } else {
+                while true {
+                    parser.skipWhitespace()
+                    guard parser.current == UInt8(ascii: "\"") else { return nil }
+                    let name = try parser.string(decoding: true)
+                    guard !names.contains(name) else { return nil }
+                    names.append(name)
+                    parser.skipWhitespace()
+                    guard parser.current == UInt8(ascii: ":") else { return nil }
+                    parser.index += 1
+                    parser.skipWhitespace()
+                    let value: String?
+                    switch parser.current {
+                    case UInt8(ascii: "\""): value = try parser.text()
+                    case UInt8(ascii: "n"): try parser.expect("null"); value = nil
+                    default: return nil
+                    }
+                    members.append((String(decoding: name, as: UTF8.self), value))
+                    parser.skipWhitespace()
+                    if parser.current == UInt8(ascii: ",") { parser.index += 1; continue }
+                    guard parser.current == UInt8(ascii: "}") else { return nil }
+                    parser.index += 1
+                    break
+                }
+            }
+            parser.skipWhitespace()
+        } catch {
+            return nil
+        }
+        guard parser.index == bytes.count, String(validating: bytes, as: UTF8.self) != nil else { return nil }
+        return members
+    }
+
     private struct Parser {
-        let bytes: [UInt8]
+        let bytes: UnsafeBufferPointer<UInt8>
         let maxDepth: Int
         var index = 0
 
-        init(bytes: [UInt8], maxDepth: Int) {
+        init(bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int) {
             self.bytes = bytes
             self.maxDepth = maxDepth
         }
@@ -147,6 +171,18 @@ public enum StrictJSON {
                 index += 1
                 return
             }
+        }
+
+        /// A string value as text: taken from the bytes as they are when it has no escapes.
+        mutating func text() throws(Failure) -> String {
+            let start = index + 1
+            var end = start
+            while end < bytes.count, bytes[end] >= 0x20, bytes[end] != UInt8(ascii: "\""), bytes[end] != UInt8(ascii: "\\") { end += 1 }
+            if end < bytes.count, bytes[end] == UInt8(ascii: "\"") {
+                index = end + 1
+                return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self)
+            }
+            return String(decoding: try string(decoding: true), as: UTF8.self)
         }
 
         /// A string; returns its decoded bytes when `decoding` (member names, so that names that

@@ -272,7 +272,7 @@ struct SubscriptionSession {
     }
 
     private func decode(_ text: String) -> ClientFrame? {
-        try? WireDecoding.decode(ClientFrame.self, from: Data(text.utf8), maxDepth: maxJSONDepth)
+        try? WireDecoding.clientFrame(text, maxDepth: maxJSONDepth)
     }
 
     private func send(_ frame: RelayFrame, _ outbound: WebSocketOutboundWriter) async throws {

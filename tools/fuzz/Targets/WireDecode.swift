@@ -29,8 +29,13 @@ public func wireDecodeOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let body = Data(input.dropFirst())
     switch mode % 8 {
     case 0:
-        // The relay reads flat frames without JSONDecoder: it must get exactly what JSONDecoder gets.
-        if (try? WireDecoding.validate(body, maxDepth: Fixed.relayMaxJSONDepth)) != nil {
+        // The relay checks and reads flat frames in one pass, without JSONDecoder: that pass must
+        // accept nothing the strict check refuses, and read exactly what JSONDecoder reads.
+        let valid = (try? WireDecoding.validate(body, maxDepth: Fixed.relayMaxJSONDepth)) != nil
+        if input.dropFirst().withUnsafeBufferPointer({ StrictJSON.flatStringObject($0) }) != nil {
+            expect(valid, "the one-pass flat reading accepted text the strict check refuses")
+        }
+        if valid {
             let direct = try? WireDecoding.decode(ClientFrame.self, from: body, maxDepth: Fixed.relayMaxJSONDepth)
             expect(direct == (try? JSONDecoder().decode(ClientFrame.self, from: body)), "a frame decodes differently than with JSONDecoder")
         }
