@@ -60,7 +60,14 @@ extension Statement {
         for (index, argument) in zip(Int32(1)..., arguments) {
             let code: Int32 = switch argument {
             case .integer(let value): sqlite3_bind_int64(statement, index, value)
-            case .text(let value): sqlite3_bind_text(statement, index, value, -1, transient)
+            case .text(let value):
+                // The UTF-8 bytes in place, with their length (no NUL-terminated copy).
+                value.utf8.withContiguousStorageIfAvailable { bytes in
+                    guard let start = bytes.baseAddress else { return sqlite3_bind_text(statement, index, "", 0, transient) }
+                    return start.withMemoryRebound(to: CChar.self, capacity: bytes.count) {
+                        sqlite3_bind_text(statement, index, $0, Int32(bytes.count), transient)
+                    }
+                } ?? sqlite3_bind_text(statement, index, value, -1, transient)
             case .blob(let value):
                 value.withUnsafeBytes { sqlite3_bind_blob(statement, index, $0.baseAddress, Int32($0.count), transient) }
             case .null: sqlite3_bind_null(statement, index)
