@@ -1,5 +1,4 @@
 import Foundation
-import HummingbirdWSClient
 import MailslotWire
 import NIOCore
 
@@ -92,7 +91,7 @@ enum CrashSender {
         }
     }
 
-    private static func write(_ plan: SenderPlan, window: Int, outbound: WebSocketOutboundWriter, credits: AsyncStream<Void>,
+    private static func write(_ plan: SenderPlan, window: Int, outbound: FrameWriter, credits: AsyncStream<Void>,
                               outbox: Locked<Outbox>, counters: Counters) async {
         var creditsLeft = credits.makeAsyncIterator()
         do {
@@ -105,7 +104,7 @@ enum CrashSender {
                 }
             }
             for frame in again {
-                try await outbound.write(.text(frame))
+                try await outbound.write(frame)
                 counters.withLock { $0.sent += 1 }
             }
             while true {
@@ -125,7 +124,7 @@ enum CrashSender {
                     guard await creditsLeft.next() != nil else { return }
                     continue
                 }
-                try await outbound.write(.text(next.frame))
+                try await outbound.write(next.frame)
                 counters.withLock { $0.sent += 1 }
             }
         } catch {

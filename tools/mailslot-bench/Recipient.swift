@@ -1,5 +1,4 @@
 import Foundation
-import HummingbirdWSClient
 import MailslotWire
 import NIOCore
 
@@ -91,7 +90,7 @@ enum BenchRecipient {
         return Socket(url: http.subscribeURL(plan.user.uid), session: plan.user.session, logger: Socket.logger) { frames, outbound in
             for try await frame in frames {
                 if let ack = read(frame, plan: plan, generation: generation, ledger: ledger, counters: counters) {
-                    try await outbound.write(.text(ack))
+                    try await outbound.write(ack)
                 }
             }
         }

@@ -1,6 +1,5 @@
 import Foundation
 import Histogram
-import HummingbirdWSClient
 import MailslotWire
 import NIOCore
 
@@ -129,7 +128,7 @@ enum BenchSender {
     }
 
     /// Writes the plan's messages at its pace. In a closed loop a credit (an answer) frees a slot.
-    private static func write(_ plan: SenderPlan, outbound: WebSocketOutboundWriter, credits: AsyncStream<Void>,
+    private static func write(_ plan: SenderPlan, outbound: FrameWriter, credits: AsyncStream<Void>,
                               gate: StartGate, ledger: Locked<SenderLedger>, counters: Counters) async {
         guard let start = await gate.wait() else { return }
         defer { counters.withLock { $0.sendersDone += 1 } }
@@ -170,7 +169,7 @@ enum BenchSender {
                 } else {
                     envelope = destination.presealed ?? ""
                 }
-                try await outbound.write(.text(ClientFrames.send(to: destination.uid, id: id, envelope: envelope)))
+                try await outbound.write(ClientFrames.send(to: destination.uid, id: id, envelope: envelope))
                 sequence += 1
                 ledger.withLock { $0.written += 1 }
                 counters.withLock { $0.sent += 1 }

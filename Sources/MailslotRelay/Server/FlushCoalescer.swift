@@ -6,13 +6,17 @@ import NIOCore
 /// whole TCP stack. Under load a socket's answers and deliveries arrive at its event loop in
 /// bursts (a group commit wakes many at once), so deferring the flush to the end of the turn
 /// sends a burst in one system call. Nothing waits longer than the writes already queued on
-/// the loop, and a close flushes first, so nothing written before it is dropped.
-final class FlushCoalescer: ChannelOutboundHandler, RemovableChannelHandler {
-    typealias OutboundIn = NIOAny
+/// the loop, and a close flushes first, so nothing written before it is dropped. (Public for
+/// mailslot-bench, whose client sockets use it too.)
+public final class FlushCoalescer: ChannelOutboundHandler, RemovableChannelHandler {
+    public typealias OutboundIn = NIOAny
 
     private var flushPending = false
 
-    func flush(context: ChannelHandlerContext) {
+    /// A coalescer for one channel.
+    public init() {}
+
+    public func flush(context: ChannelHandlerContext) {
         guard !flushPending else { return }
         flushPending = true
         // `execute` runs after the tasks already queued on this loop: the rest of the burst.
@@ -21,12 +25,12 @@ final class FlushCoalescer: ChannelOutboundHandler, RemovableChannelHandler {
         }
     }
 
-    func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+    public func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
         flushNow(context: context)
         context.close(mode: mode, promise: promise)
     }
 
-    func handlerRemoved(context: ChannelHandlerContext) {
+    public func handlerRemoved(context: ChannelHandlerContext) {
         flushNow(context: context)
     }
 
