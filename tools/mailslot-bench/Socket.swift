@@ -146,8 +146,11 @@ final class Socket: Sendable {
                             channel.close(promise: nil)
                             return channel.eventLoop.makeSucceededFuture(.refused)
                         })
-                    return try channel.pipeline.syncOperations.configureUpgradableHTTPClientPipeline(
-                        configuration: .init(upgradeConfiguration: configuration))
+                    var pipeline = NIOUpgradableHTTPClientPipelineConfiguration(upgradeConfiguration: configuration)
+                    // A frame that arrives in the same read as the 101 response belongs to the
+                    // WebSocket (the relay's `ready` can); the default would drop it.
+                    pipeline.leftOverBytesStrategy = .forwardBytes
+                    return try channel.pipeline.syncOperations.configureUpgradableHTTPClientPipeline(configuration: pipeline)
                 }
             }
         switch try await negotiation.get() {
