@@ -1,3 +1,4 @@
+import NIOCore
 import Synchronization
 
 /// The answers a socket owes, in the order its frames arrived. The socket's reader starts each
@@ -14,34 +15,24 @@ final class AnswerQueue: Sendable {
     typealias Answer = @Sendable () async throws -> String
 
     private struct State {
-        var answers: [(answer: Answer, bytes: Int)] = []
-        var head = 0
+        /// A ring buffer: a busy socket's queue may never run empty, and taking from the front
+        /// must neither shift the rest nor keep what was taken (the envelopes they hold).
+        var answers = CircularBuffer<(answer: Answer, bytes: Int)>(initialCapacity: 8)
         var bytes = 0
         var closed = false
         var waitingForRoom: CheckedContinuation<Void, Never>?
         var waitingForAnswer: CheckedContinuation<Answer?, Never>?
 
-        var count: Int { answers.count - head }
+        var count: Int { answers.count }
 
         mutating func removeFirst() -> Answer {
-            let first = answers[head]
-            head += 1
+            let first = answers.removeFirst()
             bytes -= first.bytes
-            // Taken answers are dropped in bulk (an array is no deque). A busy socket's queue may
-            // never run empty, so this must not wait for that: it would keep every answer ever
-            // queued, and the envelopes they hold.
-            if head == answers.count {
-                answers.removeAll(keepingCapacity: true)
-                head = 0
-            } else if head >= 32, head * 2 >= answers.count {
-                answers.removeFirst(head)
-                head = 0
-            }
             return first.answer
         }
 
-        /// Slots the array holds, taken or not (for the test that keeps it bounded).
-        var storage: Int { answers.count }
+        /// Slots the storage holds, taken or not (for the test that keeps it bounded).
+        var storage: Int { answers.capacity }
     }
 
     private let maxCount: Int

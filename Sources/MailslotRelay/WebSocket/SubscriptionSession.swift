@@ -48,9 +48,10 @@ struct SubscriptionSession {
 
     /// Runs the socket until the client leaves, the session ends, or a newer subscription takes over.
     func run(owner: String, authorization: String?, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter) async throws {
-        // Some WebSocket clients (NIO's among them, seen in our tests) drop a frame that reaches
-        // them in the same read as the 101 response. A short pause before the first frame keeps
-        // it out of that read; every later frame is unaffected.
+        // Some WebSocket clients drop a frame that reaches them in the same read as the 101
+        // response (NIO's client upgrade does unless told to forward those bytes; the bench's
+        // idle-subscriber run lost `ready` frames that way). A short pause before the first
+        // frame keeps it out of that read; every later frame is unaffected.
         try? await Task.sleep(for: .milliseconds(25))
         metrics.webSocketsOpen.increment()
         defer { metrics.webSocketsOpen.decrement() }
