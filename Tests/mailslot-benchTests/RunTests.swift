@@ -1,5 +1,3 @@
-import Foundation
-import MailslotTestSupport
 import Testing
 
 /// `mailslot-bench run`, short, on debug builds: a closed loop with idle subscribers beside it.
@@ -8,15 +6,8 @@ import Testing
 /// exactly once, and the JSON line must carry the names scripts use.
 @Suite struct RunTests {
     @Test func aShortRunDeliversEverythingAndReportsIt() async throws {
-        let result = try await ProcessRunner.run(ProcessRunner.builtProduct("mailslot-bench"),
-                                                 ["run", "--spawn", "--mode", "relay", "--senders", "2", "--recipients", "2",
-                                                  "--size", "256", "--duration", "2", "--subscribers", "300", "--json", "--quiet"])
-        #expect(result.status == 0, "\(result.stdout)\n\(result.stderr)")
-        let summary = try #require(result.stdout.split(separator: "\n").last.map { Data($0.utf8) })
-        let json = try #require(try JSONSerialization.jsonObject(with: summary) as? [String: Any])
-        #expect(json["lost"] as? Int == 0)
-        #expect(json["duplicated"] as? Int == 0)
-        #expect(json["relay_remaining"] as? Int == 0)
+        let json = try await benchSummary(["run", "--spawn", "--mode", "relay", "--senders", "2", "--recipients", "2",
+                                           "--size", "256", "--duration", "2", "--subscribers", "300", "--json", "--quiet"])
         #expect((json["messages"] as? Int ?? 0) > 0, "traffic flowed")
         #expect(json["ok"] as? Bool == true, "\(json["problems"] ?? "")")
         for name in ["delivered_per_sec", "relay_peak_rss_bytes", "relay_cpu_us_per_msg", "rss_per_idle_connection_bytes"] {
