@@ -37,8 +37,7 @@ import MailslotWire
         #expect(try await relay.send(alice, to: "bob", id: messageID(4), envelope: randomBytes(700)).status == 400)
         #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(second)", session: alice).status == 204)
 
-        let socket = TestSocket.open(relay, "bob", session: bob)
-        #expect(try await socket.next()?.type == "ready")
+        let socket = try await TestSocket.subscribed(relay, "bob", session: bob)
         #expect(try await socket.next()?.message?.id == first)
         let during = try await scrape(relay).samples
         #expect(during["mailslot_messages_unacked"] == 1, "delivered, not yet acked")

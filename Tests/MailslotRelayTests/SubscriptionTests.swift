@@ -103,8 +103,7 @@ import MailslotWire
         defer { Task { try? await relay.finish() } }
         let alice = try await relay.signIn("alice").session
         let bob = try await relay.signIn("bob").session
-        let socket = TestSocket.open(relay, "bob", session: bob)
-        #expect(try await socket.next()?.type == "ready")
+        let socket = try await TestSocket.subscribed(relay, "bob", session: bob)
         try await relay.send(alice, to: "bob", id: messageID(1))
         #expect(try await socket.next()?.message?.id == messageID(1))
         try await relay.send(alice, to: "bob", id: messageID(2))
@@ -121,8 +120,7 @@ import MailslotWire
         let relay = try await TestRelay.start()
         defer { Task { try? await relay.finish() } }
         let bob = try await relay.signIn("bob").session
-        let socket = TestSocket.open(relay, "bob", session: bob)
-        #expect(try await socket.next()?.type == "ready")
+        let socket = try await TestSocket.subscribed(relay, "bob", session: bob)
         var authors: [String] = []
         for n in 1...4 { authors.append(try await relay.signIn("author\(n)").session) }
         let perAuthor = 25
@@ -154,8 +152,7 @@ import MailslotWire
         let relay = try await TestRelay.start()
         defer { Task { try? await relay.finish() } }
         let bob = try await relay.signIn("bob").session
-        let socket = TestSocket.open(relay, "bob", session: bob)
-        #expect(try await socket.next()?.type == "ready")
+        let socket = try await TestSocket.subscribed(relay, "bob", session: bob)
         // More frames than the relay works on at once, without waiting for any answer; a bad
         // one and a refused one among them.
         let count = SubscriptionSession.maxQueuedAnswers * 3
@@ -191,10 +188,8 @@ import MailslotWire
         let relay = try await TestRelay.start()
         defer { Task { try? await relay.finish() } }
         let bob = try await relay.signIn("bob").session
-        let older = TestSocket.open(relay, "bob", session: bob)
-        #expect(try await older.next()?.type == "ready")
-        let newer = TestSocket.open(relay, "bob", session: bob)
-        #expect(try await newer.next()?.type == "ready")
+        let older = try await TestSocket.subscribed(relay, "bob", session: bob)
+        let newer = try await TestSocket.subscribed(relay, "bob", session: bob)
         #expect(await older.closeCode() == CloseCode.replaced)
         let alice = try await relay.signIn("alice").session
         try await relay.send(alice, to: "bob", id: messageID(1))
@@ -207,8 +202,7 @@ import MailslotWire
         defer { Task { try? await relay.finish() } }
         let bob = try await relay.signIn("bob").session
         let carol = try await relay.signIn("carol").session
-        let socket = TestSocket.open(relay, "bob", session: bob)
-        #expect(try await socket.next()?.type == "ready")
+        let socket = try await TestSocket.subscribed(relay, "bob", session: bob)
         let envelope = randomBytes(512)
         try await socket.send(.send(ref: "r1", to: "carol", id: messageID(1), envelope: envelope))
         let sent = try #require(try await socket.next())
@@ -252,8 +246,7 @@ import MailslotWire
         let bob = try await relay.signIn("bob").session
         let alice = try await relay.signIn("alice").session
         try await relay.send(alice, to: "bob", id: messageID(1))
-        let socket = TestSocket.open(relay, "bob", session: bob)
-        #expect(try await socket.next()?.type == "ready")
+        let socket = try await TestSocket.subscribed(relay, "bob", session: bob)
         #expect(try await socket.next()?.type == "message")
         try await socket.send(text: #"{"type":"ack","id":""# + String(repeating: "x", count: 8000) + #""}"#)
         _ = await socket.closeCode()
@@ -266,8 +259,7 @@ import MailslotWire
         let relay = try await TestRelay.start { $0.sessionCheckInterval = 0.1 }
         defer { Task { try? await relay.finish() } }
         let bob = try await relay.signIn("bob").session
-        let socket = TestSocket.open(relay, "bob", session: bob)
-        #expect(try await socket.next()?.type == "ready")
+        let socket = try await TestSocket.subscribed(relay, "bob", session: bob)
         #expect(try await relay.call("DELETE", "/v1/sessions/current", session: bob).status == 204)
         #expect(await socket.closeCode() == CloseCode.sessionEnded)
     }
@@ -285,8 +277,7 @@ import MailslotWire
         let relay = try await TestRelay.start()
         defer { Task { try? await relay.finish() } }
         let bob = try await relay.signIn("bob").session
-        let socket = TestSocket.open(relay, "bob", session: bob)
-        #expect(try await socket.next()?.type == "ready")
+        let socket = try await TestSocket.subscribed(relay, "bob", session: bob)
         try await socket.send(text: #"{"type":"dance"}"#)
         #expect(try await socket.next()?.problem?.code == .badRequest)
         try await socket.send(text: #"{"type":"send","ref":"","to":"carol","id":"01KF0000000000000000000001","envelope":"AAAA"}"#)
