@@ -59,6 +59,7 @@ struct ServeCommand: AsyncParsableCommand {
         // The database, its WAL and the development key are for the relay's user only.
         umask(0o077)
         let environment = ProcessInfo.processInfo.environment
+        MallocTuning.apply(environment: environment)
         func setting(_ flag: String?, _ variable: String) -> String? { flag ?? environment[variable].flatMap { $0.isEmpty ? nil : $0 } }
         func number<T: LosslessStringConvertible>(_ flag: T?, _ variable: String, _: String) throws -> T? {
             if let flag { return flag }
