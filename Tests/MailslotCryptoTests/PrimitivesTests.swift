@@ -20,6 +20,21 @@ import Testing
         }
     }
 
+    /// `decodedCount` (the relay's check of an envelope it stores as text) accepts exactly what
+    /// `decode` accepts, and counts what it would give.
+    @Test func decodedCountAgreesWithDecode() {
+        let alphabet = Array("ABCZaz09-_+/=. \u{E9}")
+        var texts = ["", "-_8", "-_8=", "+/8", "-_9", "A", "AA", "AB", "AAA", "AAB", "AA AA", "AA\u{E9}", "kjo\u{EB}Wc3R1dnd4"]
+        for count in 0..<40 { texts.append(Base64URL.encode(randomBytes(count))) }
+        for _ in 0..<2000 {
+            let length = Int.random(in: 0...9)
+            texts.append(String((0..<length).map { _ in alphabet.randomElement()! }))
+        }
+        for text in texts {
+            #expect(Base64URL.decodedCount(text) == Base64URL.decode(text)?.count, "\(text)")
+        }
+    }
+
     @Test func constantTimeComparison() {
         #expect(constantTimeEquals([1, 2, 3], [1, 2, 3]))
         #expect(!constantTimeEquals([1, 2, 3], [1, 2, 4]))

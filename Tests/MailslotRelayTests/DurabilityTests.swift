@@ -6,12 +6,17 @@ import MailslotWire
 /// Erasure is real (the ciphertext is gone from the database files), and stored state survives
 /// a restart.
 @Suite struct DurabilityTests {
-    /// Whether `needle` occurs anywhere in the relay's database files (main file and WAL).
-    func databaseFilesContain(_ needle: [UInt8], in folder: String) throws -> Bool {
+    /// Whether the bytes `range` of `envelope` occur anywhere in the relay's database files (main
+    /// file and WAL), as bytes or as the base64url text the relay stores (`v4`).
+    func databaseFilesContain(_ envelope: [UInt8], _ range: Range<Int>, in folder: String) throws -> Bool {
+        // The whole base64 groups inside `range`: 3 bytes to 4 characters.
+        let text = Array(Base64URL.encode(envelope).utf8)
+        let groups = (range.lowerBound + 2) / 3 ..< range.upperBound / 3
+        let needles = [Data(envelope[range]), Data(text[groups.lowerBound * 4 ..< groups.upperBound * 4])]
         for name in ["relay.sqlite", "relay.sqlite-wal"] {
             let path = (folder as NSString).appendingPathComponent(name)
             guard let bytes = FileManager.default.contents(atPath: path) else { continue }
-            if bytes.range(of: Data(needle)) != nil { return true }
+            if needles.contains(where: { bytes.range(of: $0) != nil }) { return true }
         }
         return false
     }
@@ -32,22 +37,24 @@ import MailslotWire
         let envelopes = (1...3).map { _ in randomBytes(4096) }
         for (n, envelope) in envelopes.enumerated() { try await relay.send(alice, to: "bob", id: messageID(n), envelope: envelope) }
 
-        // The search does find stored ciphertext (so that it can fail).
-        for envelope in envelopes { #expect(try databaseFilesContain(Array(envelope[1000..<1064]), in: relay.dataDirectory)) }
+        // The search does find stored ciphertext (so that it can fail). Bytes 300..<364 are in
+        // the row's own page: a 4 KiB envelope's text also fills overflow pages, and a piece that
+        // straddles two pages is not found.
+        for envelope in envelopes { #expect(try databaseFilesContain(envelope, 300..<364, in: relay.dataDirectory)) }
 
         #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(messageID(0))", session: bob).status == 204)
         #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(messageID(1))", session: alice).status == 204, "unsend")
         let erased = try await waitUntil {
-            try !databaseFilesContain(Array(envelopes[0][1000..<1064]), in: relay.dataDirectory)
-                && !databaseFilesContain(Array(envelopes[1][1000..<1064]), in: relay.dataDirectory)
+            try !databaseFilesContain(envelopes[0], 300..<364, in: relay.dataDirectory)
+                && !databaseFilesContain(envelopes[1], 300..<364, in: relay.dataDirectory)
         }
         #expect(erased, "acked and unsent ciphertext is overwritten in the main file and the WAL is truncated")
         for envelope in envelopes.prefix(2) {
             for offset in stride(from: 0, to: 4096 - 32, by: 512) {
-                #expect(try !databaseFilesContain(Array(envelope[offset..<offset + 32]), in: relay.dataDirectory), "no 32-byte piece remains")
+                #expect(try !databaseFilesContain(envelope, offset..<offset + 32, in: relay.dataDirectory), "no 32-byte piece remains")
             }
         }
-        #expect(try databaseFilesContain(Array(envelopes[2][1000..<1064]), in: relay.dataDirectory), "the unacked one is still there")
+        #expect(try databaseFilesContain(envelopes[2], 300..<364, in: relay.dataDirectory), "the unacked one is still there")
     }
 
     @Test func anExpiredEnvelopeIsGoneFromTheDatabaseFiles() async throws {
@@ -56,9 +63,9 @@ import MailslotWire
         let alice = try await relay.signIn("alice").session
         let envelope = randomBytes(2048)
         try await relay.send(alice, to: "bob", id: messageID(1), envelope: envelope, ttl: 1)
-        #expect(try databaseFilesContain(Array(envelope[500..<564]), in: relay.dataDirectory))
+        #expect(try databaseFilesContain(envelope, 500..<564, in: relay.dataDirectory))
         try await Task.sleep(for: .seconds(1))
-        #expect(try await waitUntil { try !databaseFilesContain(Array(envelope[500..<564]), in: relay.dataDirectory) })
+        #expect(try await waitUntil { try !databaseFilesContain(envelope, 500..<564, in: relay.dataDirectory) })
     }
 
     @Test func messagesSessionsAndKeysSurviveARestart() async throws {

@@ -6,7 +6,7 @@ import Testing
 @Suite struct MailboxHubTests {
     private func message(_ seq: Int64, to recipient: String = "bob", bytes: Int = 512) -> StoredMessage {
         StoredMessage(seq: seq, recipient: recipient, id: "01KF\(String(repeating: "0", count: 22 - String(seq).count))\(seq)",
-                      author: "alice", createdAt: 0, expiresAt: .max, envelope: Data(count: bytes))
+                      author: "alice", createdAt: 0, expiresAt: .max, envelope: String(repeating: "A", count: (bytes * 4 + 2) / 3), size: bytes)
     }
 
     @Test func pushedMessagesAreHandedOverInOrderAndOnlyToTheirMailbox() {

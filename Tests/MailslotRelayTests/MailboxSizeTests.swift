@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import MailslotWire
 import Testing
 @testable import MailslotRelay
 
@@ -7,7 +8,7 @@ import Testing
 /// the size must follow every way a message comes and goes, and the limit must still count only
 /// unexpired messages.
 @Suite struct MailboxSizeTests {
-    let envelope = Data(repeating: 7, count: 128)
+    let envelope = Base64URL.encode([UInt8](repeating: 7, count: 128))
 
     private func store() throws -> (Store, URL) {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("mailboxsize-\(UUID().uuidString)")
@@ -28,7 +29,7 @@ import Testing
     @discardableResult
     private func create(_ store: Store, to recipient: String, id: String, now: Int64 = 1_000, expiresAt: Int64 = 100_000,
                         maxPending: Int = 100) async throws -> CreateOutcome {
-        try await store.createMessage(recipient: recipient, id: id, author: "alice", envelope: envelope, now: now,
+        try await store.createMessage(recipient: recipient, id: id, author: "alice", envelope: envelope, size: 128, now: now,
                                       expiresAt: expiresAt, maxPending: maxPending)
     }
 

@@ -69,9 +69,9 @@ final class Socket: Sendable {
     @discardableResult
     func finish(within seconds: Double) async -> Bool {
         let task = self.task
-        let ended = try? await withDeadline(seconds: seconds) { _ = await task.result }
-        if ended == nil { task.cancel() }
-        return ended != nil
+        let ended = (try? await withDeadline(seconds: seconds) { _ = await task.result; return true }) ?? false
+        if !ended { task.cancel() }
+        return ended
     }
 
     /// Cancels the socket's task at once (the crash test's dead relay).

@@ -16,6 +16,42 @@ public enum Base64URL {
         return output.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
     }
 
+    /// The number of bytes `text` decodes to, or nil when ``decode(_:)`` would refuse it; checks
+    /// without decoding. Variable-time: for text that is no secret, such as a sealed envelope
+    /// that the relay stores and forwards as it came.
+    public static func decodedCount(_ text: String) -> Int? {
+        var text = text
+        return text.withUTF8 { utf8 -> Int? in
+            var last: UInt8 = 0
+            for byte in utf8 {
+                last = values[Int(byte)]
+                if last == invalid { return nil }
+            }
+            // A final group of 2 or 3 characters carries 1 or 2 bytes; its unused low bits must
+            // be zero, and a group of 1 carries none (as libsodium decides in `decode`).
+            let count = utf8.count
+            switch count % 4 {
+            case 0: return count / 4 * 3
+            case 2: return last & 0x0F == 0 ? count / 4 * 3 + 1 : nil
+            case 3: return last & 0x03 == 0 ? count / 4 * 3 + 2 : nil
+            default: return nil
+            }
+        }
+    }
+
+    private static let invalid: UInt8 = 0xFF
+    /// Each byte's 6-bit value in the base64url alphabet, or `invalid`.
+    private static let values: [UInt8] = (0...255).map { byte -> UInt8 in
+        switch UInt8(byte) {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"): UInt8(byte) - UInt8(ascii: "A")
+        case UInt8(ascii: "a")...UInt8(ascii: "z"): UInt8(byte) - UInt8(ascii: "a") + 26
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): UInt8(byte) - UInt8(ascii: "0") + 52
+        case UInt8(ascii: "-"): 62
+        case UInt8(ascii: "_"): 63
+        default: invalid
+        }
+    }
+
     /// Decodes unpadded base64url, or returns nil for anything that is not its canonical form.
     public static func decode(_ text: some StringProtocol) -> [UInt8]? {
         Sodium.ready()

@@ -58,19 +58,20 @@ struct MailboxService: Sendable {
         guard ttl >= 1, ttl <= configuration.maxMessageTTL else {
             throw Problem(.invalidTTL, "ttl_seconds must be 1 to \(configuration.maxMessageTTL)")
         }
-        // The base64 text is 4/3 of the envelope: refuse an oversized one before decoding it.
+        // The base64 text is 4/3 of the envelope: refuse an oversized one before reading it.
         guard base64.utf8.count <= (configuration.maxEnvelopeBytes * 4 + 2) / 3 else {
             throw Problem(.envelopeTooLarge, "envelopes are at most \(configuration.maxEnvelopeBytes) bytes")
         }
-        guard let envelope = Base64URL.decode(base64), !envelope.isEmpty else {
+        // Checked, not decoded: the relay stores and forwards the text as it came.
+        guard let size = Base64URL.decodedCount(base64), size > 0 else {
             throw Problem(.invalidEnvelope, "envelope must be non-empty unpadded base64url")
         }
-        guard envelope.count <= configuration.maxEnvelopeBytes else {
+        guard size <= configuration.maxEnvelopeBytes else {
             throw Problem(.envelopeTooLarge, "envelopes are at most \(configuration.maxEnvelopeBytes) bytes")
         }
         // The relay cannot open an envelope, but it can insist on the size classes, so that it
         // never stores (or lets anyone observe) an exact length.
-        guard envelope.count >= Envelope.minimumSize, envelope.count & (envelope.count - 1) == 0 else {
+        guard size >= Envelope.minimumSize, size & (size - 1) == 0 else {
             throw Problem(.invalidEnvelope, "an envelope is a power of two from \(Envelope.minimumSize) bytes (spec/envelope.md)")
         }
         let forOwner = configuration.rules.allows(.read, .message, principal: principal.uid, owner: recipient)
@@ -79,13 +80,13 @@ struct MailboxService: Sendable {
             // told to slow down for repeating itself. (Looked up only here, off the common path.)
             return { [store] in
                 if let existing = try await store.message(recipient: recipient, id: id, now: now),
-                   existing.author == principal.uid, existing.envelope == Data(envelope) {
+                   existing.author == principal.uid, existing.envelope == base64 {
                     return (existing.record(forOwner: forOwner), false)
                 }
                 throw Problem(.rateLimited, "too many messages; slow down", retryAfter: retryAfter)
             }
         }
-        let ticket = store.submitCreateMessage(recipient: recipient, id: id, author: principal.uid, envelope: Data(envelope),
+        let ticket = store.submitCreateMessage(recipient: recipient, id: id, author: principal.uid, envelope: base64, size: size,
                                                now: now, expiresAt: now + ttl * 1000,
                                                maxPending: configuration.maxPendingPerMailbox,
                                                whenCommitted: { [hub] in hub.push($0) })

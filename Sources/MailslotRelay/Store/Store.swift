@@ -123,15 +123,16 @@ final class Store: Sendable {
 
     /// Stores a message unless its id is taken, the author is blocked, or the mailbox is full.
     /// `whenCommitted` gets each message created, once committed, in commit (`seq`) order.
-    func createMessage(recipient: String, id: String, author: String, envelope: Data, now: Int64, expiresAt: Int64,
+    /// `envelope` is its base64url text, `size` the number of bytes that text stands for.
+    func createMessage(recipient: String, id: String, author: String, envelope: String, size: Int, now: Int64, expiresAt: Int64,
                        maxPending: Int, whenCommitted: (@Sendable (StoredMessage) -> Void)? = nil) async throws -> CreateOutcome {
-        try await submitCreateMessage(recipient: recipient, id: id, author: author, envelope: envelope, now: now, expiresAt: expiresAt,
-                                      maxPending: maxPending, whenCommitted: whenCommitted).value
+        try await submitCreateMessage(recipient: recipient, id: id, author: author, envelope: envelope, size: size, now: now,
+                                      expiresAt: expiresAt, maxPending: maxPending, whenCommitted: whenCommitted).value
     }
 
-    /// ``createMessage(recipient:id:author:envelope:now:expiresAt:maxPending:whenCommitted:)``
+    /// ``createMessage(recipient:id:author:envelope:size:now:expiresAt:maxPending:whenCommitted:)``
     /// queued at once (``groupSubmit(_:_:committed:)``).
-    func submitCreateMessage(recipient: String, id: String, author: String, envelope: Data, now: Int64, expiresAt: Int64,
+    func submitCreateMessage(recipient: String, id: String, author: String, envelope: String, size: Int, now: Int64, expiresAt: Int64,
                              maxPending: Int, whenCommitted: (@Sendable (StoredMessage) -> Void)? = nil) -> CommitTicket<CreateOutcome> {
         groupSubmit("create_message", { db in
             // Every create runs these statements: they go through DirectStatement's binding.
@@ -160,9 +161,9 @@ final class Store: Sendable {
                 INSERT INTO messages (recipient, id, author, created_at, expires_at, size, envelope)
                 VALUES (?, ?, ?, ?, ?, ?, ?)
                 """).run(.text(recipient), .text(id), .text(author), .integer(now), .integer(expiresAt),
-                          .integer(Int64(envelope.count)), .blob(envelope))
+                          .integer(Int64(size)), .text(envelope))
             let stored = StoredMessage(seq: db.lastInsertedRowID, recipient: recipient, id: id, author: author, createdAt: now,
-                                       expiresAt: expiresAt, envelope: envelope)
+                                       expiresAt: expiresAt, envelope: envelope, size: size)
             return .created(stored, erasedExpired: erasedExpired)
         }, committed: { outcome in
             if case .created(let message, _) = outcome { whenCommitted?(message) }

@@ -12,19 +12,22 @@ struct StoredMessage: Sendable, Equatable {
     let createdAt: Int64
     /// Milliseconds since the epoch.
     let expiresAt: Int64
+    /// The envelope's length in bytes (a power of two: spec/envelope.md).
     let size: Int
-    let envelope: Data
+    /// The sealed envelope as its sender sent it: canonical unpadded base64url. Stored and
+    /// forwarded as text, so the relay never decodes or re-encodes what it cannot open anyway.
+    let envelope: String
     let leaseUntil: Int64?
     let leaseHolder: String?
 
-    init(seq: Int64, recipient: String, id: String, author: String, createdAt: Int64, expiresAt: Int64, envelope: Data) {
+    init(seq: Int64, recipient: String, id: String, author: String, createdAt: Int64, expiresAt: Int64, envelope: String, size: Int) {
         self.seq = seq
         self.recipient = recipient
         self.id = id
         self.author = author
         self.createdAt = createdAt
         self.expiresAt = expiresAt
-        size = envelope.count
+        self.size = size
         self.envelope = envelope
         leaseUntil = nil
         leaseHolder = nil
@@ -53,7 +56,7 @@ struct StoredMessage: Sendable, Equatable {
     func record(forOwner: Bool) -> MessageRecord {
         MessageRecord(id: id, author: author, createdAt: Clock.format(createdAt), expiresAt: Clock.format(expiresAt),
                       size: size, seq: forOwner ? seq : nil, leaseUntil: forOwner ? leaseUntil.map(Clock.format) : nil,
-                      leaseHolder: forOwner ? leaseHolder : nil, envelope: forOwner ? Base64URL.encode(envelope) : nil)
+                      leaseHolder: forOwner ? leaseHolder : nil, envelope: forOwner ? envelope : nil)
     }
 }
 
