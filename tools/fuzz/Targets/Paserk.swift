@@ -25,6 +25,8 @@ public func paserkOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     }
 
     // Base64url: whatever decodes re-encodes to the same text, and any bytes survive a round trip.
+    // The relay's check of envelope text must accept exactly what decoding accepts.
+    expect(Base64URL.decodedCount(text) == Base64URL.decode(text)?.count, "decodedCount disagrees with decode")
     if let decoded = Base64URL.decode(text) {
         expect(Base64URL.encode(decoded) == text, "base64url accepted a non-canonical encoding")
     }
