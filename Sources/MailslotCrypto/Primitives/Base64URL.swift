@@ -21,6 +21,7 @@ public enum Base64URL {
     /// that the relay stores and forwards as it came.
     public static func decodedCount(_ text: String) -> Int? {
         var text = text
+        let values = Self.values  // once: a global's every read goes through its lazy initializer
         return text.withUTF8 { utf8 -> Int? in
             var last: UInt8 = 0
             for byte in utf8 {
