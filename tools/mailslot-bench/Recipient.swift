@@ -200,7 +200,12 @@ enum BenchRecipient {
         guard let author = bytes.string("\"author\":\""), author.elementsEqual(sender.utf8) else { return "author_mismatch" }
         guard let envelope = bytes.string("\"envelope\":\"") else { return "envelope_missing" }
         if let presealed = plan.presealed {
-            return envelope.elementsEqual(presealed) ? nil : "envelope_altered"
+            // memcmp: elementsEqual walked the two byte by byte (4 % of the bench's CPU).
+            let same = envelope.count == presealed.count && presealed.withUnsafeBytes { sent in
+                guard let a = sent.baseAddress, let b = envelope.baseAddress else { return sent.isEmpty }
+                return memcmp(a, b, sent.count) == 0
+            }
+            return same ? nil : "envelope_altered"
         }
         guard let pinned = plan.pinned?[sender] else { return "sender_not_pinned" }
         guard let sealed = Base64URL.decode(String(decoding: envelope, as: UTF8.self)) else { return "envelope_not_base64url" }
