@@ -23,4 +23,6 @@ public enum Defaults {
     public static let maxDocumentBytes = 16 * 1024
     /// The most messages one list request returns.
     public static let maxPageSize = 500
+    /// The most blocked authors one page of the block list returns.
+    public static let maxBlockPageSize = 1000
 }

@@ -99,3 +99,26 @@ public struct MessagePatch: Sendable, Equatable, Codable {
         case leaseSeconds = "lease_seconds", leaseHolder = "lease_holder"
     }
 }
+
+/// A page of `GET /v1/users/{uid}/blocked`: blocked authors in byte order.
+public struct BlockPage: Sendable, Equatable, Codable {
+    /// The authors of this page.
+    public let blocked: [String]
+    /// The cursor for the next page (`after=`), or nil when this page reached the end.
+    public let next: String?
+
+    /// A page of blocked authors and the cursor after it.
+    public init(blocked: [String], next: String?) {
+        self.blocked = blocked
+        self.next = next
+    }
+
+    enum CodingKeys: String, CodingKey { case blocked, next }
+
+    /// `next` is always present, `null` on the last page (as in ``MessagePage``).
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(blocked, forKey: .blocked)
+        try container.encode(next, forKey: .next)
+    }
+}

@@ -23,6 +23,8 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
     case blocked = "blocked"
     case notFound = "not_found"
     case conflict = "conflict"
+    /// The owner's block list holds the most entries allowed.
+    case blockListFull = "block_list_full"
     // 413, 415, 429: limits. (Oversized headers close the connection; connections over the
     // limit wait to be accepted: neither has a request to answer.)
     case bodyTooLarge = "body_too_large"
@@ -30,8 +32,14 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
     case unsupportedMediaType = "unsupported_media_type"
     case rateLimited = "rate_limited"
     case mailboxFull = "mailbox_full"
+    /// The author's messages waiting in all mailboxes together hold the most bytes allowed.
+    case authorQuota = "author_quota"
+    /// The mailbox already has the most page or message reads in progress.
+    case tooManyReads = "too_many_reads"
     // 5xx.
     case internalError = "internal"
+    /// The relay's disk is (nearly) full: it takes no new messages until space is freed.
+    case storageFull = "storage_full"
 
     /// The HTTP status that goes with the code.
     public var status: Int {
@@ -41,11 +49,12 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
         case .unauthenticated, .sessionExpired, .invalidToken, .refreshInvalid, .refreshReused: 401
         case .forbidden, .blocked: 403
         case .notFound: 404
-        case .conflict: 409
+        case .conflict, .blockListFull: 409
         case .bodyTooLarge, .envelopeTooLarge: 413
         case .unsupportedMediaType: 415
-        case .rateLimited, .mailboxFull: 429
+        case .rateLimited, .mailboxFull, .authorQuota, .tooManyReads: 429
         case .internalError: 500
+        case .storageFull: 507
         }
     }
 }
@@ -60,7 +69,7 @@ public struct Problem: Sendable, Equatable, Codable, Error {
     public let title: String
     /// What went wrong this time, for people. Never echoes secrets, tokens or envelopes.
     public let detail: String?
-    /// Seconds after which a rate-limited request may be retried.
+    /// Seconds after which a refused request may be retried (429, 507).
     public let retryAfter: Int?
 
     /// A problem with `code`, and optionally what went wrong this time.

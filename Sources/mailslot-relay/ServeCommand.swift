@@ -38,6 +38,18 @@ struct ServeCommand: AsyncParsableCommand {
     var window: Int?
     @Option(help: ArgumentHelp("Most concurrent connections [MAILSLOT_MAX_CONNECTIONS] (default 10000).", valueName: "N"))
     var maxConnections: Int?
+    @Option(help: ArgumentHelp("Seconds a new connection has to send its first request head [MAILSLOT_HEADER_TIMEOUT] (default 10).", valueName: "SECONDS"))
+    var headerTimeout: Double?
+    @Option(help: ArgumentHelp("Seconds an HTTP connection may stay silent [MAILSLOT_IDLE_TIMEOUT] (default 60).", valueName: "SECONDS"))
+    var idleTimeout: Double?
+    @Option(help: ArgumentHelp("Envelope bytes one author may have waiting in all mailboxes [MAILSLOT_MAX_AUTHOR_BYTES] (default 268435456).", valueName: "BYTES"))
+    var maxAuthorBytes: Int64?
+    @Option(help: ArgumentHelp("Live sign-ins per user; more revoke the least recently refreshed [MAILSLOT_MAX_SESSIONS_PER_USER] (default 32).", valueName: "N"))
+    var maxSessionsPerUser: Int?
+    @Option(help: ArgumentHelp("Refuse new messages while the data disk has less free space [MAILSLOT_MIN_FREE_BYTES] (default 268435456).", valueName: "BYTES"))
+    var minFreeBytes: Int64?
+    @Option(help: ArgumentHelp("Size of the reserve file released when the disk fills up [MAILSLOT_DISK_RESERVE_BYTES] (default 67108864).", valueName: "BYTES"))
+    var diskReserveBytes: Int64?
     @Option(help: ArgumentHelp("Session lifetime in seconds [MAILSLOT_SESSION_TTL] (default 900).", valueName: "SECONDS"))
     var sessionTTL: Int64?
     @Option(help: ArgumentHelp("Refresh-token lifetime in seconds [MAILSLOT_REFRESH_TTL] (default 2592000).", valueName: "SECONDS"))
@@ -105,6 +117,14 @@ struct ServeCommand: AsyncParsableCommand {
         if let value = try atLeast(try number(createBurst, "MAILSLOT_CREATE_BURST", ""), 1, "--create-burst") { configuration.createBurst = value }
         if let value = try atLeast(try number(window, "MAILSLOT_WINDOW", ""), 1, "--window") { configuration.deliveryWindow = value }
         if let value = try atLeast(try number(maxConnections, "MAILSLOT_MAX_CONNECTIONS", ""), 1, "--max-connections") { configuration.maxConnections = value }
+        if let value = try atLeast(try number(headerTimeout, "MAILSLOT_HEADER_TIMEOUT", ""), 1, "--header-timeout") { configuration.headerTimeout = value }
+        if let value = try atLeast(try number(idleTimeout, "MAILSLOT_IDLE_TIMEOUT", ""), 1, "--idle-timeout") { configuration.idleTimeout = value }
+        if let value = try atLeast(try number(maxAuthorBytes, "MAILSLOT_MAX_AUTHOR_BYTES", ""), Int64(configuration.maxEnvelopeBytes), "--max-author-bytes (at least the largest envelope)") {
+            configuration.maxAuthorBytes = value
+        }
+        if let value = try atLeast(try number(maxSessionsPerUser, "MAILSLOT_MAX_SESSIONS_PER_USER", ""), 1, "--max-sessions-per-user") { configuration.maxSessionFamilies = value }
+        if let value = try atLeast(try number(minFreeBytes, "MAILSLOT_MIN_FREE_BYTES", ""), 0, "--min-free-bytes") { configuration.minFreeBytes = value }
+        if let value = try atLeast(try number(diskReserveBytes, "MAILSLOT_DISK_RESERVE_BYTES", ""), 0, "--disk-reserve-bytes") { configuration.reserveBytes = value }
         if let value = try atLeast(try number(sessionTTL, "MAILSLOT_SESSION_TTL", ""), 60, "--session-ttl") { configuration.sessionLifetime = value }
         if let value = try atLeast(try number(refreshTTL, "MAILSLOT_REFRESH_TTL", ""), 60, "--refresh-ttl") { configuration.refreshLifetime = value }
         if let value = try atLeast(try number(messageTTL, "MAILSLOT_MESSAGE_TTL", ""), 1, "--message-ttl") { configuration.defaultMessageTTL = value }

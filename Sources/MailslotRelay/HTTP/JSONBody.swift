@@ -17,6 +17,29 @@ enum JSONBody {
                  body: .init(byteBuffer: ByteBuffer(bytes: encode(value))))
     }
 
+    /// A JSON response written in chunks as the client takes them, holding `permit` (a read of
+    /// a mailbox) until all of it has been handed to the socket, or the connection is gone.
+    static func response<T: Sendable & Encodable>(_ read: MailboxService.Read<T>) -> Response {
+        let bytes = encode(read.value)
+        let permit = read.permit
+        return Response(status: .ok, headers: [.contentType: "application/json"],
+                        body: .init(contentLength: bytes.count) { writer in
+                            // Each write waits until the socket can take more: a client that does
+                            // not read keeps its read counted, and at most one chunk queued.
+                            var offset = 0
+                            while offset < bytes.count {
+                                let end = min(offset + chunkBytes, bytes.count)
+                                try await writer.write(ByteBuffer(bytes: bytes[offset..<end]))
+                                offset = end
+                            }
+                            try await writer.finish(nil)
+                            withExtendedLifetime(permit) {}
+                        })
+    }
+
+    /// The size of the chunks a streamed answer is written in.
+    static let chunkBytes = 64 * 1024
+
     /// Raw JSON bytes (stored documents and bundles go back exactly as they were put).
     static func response(raw: Data) -> Response {
         Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: raw)))

@@ -12,10 +12,16 @@ struct OperationsRoutes: Sendable {
     func add(to router: Router<RelayContext>) {
         router.get("/healthz") { _, _ in JSONBody.response(["status": "ok"]) }
 
+        // Not ready while the store cannot take writes, or the disk is too short of space for
+        // new messages (they would be answered 507 storage_full).
         router.get("/readyz") { _, _ in
-            await store.isReady()
-                ? JSONBody.response(["status": "ready"])
-                : JSONBody.response(["status": "unavailable"], status: .serviceUnavailable)
+            guard await store.isReady() else {
+                return JSONBody.response(["status": "unavailable", "reason": "store"], status: .serviceUnavailable)
+            }
+            if store.diskSpace?.isShort == true {
+                return JSONBody.response(["status": "unavailable", "reason": "storage_full"], status: .serviceUnavailable)
+            }
+            return JSONBody.response(["status": "ready"])
         }
 
         router.get("/metrics") { request, _ in

@@ -15,6 +15,21 @@ extension Problem: ResponseGenerator, HTTPResponseError {
     }
 }
 
+extension Problem {
+    /// A write refused, or failed, for lack of disk space.
+    static let storageFull = Problem(.storageFull, "the relay is short of disk space; try later", retryAfter: 60)
+
+    /// What a client is told of an error: a problem as it is, a full disk as `storage_full`,
+    /// anything else as `internal` (whose cause stays in the relay's log, by type only).
+    static func answering(_ error: any Error) -> Problem {
+        switch error {
+        case let problem as Problem: problem
+        case StoreFailure.storageFull: .storageFull
+        default: Problem(.internalError)
+        }
+    }
+}
+
 /// Turns every error into a problem: Hummingbird's own (unknown route, body too large) into the
 /// matching code, anything unexpected into `internal` — logged by type only, never with content.
 struct ProblemMiddleware: RouterMiddleware {
@@ -26,6 +41,8 @@ struct ProblemMiddleware: RouterMiddleware {
             return try await next(request, context)
         } catch let problem as Problem {
             throw problem
+        } catch StoreFailure.storageFull {
+            throw Problem.storageFull
         } catch let error as HTTPError {
             switch error.status {
             case .notFound: throw Problem(.notFound, "no such route")

@@ -64,12 +64,9 @@ struct Routes: Sendable {
         }
         router.get("/v1/users/:uid/messages") { request, context in
             let principal = try await principal(request)
-            let limit = try request.uri.queryParameters.get("limit").map { text -> Int in
-                guard let value = Int(text) else { throw Problem(.badRequest, "limit must be a number") }
-                return value
-            }
             let after = request.uri.queryParameters.get("after")
-            return JSONBody.response(try await mailboxes.list(principal, owner: try context.uid(), after: after, limit: limit, now: Clock.now()))
+            return JSONBody.response(try await mailboxes.list(principal, owner: try context.uid(), after: after, limit: try limit(request),
+                                                              now: Clock.now()))
         }
         router.get("/v1/users/:uid/messages/:id") { request, context in
             JSONBody.response(try await mailboxes.message(try await principal(request), owner: try context.uid(),
@@ -87,7 +84,9 @@ struct Routes: Sendable {
         }
 
         router.get("/v1/users/:uid/blocked") { request, context in
-            JSONBody.response(["blocked": try await mailboxes.blockList(try await principal(request), owner: try context.uid())])
+            let principal = try await principal(request)
+            return JSONBody.response(try await mailboxes.blockList(principal, owner: try context.uid(), after: request.uri.queryParameters.get("after"),
+                                                            limit: try limit(request)))
         }
         router.put("/v1/users/:uid/blocked/:author") { request, context in
             try await mailboxes.block(try await principal(request), owner: try context.uid(), author: try context.parameter("author"),
@@ -103,6 +102,14 @@ struct Routes: Sendable {
         router.get("/v1/users/:uid/subscribe") { request, context -> Response in
             try mailboxes.authorizeSubscription(try await principal(request), owner: try context.uid())
             throw Problem(.badRequest, "this is a WebSocket endpoint: send an Upgrade: websocket request")
+        }
+    }
+
+    /// The `limit` query parameter, if given.
+    private func limit(_ request: Request) throws -> Int? {
+        try request.uri.queryParameters.get("limit").map { text -> Int in
+            guard let value = Int(text) else { throw Problem(.badRequest, "limit must be a number") }
+            return value
         }
     }
 

@@ -9,6 +9,7 @@ struct MailboxService: Sendable {
     let configuration: RelayConfiguration
     let hub: MailboxHub
     let rateLimiter: RateLimiter
+    let readLimiter: ReadLimiter
     let erasure: ErasureScheduler
     let metrics: RelayMetrics
 
@@ -88,7 +89,8 @@ struct MailboxService: Sendable {
         }
         let ticket = store.submitCreateMessage(recipient: recipient, id: id, author: principal.uid, envelope: base64, size: size,
                                                now: now, expiresAt: now + ttl * 1000,
-                                               maxPending: configuration.maxPendingPerMailbox,
+                                               limits: CreateLimits(maxPending: configuration.maxPendingPerMailbox,
+                                                                    maxAuthorBytes: configuration.maxAuthorBytes),
                                                whenCommitted: { [hub] in hub.push($0) })
         return { [self] in
             do {
@@ -104,29 +106,42 @@ struct MailboxService: Sendable {
                     return (message.record(forOwner: forOwner), false)
                 }
             } catch let refusal as StoreRefusal {
-                switch refusal {
-                case .conflict: throw Problem(.conflict, "this message id is already used in this mailbox with another envelope")
-                case .mailboxFull: throw Problem(.mailboxFull, "the mailbox holds \(configuration.maxPendingPerMailbox) pending messages; try later")
-                case .blocked: throw Problem(.blocked, "the mailbox owner does not accept messages from you")
-                }
+                throw problem(refusal)
             }
         }
     }
 
+    /// An answer that holds one of the mailbox's reads (``ReadLimiter``) until it is written.
+    struct Read<T: Sendable>: Sendable {
+        let value: T
+        let permit: ReadLimiter.Permit
+    }
+
+    /// Starts a read of `owner`'s mailbox, or refuses it when as many are in progress as allowed.
+    private func startRead(_ owner: String) throws -> ReadLimiter.Permit {
+        guard let permit = readLimiter.start(owner) else {
+            throw Problem(.tooManyReads, "\(readLimiter.limit) reads of this mailbox are in progress; read their answers first",
+                          retryAfter: 1)
+        }
+        return permit
+    }
+
     /// One message, for its owner.
-    func message(_ principal: Principal, owner: String, id: String, now: Int64) async throws -> MessageRecord {
+    func message(_ principal: Principal, owner: String, id: String, now: Int64) async throws -> Read<MessageRecord> {
         try Self.check(uid: owner)
         try Self.check(messageID: id)
         try require(.read, .message, principal, owner: owner)
+        let permit = try startRead(owner)
         guard let message = try await store.message(recipient: owner, id: id, now: now) else {
             throw Problem(.notFound, "no such message")
         }
         metrics.messagesDelivered.increment()
-        return message.record(forOwner: true)
+        return Read(value: message.record(forOwner: true), permit: permit)
     }
 
-    /// A page of the mailbox, oldest first, for its owner.
-    func list(_ principal: Principal, owner: String, after cursor: String?, limit: Int?, now: Int64) async throws -> MessagePage {
+    /// A page of the mailbox, oldest first, for its owner: at most `limit` messages and about
+    /// ``RelayConfiguration/maxPageBytes`` of envelopes; `next` when more are waiting.
+    func list(_ principal: Principal, owner: String, after cursor: String?, limit: Int?, now: Int64) async throws -> Read<MessagePage> {
         try Self.check(uid: owner)
         try require(.read, .mailbox, principal, owner: owner)
         var after: Int64 = 0
@@ -140,11 +155,12 @@ struct MailboxService: Sendable {
         guard (1...Defaults.maxPageSize).contains(pageSize) else {
             throw Problem(.badRequest, "limit must be 1 to \(Defaults.maxPageSize)")
         }
-        let messages = try await store.messages(recipient: owner, after: after, limit: pageSize + 1, now: now)
-        let page = messages.prefix(pageSize)
-        let next = messages.count > pageSize ? page.last.map { String($0.seq) } : nil
+        let permit = try startRead(owner)
+        let (page, more) = try await store.messages(recipient: owner, after: after, limit: pageSize, maxBytes: configuration.maxPageBytes,
+                                                    now: now)
+        let next = more ? page.last.map { String($0.seq) } : nil
         metrics.messagesDelivered.increment(by: page.count)
-        return MessagePage(messages: page.map { $0.record(forOwner: true) }, next: next)
+        return Read(value: MessagePage(messages: page.map { $0.record(forOwner: true) }, next: next), permit: permit)
     }
 
     /// The owner's metadata update: a processing lease. The envelope never changes.
@@ -237,10 +253,19 @@ struct MailboxService: Sendable {
         erasure.erased()
     }
 
-    func blockList(_ principal: Principal, owner: String) async throws -> [String] {
+    /// A page of the authors `owner` has blocked, in byte order, after `cursor` (an author of
+    /// the previous page); `next` when more follow.
+    func blockList(_ principal: Principal, owner: String, after cursor: String?, limit: Int?) async throws -> BlockPage {
         try Self.check(uid: owner)
         try require(.read, .blockEntry, principal, owner: owner)
-        return try await store.blocked(owner: owner)
+        if let cursor { try Self.check(uid: cursor) }
+        let pageSize = limit ?? Defaults.maxBlockPageSize
+        guard (1...Defaults.maxBlockPageSize).contains(pageSize) else {
+            throw Problem(.badRequest, "limit must be 1 to \(Defaults.maxBlockPageSize)")
+        }
+        let authors = try await store.blocked(owner: owner, after: cursor ?? "", limit: pageSize + 1)
+        let page = Array(authors.prefix(pageSize))
+        return BlockPage(blocked: page, next: authors.count > pageSize ? page.last : nil)
     }
 
     func keyBundle(_ principal: Principal, owner: String) async throws -> Data {
@@ -267,7 +292,11 @@ struct MailboxService: Sendable {
         try Self.check(uid: owner)
         try Self.check(uid: author)
         try require(.create, .blockEntry, principal, owner: owner)
-        try await store.block(owner: owner, author: author, now: now)
+        do {
+            try await store.block(owner: owner, author: author, now: now, limit: configuration.maxBlockedPerOwner)
+        } catch let refusal as StoreRefusal {
+            throw problem(refusal)
+        }
     }
 
     func unblock(_ principal: Principal, owner: String, author: String) async throws {
@@ -285,6 +314,21 @@ struct MailboxService: Sendable {
     }
 
     // MARK: Checks
+
+    /// What the client is told of a store's refusal.
+    private func problem(_ refusal: StoreRefusal) -> Problem {
+        switch refusal {
+        case .conflict: Problem(.conflict, "this message id is already used in this mailbox with another envelope")
+        case .mailboxFull: Problem(.mailboxFull, "the mailbox holds \(configuration.maxPendingPerMailbox) pending messages; try later")
+        case .blocked: Problem(.blocked, "the mailbox owner does not accept messages from you")
+        case .authorQuota:
+            // Freed as recipients acknowledge, or as the messages expire (swept every interval).
+            Problem(.authorQuota, "your waiting messages hold up to \(configuration.maxAuthorBytes) bytes; wait for recipients to receive them",
+                    retryAfter: Int(configuration.sweepInterval.rounded(.up)))
+        case .storageFull: Problem.storageFull
+        case .blockListFull: Problem(.blockListFull, "the block list holds \(configuration.maxBlockedPerOwner) authors; unblock some first")
+        }
+    }
 
     private func require(_ operation: Operation, _ resource: Resource, _ principal: Principal, owner: String,
                          author: String? = nil) throws {

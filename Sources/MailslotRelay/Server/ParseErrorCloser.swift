@@ -19,13 +19,20 @@ final class ParseErrorCloser: ChannelInboundHandler, Sendable {
     }
 }
 
-/// The relay's child channel: HTTP/1.1 with the WebSocket upgrade, plus ``ParseErrorCloser``
-/// and, next to the socket, ``FlushCoalescer``.
+/// The relay's child channel: HTTP/1.1 with the WebSocket upgrade, plus ``FirstRequestDeadline``,
+/// ``ParseErrorCloser`` and, next to the socket, ``FlushCoalescer``.
 struct RelayChildChannel<Base: ServerChildChannel>: ServerChildChannel {
     let base: Base
+    /// Seconds to the first complete request head, and of silence before it.
+    let headerTimeout: Double
+    let idleTimeout: Double
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Base.Value> {
         base.setup(channel: channel, logger: logger).flatMapThrowing { value in
+            try channel.pipeline.syncOperations.addHandler(
+                FirstRequestDeadline(headerTimeout: .milliseconds(Int64(headerTimeout * 1000)),
+                                     idleTimeout: .milliseconds(Int64(idleTimeout * 1000))),
+                position: .last)
             try channel.pipeline.syncOperations.addHandler(ParseErrorCloser(), position: .last)
             try channel.pipeline.syncOperations.addHandler(FlushCoalescer(), position: .first)
             return value

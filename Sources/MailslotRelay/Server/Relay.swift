@@ -29,8 +29,10 @@ public struct Relay: Sendable {
         try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
         let metrics = RelayMetrics()
+        let diskSpace = DiskSpace(directory: configuration.dataDirectory, minFreeBytes: configuration.minFreeBytes,
+                                  reserveBytes: configuration.reserveBytes, probe: configuration.diskSpaceProbe, logger: logger)
         let store = try Store(path: (configuration.dataDirectory as NSString).appendingPathComponent("relay.sqlite"),
-                              durability: durability, metrics: metrics)
+                              durability: durability, metrics: metrics, diskSpace: diskSpace)
         let erasure = ErasureScheduler(store: store, delay: configuration.erasureDelay)
         self.configuration = configuration
         self.store = store
@@ -39,10 +41,10 @@ public struct Relay: Sendable {
         self.logger = logger
         sessions = SessionService(store: store, verifier: TokenVerifier(issuerKeys: configuration.issuerKeys, audience: configuration.audience),
                                   sessionLifetime: configuration.sessionLifetime * 1000, refreshLifetime: configuration.refreshLifetime * 1000,
-                                  metrics: metrics)
+                                  maxFamilies: configuration.maxSessionFamilies, metrics: metrics)
         mailboxes = MailboxService(store: store, configuration: configuration, hub: MailboxHub(),
                                    rateLimiter: RateLimiter(rate: configuration.createRate, burst: configuration.createBurst),
-                                   erasure: erasure, metrics: metrics)
+                                   readLimiter: ReadLimiter(limit: configuration.maxConcurrentReads), erasure: erasure, metrics: metrics)
     }
 
     /// The HTTP + WebSocket application. `onServerRunning` receives the bound port.
@@ -51,6 +53,7 @@ public struct Relay: Sendable {
 
         let subscription = SubscriptionSession(mailboxes: mailboxes, sessions: sessions, hub: mailboxes.hub,
                                                window: configuration.deliveryWindow, maxFrameBytes: configuration.maxFrameBytes,
+                                               maxFragments: configuration.maxFrameFragments, maxReadBytes: configuration.maxPageBytes,
                                                maxJSONDepth: configuration.maxJSONDepth,
                                                sessionCheckInterval: configuration.sessionCheckInterval, logger: logger,
                                                metrics: metrics)
@@ -62,19 +65,21 @@ public struct Relay: Sendable {
 
         let webSocketResponder = webSocketRouter.buildResponder()
         let channelConfiguration = HTTP1WebSocketUpgradeChannel.Configuration(
-            http1: .init(idleTimeout: .seconds(60), httpDecoderConfiguration: .init(maxHeaderFieldSize: 16 * 1024, maxHeaderListSize: 32 * 1024,
+            http1: .init(idleTimeout: .milliseconds(Int64(configuration.idleTimeout * 1000)), httpDecoderConfiguration: .init(maxHeaderFieldSize: 16 * 1024, maxHeaderListSize: 32 * 1024,
                                                                                      maxHeaderFieldCount: 100)),
             ws: .init(maxFrameSize: configuration.maxFrameBytes, autoPing: .enabled(timePeriod: .seconds(30))))
         let server = HTTPServerBuilder { responder in
             RelayChildChannel(base: HTTP1WebSocketUpgradeChannel(responder: responder, webSocketResponder: webSocketResponder,
-                                                                 configuration: channelConfiguration))
+                                                                 configuration: channelConfiguration),
+                              headerTimeout: configuration.headerTimeout, idleTimeout: configuration.idleTimeout)
         }
         return Application(
             router: router,
             server: server,
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "mailslot",
                                  availableConnectionsDelegate: MaximumAvailableConnections(configuration.maxConnections)),
-            services: [Sweeper(store: store, erasure: erasure, metrics: metrics, interval: configuration.sweepInterval, logger: logger),
+            services: [Sweeper(store: store, erasure: erasure, metrics: metrics, interval: configuration.sweepInterval,
+                               batch: configuration.sweepBatch, logger: logger),
                        ErasureService(erasure: erasure, logger: logger)],
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? 0) },
             logger: logger)
@@ -114,13 +119,14 @@ struct Sweeper: Service {
     let erasure: ErasureScheduler
     let metrics: RelayMetrics
     let interval: Double
+    let batch: Int
     let logger: Logger
 
     func run() async throws {
         try? await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 do {
-                    let erased = try await store.sweepExpired(now: Clock.now())
+                    let erased = try await store.sweepExpired(now: Clock.now(), batch: batch)
                     if erased > 0 {
                         logger.info("expired messages erased", metadata: ["count": "\(erased)"])
                         metrics.messagesExpired.increment(by: erased)

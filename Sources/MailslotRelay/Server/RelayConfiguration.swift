@@ -41,12 +41,39 @@ public struct RelayConfiguration: Sendable {
     public var maxJSONDepth = 16
     /// The most concurrent connections (HTTP and WebSocket together).
     public var maxConnections = 10_000
+    /// Seconds a new connection has to send its first complete request head; then it is closed.
+    public var headerTimeout: Double = 10
+    /// Seconds an HTTP connection may stay silent (before its first request head, and between
+    /// requests); then it is closed. A subscription's own ping takes over after the upgrade.
+    public var idleTimeout: Double = 60
+    /// The most fragments one WebSocket message may arrive in.
+    public var maxFrameFragments = 64
+
+    /// Bytes of envelopes one author may have waiting in all mailboxes together.
+    public var maxAuthorBytes: Int64 = 256 * 1024 * 1024
+    /// Live sign-ins (session families) per uid; a new one evicts the least recently refreshed.
+    public var maxSessionFamilies = 32
+    /// The most authors one owner may block.
+    public var maxBlockedPerOwner = 10_000
+    /// Envelope bytes (as base64url text) one page of `GET …/messages` holds at most; a longer
+    /// page stops early and gives `next`.
+    public var maxPageBytes = 4 * 1024 * 1024
+    /// Reads of one mailbox (pages and single messages) in progress at once.
+    public var maxConcurrentReads = 4
+    /// Creates are refused (`507 storage_full`) while the data folder's file system has less
+    /// free space than this, in bytes; acks, unsends, sweeps and sign-ins go on.
+    public var minFreeBytes: Int64 = 256 * 1024 * 1024
+    /// A file of this many bytes kept in the data folder, released when a write finds the disk
+    /// full, so that erasing (which needs room in the WAL) can always run.
+    public var reserveBytes: Int64 = 64 * 1024 * 1024
     /// The largest owner document, in bytes.
     public var maxDocumentBytes = Defaults.maxDocumentBytes
     /// How often an open subscription re-checks that its session was not revoked, in seconds.
     public var sessionCheckInterval: Double = 5
     /// How often expired messages are swept, in seconds.
     public var sweepInterval: Double = 60
+    /// Expired messages erased per sweep transaction: other writes wait for one batch at most.
+    public var sweepBatch = 256
     /// How soon after an erasure the WAL is truncated, in seconds: the bound on how long erased
     /// ciphertext can linger in the database files.
     public var erasureDelay: Double = 1
@@ -57,6 +84,8 @@ public struct RelayConfiguration: Sendable {
 
     /// The access rules: always ``AccessRules/standard`` outside tests (internal on purpose).
     var rules = AccessRules.standard
+    /// How the data folder's free space is read: statvfs outside tests (internal on purpose).
+    var diskSpaceProbe: DiskSpace.Probe = DiskSpace.available
 
     /// The defaults.
     public init() {}

@@ -13,6 +13,8 @@ struct SessionService: Sendable {
     let sessionLifetime: Int64
     /// Lifetime of a refresh token, in milliseconds.
     let refreshLifetime: Int64
+    /// Live sign-ins per uid; a new one revokes the least recently refreshed beyond this.
+    let maxFamilies: Int
     let metrics: RelayMetrics
 
     static let accessPrefix = "mss_"
@@ -35,10 +37,15 @@ struct SessionService: Sendable {
             throw Problem(.invalidToken, "the custom token was refused: \(error.code)")
         }
         let secrets = Secrets()
-        defer { metrics.signIn(outcome: "ok") }
-        try await store.insertSessionPair(uid: verified.uid, family: Data(randomBytes(16)), accessHash: secrets.accessHash,
-                                          accessExpiresAt: now + sessionLifetime, refreshHash: secrets.refreshHash,
-                                          refreshExpiresAt: now + refreshLifetime)
+        do {
+            try await store.insertSessionPair(uid: verified.uid, family: Data(randomBytes(16)), accessHash: secrets.accessHash,
+                                              accessExpiresAt: now + sessionLifetime, refreshHash: secrets.refreshHash,
+                                              refreshExpiresAt: now + refreshLifetime, maxFamilies: maxFamilies)
+        } catch {
+            metrics.signIn(outcome: "store_failed")
+            throw error
+        }
+        metrics.signIn(outcome: "ok")
         return grant(uid: verified.uid, secrets, now: now)
     }
 

@@ -26,9 +26,16 @@ final class GroupCommit: Sendable {
     }
 
     private let pool: DatabasePool
+    private let spaceRanOut: @Sendable () -> Bool
     private let state = Mutex<(queue: [Pending], draining: Bool)>(([], false))
 
-    init(pool: DatabasePool) { self.pool = pool }
+    /// Commits to `pool`. When a commit finds the disk full, `spaceRanOut` is told; if it freed
+    /// some (true), the batch is tried once more, else its writes fail with
+    /// ``StoreFailure/storageFull``.
+    init(pool: DatabasePool, spaceRanOut: @escaping @Sendable () -> Bool = { false }) {
+        self.pool = pool
+        self.spaceRanOut = spaceRanOut
+    }
 
     /// Runs `updates` in the next shared transaction and returns its result once committed.
     /// `committed` gets the result first, in commit order, if `updates` succeeded and the
@@ -57,6 +64,8 @@ final class GroupCommit: Sendable {
                     let value = try updates(db)
                     try db.cachedStatement(sql: "RELEASE SAVEPOINT group_write").run()
                     outcome.result = .success(value)
+                } catch let error as DatabaseError where error.resultCode == .SQLITE_FULL {
+                    throw error  // the disk, not this write: the batch as a whole fails (and may be retried)
                 } catch {
                     outcome.result = .failure(error)
                     // Undo this write alone; if even that fails, the whole batch fails.
@@ -91,7 +100,16 @@ final class GroupCommit: Sendable {
             }
             if batch.isEmpty { return }
             do {
-                try await pool.write { db in for pending in batch { try pending.apply(db) } }
+                do {
+                    try await pool.write { db in for pending in batch { try pending.apply(db) } }
+                } catch let error as DatabaseError where error.resultCode == .SQLITE_FULL {
+                    // Rolled back as a whole: every write of the batch may run again.
+                    guard spaceRanOut() else { throw StoreFailure.storageFull }
+                    do { try await pool.write { db in for pending in batch { try pending.apply(db) } } } catch let error as DatabaseError
+                        where error.resultCode == .SQLITE_FULL {
+                        throw StoreFailure.storageFull
+                    }
+                }
                 for pending in batch { pending.committed() }
                 for pending in batch { pending.complete(nil) }
             } catch {

@@ -115,6 +115,37 @@ enum Schema {
                 after = last[0]
             }
         }
+        // Storage per author: any uid is a valid recipient, so the per-mailbox limit bounds
+        // nothing for an author who spreads messages over many mailboxes. The same triggers that
+        // keep mailbox sizes now keep each author's stored envelope bytes (a row per author
+        // with something stored), so the quota check of a create is one lookup. And sign-ins
+        // per uid are capped, which needs the sessions of a uid without a scan.
+        migrator.registerMigration("v5: author sizes, sessions by uid") { db in
+            try db.execute(sql: """
+                CREATE TABLE author_sizes (
+                    author TEXT PRIMARY KEY,
+                    bytes INTEGER NOT NULL
+                ) WITHOUT ROWID;
+                INSERT INTO author_sizes (author, bytes) SELECT author, sum(size) FROM messages GROUP BY author;
+
+                DROP TRIGGER messages_stored;
+                DROP TRIGGER messages_erased;
+                CREATE TRIGGER messages_stored AFTER INSERT ON messages BEGIN
+                    INSERT INTO mailbox_sizes (recipient, stored) VALUES (NEW.recipient, 1)
+                        ON CONFLICT (recipient) DO UPDATE SET stored = stored + 1;
+                    INSERT INTO author_sizes (author, bytes) VALUES (NEW.author, NEW.size)
+                        ON CONFLICT (author) DO UPDATE SET bytes = bytes + NEW.size;
+                END;
+                CREATE TRIGGER messages_erased AFTER DELETE ON messages BEGIN
+                    UPDATE mailbox_sizes SET stored = stored - 1 WHERE recipient = OLD.recipient;
+                    DELETE FROM mailbox_sizes WHERE recipient = OLD.recipient AND stored <= 0;
+                    UPDATE author_sizes SET bytes = bytes - OLD.size WHERE author = OLD.author;
+                    DELETE FROM author_sizes WHERE author = OLD.author AND bytes <= 0;
+                END;
+
+                CREATE INDEX sessions_by_uid ON sessions (uid);
+                """)
+        }
         return migrator
     }
 }

@@ -12,12 +12,22 @@ struct StoredSession: Sendable, Equatable {
 }
 
 extension Store {
-    /// Stores the hashes of a new access/refresh pair in `family`.
+    /// Stores the hashes of a new sign-in's access/refresh pair in a new `family`. When `uid`
+    /// already has `maxFamilies` sign-ins, the least recently refreshed ones are revoked to make
+    /// room: a uid's rows stay bounded however often it signs in. The number revoked.
+    @discardableResult
     func insertSessionPair(uid: String, family: Data, accessHash: Data, accessExpiresAt: Int64,
-                           refreshHash: Data, refreshExpiresAt: Int64) async throws {
+                           refreshHash: Data, refreshExpiresAt: Int64, maxFamilies: Int = .max) async throws -> Int {
         try await write("insert_session_pair") { db in
+            // A family's latest refresh token expires last: the family refreshed longest ago comes first.
+            let evicted = try Data.fetchAll(db.cachedStatement(sql: """
+                SELECT family FROM sessions WHERE uid = ? AND kind = 1 GROUP BY family ORDER BY max(expires_at) DESC LIMIT -1 OFFSET ?
+                """), arguments: [uid, max(0, maxFamilies - 1)])
+            let revoke = try db.cachedStatement(sql: "DELETE FROM sessions WHERE family = ?")
+            for family in evicted { try revoke.execute(arguments: [family]) }
             try Self.insertPair(db, uid: uid, family: family, accessHash: accessHash, accessExpiresAt: accessExpiresAt,
                                 refreshHash: refreshHash, refreshExpiresAt: refreshExpiresAt)
+            return evicted.count
         }
     }
 

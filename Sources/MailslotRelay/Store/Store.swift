@@ -10,6 +10,27 @@ enum StoreRefusal: Error, Equatable {
     case mailboxFull
     /// The owner has blocked the author.
     case blocked
+    /// The author's waiting messages, in all mailboxes together, hold the most bytes allowed.
+    case authorQuota
+    /// The disk is short of space: no new messages until some is freed (``DiskSpace``).
+    case storageFull
+    /// The owner's block list holds the most entries allowed.
+    case blockListFull
+}
+
+/// Why a write could not run at all (as opposed to a refusal of what it asked). The
+/// transaction was rolled back: nothing of it is stored.
+enum StoreFailure: Error, Equatable {
+    /// The disk is full, even after the reserve was released.
+    case storageFull
+}
+
+/// What a create may take: the per-mailbox and per-author bounds.
+struct CreateLimits: Sendable {
+    /// The most unexpired messages in one mailbox.
+    var maxPending: Int
+    /// The most envelope bytes one author may have stored, in all mailboxes together.
+    var maxAuthorBytes: Int64
 }
 
 /// The outcome of creating a message.
@@ -34,6 +55,8 @@ final class Store: Sendable {
     let pool: DatabasePool
     let path: String
     let metrics: RelayMetrics?
+    /// The data folder's free space; nil for a store without one (some tests).
+    let diskSpace: DiskSpace?
     /// The hot writes (creates, acks) share transactions under load.
     private let group: GroupCommit
 
@@ -46,7 +69,7 @@ final class Store: Sendable {
     }
 
     /// Opens (creating when needed) the database at `path` and runs pending migrations.
-    init(path: String, durability: Durability = .normal, metrics: RelayMetrics? = nil) throws {
+    init(path: String, durability: Durability = .normal, metrics: RelayMetrics? = nil, diskSpace: DiskSpace? = nil) throws {
         var configuration = Configuration()
         configuration.prepareDatabase { db in
             // Overwrite deleted content with zeros, in the main file and in WAL frames written after.
@@ -54,9 +77,10 @@ final class Store: Sendable {
         }
         configuration.busyMode = .timeout(5)
         pool = try DatabasePool(path: path, configuration: configuration)
-        group = GroupCommit(pool: pool)
+        group = GroupCommit(pool: pool, spaceRanOut: { diskSpace?.writeFailedForSpace() ?? false })
         self.path = path
         self.metrics = metrics
+        self.diskSpace = diskSpace
         // GRDB sets the writer to NORMAL after prepareDatabase; the choice is made here, once,
         // on the pool's single writer connection.
         try pool.writeWithoutTransaction { db in
@@ -69,7 +93,15 @@ final class Store: Sendable {
     func write<T: Sendable>(_ operation: String, _ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
         let start = ContinuousClock.now
         defer { metrics?.store(operation, ContinuousClock.now - start) }
-        return try await pool.write(updates)
+        do {
+            return try await pool.write(updates)
+        } catch let error as DatabaseError where error.resultCode == .SQLITE_FULL {
+            // The transaction was rolled back. With the reserve released, there is room to try again.
+            guard diskSpace?.writeFailedForSpace() == true else { throw StoreFailure.storageFull }
+            do { return try await pool.write(updates) } catch let error as DatabaseError where error.resultCode == .SQLITE_FULL {
+                throw StoreFailure.storageFull
+            }
+        }
     }
 
     /// A write that shares a transaction with others arriving meanwhile (``GroupCommit``), timed
@@ -125,16 +157,16 @@ final class Store: Sendable {
     /// `whenCommitted` gets each message created, once committed, in commit (`seq`) order.
     /// `envelope` is its base64url text, `size` the number of bytes that text stands for.
     func createMessage(recipient: String, id: String, author: String, envelope: String, size: Int, now: Int64, expiresAt: Int64,
-                       maxPending: Int, whenCommitted: (@Sendable (StoredMessage) -> Void)? = nil) async throws -> CreateOutcome {
+                       limits: CreateLimits, whenCommitted: (@Sendable (StoredMessage) -> Void)? = nil) async throws -> CreateOutcome {
         try await submitCreateMessage(recipient: recipient, id: id, author: author, envelope: envelope, size: size, now: now,
-                                      expiresAt: expiresAt, maxPending: maxPending, whenCommitted: whenCommitted).value
+                                      expiresAt: expiresAt, limits: limits, whenCommitted: whenCommitted).value
     }
 
-    /// ``createMessage(recipient:id:author:envelope:size:now:expiresAt:maxPending:whenCommitted:)``
+    /// ``createMessage(recipient:id:author:envelope:size:now:expiresAt:limits:whenCommitted:)``
     /// queued at once (``groupSubmit(_:_:committed:)``).
     func submitCreateMessage(recipient: String, id: String, author: String, envelope: String, size: Int, now: Int64, expiresAt: Int64,
-                             maxPending: Int, whenCommitted: (@Sendable (StoredMessage) -> Void)? = nil) -> CommitTicket<CreateOutcome> {
-        groupSubmit("create_message", { db in
+                             limits: CreateLimits, whenCommitted: (@Sendable (StoredMessage) -> Void)? = nil) -> CommitTicket<CreateOutcome> {
+        groupSubmit("create_message", { [diskSpace] db in
             // Every create runs these statements: they go through DirectStatement's binding.
             var erasedExpired = false
             if let existing = try db.cachedStatement(sql: "SELECT seq, expires_at FROM messages WHERE recipient = ? AND id = ?")
@@ -154,9 +186,15 @@ final class Store: Sendable {
                 .run(.text(recipient), .text(author), row: { _ in true }) != nil {
                 throw StoreRefusal.blocked
             }
-            guard try Self.pending(db, recipient: recipient, now: now, atLeast: maxPending) < maxPending else {
+            // Checked after the duplicate: an identical retry of a stored message is answered even now.
+            guard diskSpace?.admitsCreates() ?? true else { throw StoreRefusal.storageFull }
+            guard try Self.pending(db, recipient: recipient, now: now, atLeast: limits.maxPending) < limits.maxPending else {
                 throw StoreRefusal.mailboxFull
             }
+            // The author's stored bytes in all mailboxes (kept by the `v5` triggers): one lookup.
+            let authorBytes = try db.cachedStatement(sql: "SELECT bytes FROM author_sizes WHERE author = ?")
+                .run(.text(author), row: { $0.int64(0) }) ?? 0
+            guard authorBytes + Int64(size) <= limits.maxAuthorBytes else { throw StoreRefusal.authorQuota }
             try db.cachedStatement(sql: """
                 INSERT INTO messages (recipient, id, author, created_at, expires_at, size, envelope)
                 VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -178,12 +216,24 @@ final class Store: Sendable {
         }
     }
 
-    /// Unexpired messages of a mailbox after `seq`, oldest first.
-    func messages(recipient: String, after seq: Int64, limit: Int, now: Int64) async throws -> [StoredMessage] {
+    /// Unexpired messages of a mailbox after `seq`, oldest first: at most `limit`, and no more
+    /// than `maxBytes` of envelope text unless the first alone is larger. `more`: a message
+    /// after the last one returned is waiting (as far as this read could tell).
+    func messages(recipient: String, after seq: Int64, limit: Int, maxBytes: Int = .max,
+                  now: Int64) async throws -> (messages: [StoredMessage], more: Bool) {
         try await read("messages") { db in
-            try Row.fetchAll(db.cachedStatement(sql: """
+            let rows = try Row.fetchCursor(db.cachedStatement(sql: """
                 SELECT \(StoredMessage.columns) FROM messages WHERE recipient = ? AND seq > ? AND expires_at > ? ORDER BY seq LIMIT ?
-                """), arguments: [recipient, seq, now, limit]).map(StoredMessage.init(row:))
+                """), arguments: [recipient, seq, now, limit + 1])
+            var page: [StoredMessage] = []
+            var bytes = 0
+            while let row = try rows.next() {
+                let message = StoredMessage(row: row)
+                bytes += message.envelope.utf8.count
+                guard page.count < limit, page.isEmpty || bytes <= maxBytes else { return (page, true) }
+                page.append(message)
+            }
+            return (page, false)
         }
     }
 
@@ -250,15 +300,37 @@ final class Store: Sendable {
         }
     }
 
-    /// Erases every expired message and session; the number of messages erased.
-    func sweepExpired(now: Int64) async throws -> Int {
-        try await write("sweep_expired") { db in
-            try db.cachedStatement(sql: "DELETE FROM messages WHERE expires_at <= ?").execute(arguments: [now])
-            let erased = db.changesCount
-            // Expired sessions are kept a day, so that using one says `session_expired`, not `unauthenticated`.
-            try db.cachedStatement(sql: "DELETE FROM sessions WHERE expires_at <= ?").execute(arguments: [now - 24 * 3600 * 1000])
-            return erased
+    /// Erases every expired message and session, in transactions of at most `batch` rows and
+    /// about `batchBytes` of envelopes each, so that no other write waits long behind a sweep
+    /// (erasing overwrites every page of an envelope). The number of messages erased.
+    func sweepExpired(now: Int64, batch: Int = 256, batchBytes: Int = 2 * 1024 * 1024) async throws -> Int {
+        var erased = 0
+        while true {
+            let count = try await write("sweep_expired") { db in
+                var seqs: [Int64] = []
+                var bytes = 0
+                let expired = try Row.fetchCursor(db.cachedStatement(sql: """
+                    SELECT seq, size FROM messages INDEXED BY messages_by_expiry WHERE expires_at <= ? ORDER BY expires_at LIMIT ?
+                    """), arguments: [now, batch])
+                while let row = try expired.next(), seqs.isEmpty || bytes < batchBytes {
+                    seqs.append(row[0])
+                    bytes += row[1] as Int
+                }
+                let delete = try db.cachedStatement(sql: "DELETE FROM messages WHERE seq = ?")
+                for seq in seqs { try delete.run(.integer(seq)) }
+                return seqs.count
+            }
+            erased += count
+            if count == 0 || Task.isCancelled { break }
         }
+        // Expired sessions are kept a day, so that using one says `session_expired`, not `unauthenticated`.
+        while try await write("sweep_sessions", { db in
+            try db.cachedStatement(sql: """
+                DELETE FROM sessions WHERE hash IN (SELECT hash FROM sessions WHERE expires_at <= ? LIMIT ?)
+                """).execute(arguments: [now - 24 * 3600 * 1000, batch * 4])
+            return db.changesCount
+        }) == batch * 4 {}
+        return erased
     }
 
     /// Copies the WAL into the main file and truncates the WAL to zero bytes, so that erased
@@ -317,21 +389,22 @@ final class Store: Sendable {
         }
     }
 
-    /// The authors `owner` has blocked, in byte order.
-    func blocked(owner: String) async throws -> [String] {
+    /// The authors `owner` has blocked, in byte order, after `cursor`; at most `limit`.
+    func blocked(owner: String, after cursor: String, limit: Int) async throws -> [String] {
         try await read("blocked") { db in
-            try String.fetchAll(db.cachedStatement(sql: "SELECT author FROM blocked WHERE owner = ? ORDER BY author"), arguments: [owner])
+            try String.fetchAll(db.cachedStatement(sql: "SELECT author FROM blocked WHERE owner = ? AND author > ? ORDER BY author LIMIT ?"),
+                                arguments: [owner, cursor, limit])
         }
     }
 
-    func isBlocked(owner: String, author: String) async throws -> Bool {
-        try await read("is_blocked") { db in
-            try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM blocked WHERE owner = ? AND author = ?"), arguments: [owner, author]) ?? false
-        }
-    }
-
-    func block(owner: String, author: String, now: Int64) async throws {
+    /// Blocks `author` for `owner`, unless the block list already holds `limit` entries.
+    func block(owner: String, author: String, now: Int64, limit: Int) async throws {
         try await write("block") { db in
+            let count = try Int.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM blocked WHERE owner = ?"), arguments: [owner]) ?? 0
+            if count >= limit,
+               try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM blocked WHERE owner = ? AND author = ?"), arguments: [owner, author]) == nil {
+                throw StoreRefusal.blockListFull
+            }
             try db.execute(sql: "INSERT OR IGNORE INTO blocked (owner, author, created_at) VALUES (?, ?, ?)",
                            arguments: [owner, author, now])
         }

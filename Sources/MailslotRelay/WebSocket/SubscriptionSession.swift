@@ -14,6 +14,10 @@ struct SubscriptionSession {
     let hub: MailboxHub
     let window: Int
     let maxFrameBytes: Int
+    /// The most fragments one client message may arrive in.
+    let maxFragments: Int
+    /// Envelope bytes (as text) one read of the store may bring into memory for delivery.
+    let maxReadBytes: Int
     let maxJSONDepth: Int
     /// How often an open socket re-checks that its session is still valid, in seconds.
     let sessionCheckInterval: Double
@@ -91,6 +95,7 @@ struct SubscriptionSession {
         case .replaced: try? await outbound.close(.unknown(CloseCode.replaced), reason: "replaced by a newer subscription")
         case .sessionEnded: try? await outbound.close(.unknown(CloseCode.sessionEnded), reason: "the session expired or was revoked")
         case .protocolViolation(let why): try? await outbound.close(.unknown(CloseCode.protocolViolation), reason: why)
+        case .refusedMessage(let violation): try? await outbound.close(violation.closeCode, reason: violation.reason)
         case .shuttingDown: try? await outbound.close(.goingAway, reason: "the relay is stopping")
         }
     }
@@ -98,6 +103,8 @@ struct SubscriptionSession {
     enum CloseReason: Sendable {
         case clientLeft, replaced, sessionEnded, shuttingDown
         case protocolViolation(String)
+        /// A client message over the size or fragment bounds (``MessageAssembler``).
+        case refusedMessage(MessageAssembler.Violation)
     }
 
     /// Ends the subscription when its session expires or is revoked (sign-out, refresh reuse),
@@ -140,8 +147,10 @@ struct SubscriptionSession {
                         batch = fresh.filter { $0.seq > cursor && $0.expiresAt > now }
                     } else {
                         subscription.startStoreRead()
-                        batch = try await mailboxes.store.messages(recipient: owner, after: cursor, limit: room, now: Clock.now())
-                        caughtUp = batch.count < room
+                        let read = try await mailboxes.store.messages(recipient: owner, after: cursor, limit: room, maxBytes: maxReadBytes,
+                                                                      now: Clock.now())
+                        batch = read.messages
+                        caughtUp = !read.more
                     }
                     for message in batch {
                         inFlight.add(message.id)
@@ -207,8 +216,10 @@ struct SubscriptionSession {
     private func read(owner: String, principal: SessionService.Principal, subscription: MailboxHub.Subscription,
                       inFlight: InFlight, _ inbound: WebSocketInboundStream, into answers: AnswerQueue) async -> CloseReason {
         var garbage = 0
+        var assembler = MessageAssembler(maxBytes: maxFrameBytes, maxFragments: maxFragments)
         do {
-            for try await message in inbound.messages(maxSize: maxFrameBytes) {
+            for try await frame in inbound {
+                guard let message = try assembler.add(frame) else { continue }
                 if Clock.now() >= principal.expiresAt { return .sessionEnded }
                 let answer: AnswerQueue.Answer
                 var bytes = 0
@@ -224,8 +235,10 @@ struct SubscriptionSession {
                 guard await answers.append(answer, bytes: bytes) else { return .clientLeft }
                 if garbage >= 10 { return .protocolViolation("too many malformed frames") }
             }
+        } catch let violation as MessageAssembler.Violation {
+            return .refusedMessage(violation)
         } catch {
-            // The inbound stream failed: an oversized frame or a broken connection.
+            // The inbound stream failed: a frame over the decoder's limit, or a broken connection.
             return .clientLeft
         }
         return .clientLeft
@@ -245,8 +258,9 @@ struct SubscriptionSession {
                     return FrameText.acked(id)
                 } catch let problem as Problem where problem.code == .notFound {
                     return FrameText.acked(id)  // already erased (a repeated ack): acknowledged all the same
-                } catch let problem as Problem {
-                    return Self.text(RelayFrame(type: "error", id: id, problem: problem))
+                } catch {
+                    // Not erased (a full disk, a failing store): the client is told, and may ack again.
+                    return Self.text(RelayFrame(type: "error", id: id, problem: Problem.answering(error)))
                 }
             }
         case "send":
@@ -262,8 +276,8 @@ struct SubscriptionSession {
                     let (record, created) = try await stored()
                     return FrameText.sent(record, ref: ref, created: created)
                         ?? Self.text(RelayFrame(type: "sent", message: record, ref: ref, created: created))
-                } catch let problem as Problem {
-                    return Self.text(RelayFrame(type: "error", ref: ref, problem: problem))
+                } catch {
+                    return Self.text(RelayFrame(type: "error", ref: ref, problem: Problem.answering(error)))
                 }
             }
         default:
