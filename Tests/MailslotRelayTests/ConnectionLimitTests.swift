@@ -28,3 +28,53 @@ import Testing
         _ = held
     }
 }
+
+/// Sockets that never finish a request head cannot hold the relay's connections.
+@Suite struct FirstRequestDeadlineTests {
+    @Test func silentSocketsAtTheConnectionLimitAreClosedAndTheRelayServesAgain() async throws {
+        try await withTestRelay({ $0.maxConnections = 8; $0.headerTimeout = 1 }) { relay in
+            let started = ContinuousClock.now
+            let silent = try (0..<8).map { _ in try RawConnection(port: relay.port) }
+            try await Task.sleep(for: .milliseconds(200))
+            let waiting = try RawConnection(port: relay.port)
+            waiting.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            // Served once the silent ones are closed: within the deadline, not when they give up.
+            #expect(await waiting.receive(attempts: 8)?.hasPrefix("HTTP/1.1 200") == true, "served within the head deadline")
+            #expect(ContinuousClock.now - started < .seconds(4))
+            for socket in silent { #expect(await socket.receive(attempts: 4) == "", "a silent socket is closed") }
+        }
+    }
+
+    @Test func aHeadSentAByteAtATimeIsClosedAtTheDeadlineEvenThoughItIsNeverIdle() async throws {
+        try await withTestRelay({ $0.headerTimeout = 1; $0.idleTimeout = 5 }) { relay in
+            let slow = try RawConnection(port: relay.port)
+            slow.send("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            var closed = false
+            for _ in 0..<8 where !closed {
+                await slow.send(bytes: [0x61])
+                closed = await slow.receive(attempts: 1) == ""
+            }
+            #expect(closed, "closed about a second after it connected")
+        }
+    }
+
+    @Test func aSocketSilentPastTheIdleTimeoutIsClosedBeforeTheHeadDeadline() async throws {
+        try await withTestRelay({ $0.headerTimeout = 30; $0.idleTimeout = 1 }) { relay in
+            let quiet = try RawConnection(port: relay.port)
+            quiet.send("GET /healthz HTTP/1.1\r\n")
+            #expect(await quiet.receive(attempts: 6) == "", "closed after a second of silence")
+        }
+    }
+
+    @Test func aSubscriptionOutlivesTheDeadlines() async throws {
+        try await withTestRelay({ $0.headerTimeout = 1; $0.idleTimeout = 1 }) { relay in
+            let bob = try await relay.signIn("bob")
+            let socket = try await TestSocket.subscribed(relay, "bob", session: bob.session)
+            try await Task.sleep(for: .seconds(2.5))
+            #expect(await !socket.isFinished, "an upgraded connection is the ping's to watch")
+            try await relay.send(try await relay.signIn("alice").session, to: "bob", id: messageID(1))
+            #expect(try await socket.next()?.type == "message")
+            await socket.close()
+        }
+    }
+}

@@ -111,6 +111,21 @@ final class TestRelay: Sendable {
     }
 }
 
+/// Runs `body` with a relay started for it, and stops the relay (deleting its data) before
+/// returning, whether `body` succeeded or threw.
+func withTestRelay<T>(dataDirectory: String? = nil, _ configure: (inout RelayConfiguration) -> Void = { _ in },
+                      _ body: (TestRelay) async throws -> T) async throws -> T {
+    let relay = try await TestRelay.start(dataDirectory: dataDirectory, configure)
+    do {
+        let value = try await body(relay)
+        try await relay.finish()
+        return value
+    } catch {
+        try? await relay.finish()
+        throw error
+    }
+}
+
 /// A fresh, valid, time-ordered-looking message id.
 func messageID(_ n: Int = Int.random(in: 0..<1_000_000)) -> String {
     let digits = String(n)

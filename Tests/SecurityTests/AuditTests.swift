@@ -16,6 +16,19 @@ import Testing
         #expect(Set(outcomes.map(\.name)).count == outcomes.count, "every check has its own name")
     }
 
+    /// The resource checks can fail too: a relay that lets a message arrive in any number of
+    /// fragments, or a uid sign in without bound, is caught by the checks made for that.
+    @Test func aRelayWithoutItsBoundsFailsTheLimitChecks() async throws {
+        let relay = try await SecurityRelay.start {
+            $0.maxFrameFragments = 1_000_000
+            $0.maxSessionFamilies = 1_000_000
+        }
+        let outcomes = await relay.audit([.limits])
+        await relay.finish()
+        let failed = Set(outcomes.filter { !$0.passed }.map(\.name))
+        #expect(failed == ["limit.fragment-flood", "limit.sign-in-flood-evicts-the-oldest"], "failed: \(failed.sorted())")
+    }
+
     /// A relay started with one extra grant in its rules table, and the checks that must notice.
     struct Hole: Sendable, CustomTestStringConvertible {
         let operation: MailslotRelay.Operation

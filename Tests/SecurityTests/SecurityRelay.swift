@@ -25,6 +25,8 @@ final class SecurityRelay: Sendable {
         configuration.audience = audience
         configuration.createRate = 20
         configuration.createBurst = 60
+        // Short enough that the audit sees silent sockets closed in seconds.
+        configuration.headerTimeout = 2
         configure(&configuration)
         let relay = try Relay(configuration: configuration, logger: logger)
         return SecurityRelay(issuer: issuer, running: try await relay.start(), dataDirectory: configuration.dataDirectory)

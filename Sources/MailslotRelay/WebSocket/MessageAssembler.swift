@@ -61,6 +61,12 @@ struct MessageAssembler {
 
     /// Takes the next data frame; the message it completes, if it does.
     mutating func add(_ frame: WebSocketDataFrame) throws(Violation) -> Message? {
+        try add(opcode: frame.opcode, data: frame.data, fin: frame.fin)
+    }
+
+    /// Takes the next data frame, by its parts.
+    mutating func add(opcode frameOpcode: WebSocketDataFrame.Opcode, data: ByteBuffer, fin: Bool) throws(Violation) -> Message? {
+        let frame = (opcode: frameOpcode, data: data, fin: fin)
         switch (frame.opcode, opcode) {
         case (.continuation, nil), (.text, .some), (.binary, .some): throw .outOfSequence
         case (.continuation, .some): break

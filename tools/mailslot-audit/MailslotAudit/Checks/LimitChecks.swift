@@ -69,6 +69,40 @@ enum LimitChecks {
             context.record("limit.garbage-frames-close-the-socket", code == CloseCode.protocolViolation,
                            "after 12 malformed frames: close \(code.map(String.init) ?? "none (still open)")")
         }
+        await webSocketMessageChecks(context)
+        await context.check("limit.silent-and-slow-connections-are-closed") {
+            guard let silent = try context.rawConnection(), let slow = try context.rawConnection() else {
+                return context.skip("limit.silent-and-slow-connections-are-closed", "needs plain HTTP")
+            }
+            // One socket says nothing; the other sends a request head a byte a second (never idle,
+            // never done). A relay must close both, or enough of them lock everyone out.
+            async let silentClosed = silent.receive(attempts: 60) == ""
+            async let slowClosed: Bool = {
+                slow.send("GET /healthz HTTP/1.1\r\nHost: relay\r\nX-Slow: ")
+                for _ in 0..<30 {
+                    guard await slow.send(bytes: [0x61]) else { return true }
+                    if await slow.receive(attempts: 2) == "" { return true }
+                }
+                return false
+            }()
+            let (quiet, trickle) = await (silentClosed, slowClosed)
+            context.record("limit.silent-and-slow-connections-are-closed", quiet && trickle,
+                           "after 30 s: a silent socket \(quiet ? "closed" : "still open"), a trickled head \(trickle ? "closed" : "still open")")
+        }
+        await context.check("limit.sign-in-flood-evicts-the-oldest") {
+            // Every sign-in stores rows; a uid's live sign-ins are capped, the oldest revoked.
+            let first = try await context.signIn("signer")
+            var revoked = false
+            var signIns = 1
+            while !revoked, signIns < 200 {
+                for _ in 0..<16 {
+                    _ = try await http.call("POST", "/v1/sessions", body: ["token": try context.token(first.uid)])
+                    signIns += 1
+                }
+                revoked = try await http.call("GET", "/v1/users/\(first.uid)", session: first.session).status == 401
+            }
+            context.record("limit.sign-in-flood-evicts-the-oldest", revoked, "the first of \(signIns) sign-ins of one uid is still live")
+        }
         guard context.target.flood else { return context.skip("limit.flood-of-creates", "disabled (--no-flood)") }
         await context.check("limit.flood-of-creates") {
             // Into the flooder's own mailbox, so nobody else is disturbed; cleaned up afterwards.
@@ -87,6 +121,63 @@ enum LimitChecks {
             let retryAfter = limited?.headers["retry-after"].flatMap(Int.init) ?? 0
             context.record("limit.flood-of-creates", limited?.code == "rate_limited" && retryAfter >= 1,
                            limited.map { "429 without a usable Retry-After (\($0.summary))" } ?? "no 429 after \(sent) creates")
+        }
+    }
+
+    /// Fragmented WebSocket messages: bounded in fragments and bytes, never an empty fragment.
+    private static func webSocketMessageChecks(_ context: AuditContext) async {
+        let bob = context.bob!
+        let text: UInt8 = 1, continuation: UInt8 = 0
+        func subscription(_ name: String) async throws -> RawConnection? {
+            guard let connection = try context.rawConnection() else {
+                context.skip(name, "needs plain HTTP")
+                return nil
+            }
+            guard await connection.upgrade(path: "/v1/users/\(bob.uid)/subscribe", session: bob.session) else {
+                context.record(name, false, "the owner's subscription did not open")
+                return nil
+            }
+            return connection
+        }
+        func closeName(_ code: UInt16?) -> String { code.map { $0 == 0 ? "closed without a close frame" : "close \($0)" } ?? "none (still open)" }
+
+        await context.check("limit.empty-continuation-frames") {
+            guard let socket = try await subscription("limit.empty-continuation-frames") else { return }
+            // Each empty fragment costs the sender 6 bytes; a relay that keeps them grows without bound.
+            var frames = RawConnection.webSocketFrame(opcode: text, fin: false, payload: Array(#"{"type":"#.utf8))
+            let empty = RawConnection.webSocketFrame(opcode: continuation, fin: false, payload: [])
+            for _ in 0..<10_000 { frames += empty }
+            // Read while sending: a close frame left unread when the relay drops the connection is lost.
+            async let closed = socket.webSocketClose(attempts: 20)
+            await socket.send(bytes: frames)
+            let code = await closed
+            let stillServing = try await context.http.call("GET", "/healthz").status == 200
+            context.record("limit.empty-continuation-frames", code == 1008 && stillServing,
+                           "after 10,000 empty continuation frames: \(closeName(code)) (expected 1008); relay serving: \(stillServing)")
+        }
+        await context.check("limit.fragment-flood") {
+            guard let socket = try await subscription("limit.fragment-flood") else { return }
+            var frames = RawConnection.webSocketFrame(opcode: text, fin: false, payload: Array("{".utf8))
+            let one = RawConnection.webSocketFrame(opcode: continuation, fin: false, payload: Array(" ".utf8))
+            for _ in 0..<2_000 { frames += one }
+            async let closed = socket.webSocketClose(attempts: 20)
+            await socket.send(bytes: frames + RawConnection.webSocketFrame(opcode: continuation, fin: true, payload: Array("}".utf8)))
+            let code = await closed
+            context.record("limit.fragment-flood", code == 1009, "a message in 2,002 one-byte fragments: \(closeName(code)) (expected 1009)")
+        }
+        await context.check("limit.fragmented-message-over-the-size-limit") {
+            guard let socket = try await subscription("limit.fragmented-message-over-the-size-limit") else { return }
+            // 40 fragments of 48 KiB: each within any frame limit, together over any message limit
+            // a relay with envelopes up to 1 MiB has.
+            let chunk = [UInt8](repeating: 0x20, count: 48 * 1024)
+            async let closed = socket.webSocketClose(attempts: 20)
+            var sentAll = await socket.send(bytes: RawConnection.webSocketFrame(opcode: text, fin: false, payload: chunk))
+            for n in 1..<40 where sentAll {
+                sentAll = await socket.send(bytes: RawConnection.webSocketFrame(opcode: continuation, fin: n == 39, payload: chunk))
+            }
+            let code = await closed
+            context.record("limit.fragmented-message-over-the-size-limit", code == 1009,
+                           "a 1.9 MiB message in 40 fragments: \(closeName(code)) (expected 1009)")
         }
     }
 }
