@@ -20,5 +20,7 @@ extension RelaySocket {
 
 extension RawConnection {
     /// A raw connection to a test relay.
-    convenience init(port: Int) throws { try self.init(host: "127.0.0.1", port: port) }
+    convenience init(port: Int, receiveBuffer: Int? = nil) throws {
+        try self.init(host: "127.0.0.1", port: port, receiveBuffer: receiveBuffer)
+    }
 }

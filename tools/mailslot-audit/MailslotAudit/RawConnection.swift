@@ -11,8 +11,9 @@ public final class RawConnection: @unchecked Sendable {
     // @unchecked: the descriptor is set once; the kernel serialises what is done with it.
     let descriptor: Int32
 
-    /// Connects to `host:port` (IPv4 or IPv6, as the name resolves).
-    public init(host: String, port: Int) throws {
+    /// Connects to `host:port` (IPv4 or IPv6, as the name resolves). `receiveBuffer` fixes the
+    /// socket's receive buffer (no autotuning), for a reader that must stay slow.
+    public init(host: String, port: Int, receiveBuffer: Int? = nil) throws {
         var hints = addrinfo()
         hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
         var list: UnsafeMutablePointer<addrinfo>?
@@ -22,6 +23,9 @@ public final class RawConnection: @unchecked Sendable {
         var entry: UnsafeMutablePointer<addrinfo>? = first
         while let address = entry, connected < 0 {
             let candidate = socket(address.pointee.ai_family, address.pointee.ai_socktype, address.pointee.ai_protocol)
+            if candidate >= 0, var size = receiveBuffer.map(Int32.init) {
+                setsockopt(candidate, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+            }
             if candidate >= 0, connect(candidate, address.pointee.ai_addr, address.pointee.ai_addrlen) == 0 {
                 connected = candidate
             } else if candidate >= 0 {

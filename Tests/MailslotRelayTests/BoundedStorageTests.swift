@@ -1,0 +1,136 @@
+import Foundation
+import MailslotAudit
+import Testing
+@testable import MailslotRelay
+import MailslotWire
+
+/// What one account can make the relay store: bytes per author across mailboxes, sign-ins per
+/// uid, block-list entries; and what one read can make it hold.
+@Suite struct BoundedStorageTests {
+    @Test func anAuthorsWaitingBytesAreBoundedAcrossMailboxesAndFreedByAcks() async throws {
+        try await withTestRelay({ $0.maxAuthorBytes = 3 * 512 }) { relay in
+            let alice = try await relay.signIn("alice"), bob = try await relay.signIn("bob")
+            for (n, recipient) in ["bob", "carol", "dave"].enumerated() {
+                #expect(try await relay.send(alice.session, to: recipient, id: messageID(n)).status == 201)
+            }
+            let refused = try await relay.send(alice.session, to: "erin", id: messageID(9))
+            #expect(refused.status == 429 && refused.code == "author_quota")
+            #expect(Int(refused.headers["retry-after"] ?? "") ?? 0 >= 1)
+            #expect(try await relay.send(bob.session, to: "erin", id: messageID(8)).status == 201, "another author's quota is his own")
+            // bob acknowledges alice's message: her bytes are free again.
+            #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(messageID(0))", session: bob.session).status == 204)
+            #expect(try await relay.send(alice.session, to: "erin", id: messageID(9)).status == 201)
+        }
+    }
+
+    @Test func signInsOfOneUidAreCappedAndTheLeastRecentlyRefreshedIsRevoked() async throws {
+        try await withTestRelay({ $0.maxSessionFamilies = 3 }) { relay in
+            let first = try await relay.signIn("alice")
+            let second = try await relay.signIn("alice")
+            // The first refreshes: now the second is the least recently refreshed.
+            let refreshed = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": first.refresh])
+            #expect(refreshed.status == 201)
+            let firstSession = refreshed.json["session"] as? String ?? ""
+            _ = try await relay.signIn("alice")
+            _ = try await relay.signIn("alice")
+            #expect(try await relay.call("GET", "/v1/users/alice/blocked", session: second.session).status == 401, "evicted")
+            let stale = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": second.refresh])
+            #expect(stale.status == 401 && stale.code == "refresh_invalid")
+            #expect(try await relay.call("GET", "/v1/users/alice/blocked", session: firstSession).status == 200, "kept")
+            _ = try await relay.signIn("bob")  // another uid's sign-ins are not alice's
+            let rows = try await relay.relay.store.read("test") { db in
+                try Int.fetchOne(db, sql: "SELECT count(DISTINCT family) FROM sessions WHERE uid = 'alice'") ?? 0
+            }
+            #expect(rows == 3)
+        }
+    }
+
+    @Test func theBlockListIsPagedAndCapped() async throws {
+        try await withTestRelay({ $0.maxBlockedPerOwner = 5 }) { relay in
+            let bob = try await relay.signIn("bob")
+            for n in 0..<5 {
+                #expect(try await relay.call("PUT", "/v1/users/bob/blocked/spammer\(n)", session: bob.session).status == 204)
+            }
+            let full = try await relay.call("PUT", "/v1/users/bob/blocked/spammer5", session: bob.session)
+            #expect(full.status == 409 && full.code == "block_list_full")
+            #expect(try await relay.call("PUT", "/v1/users/bob/blocked/spammer4", session: bob.session).status == 204, "again: fine")
+            var authors: [String] = []
+            var after: String?
+            for _ in 0..<5 {
+                let page = try await relay.call("GET", "/v1/users/bob/blocked?limit=2" + (after.map { "&after=\($0)" } ?? ""), session: bob.session)
+                authors += page.json["blocked"] as? [String] ?? []
+                after = page.json["next"] as? String
+                if after == nil { break }
+            }
+            #expect(authors == (0..<5).map { "spammer\($0)" })
+            #expect(try await relay.call("GET", "/v1/users/bob/blocked?limit=0", session: bob.session).status == 400)
+            #expect(try await relay.call("GET", "/v1/users/bob/blocked?after=..", session: bob.session).code == "invalid_uid")
+        }
+    }
+
+    @Test func aPageStopsAtItsByteBoundAndGivesNext() async throws {
+        try await withTestRelay({ $0.maxPageBytes = 3 * 700; $0.createBurst = 1000; $0.createRate = 1000 }) { relay in
+            let alice = try await relay.signIn("alice"), bob = try await relay.signIn("bob")
+            for n in 0..<7 { try await relay.send(alice.session, to: "bob", id: messageID(n)) }  // 683 bytes of text each
+            var pages: [Int] = []
+            var after: String?
+            repeat {
+                let page = try await relay.call("GET", "/v1/users/bob/messages?limit=100" + (after.map { "&after=\($0)" } ?? ""), session: bob.session)
+                pages.append((page.json["messages"] as? [Any])?.count ?? -1)
+                after = page.json["next"] as? String
+            } while after != nil && pages.count < 10
+            #expect(pages == [3, 3, 1])
+        }
+    }
+
+    /// An owner who asks for pages and never reads them: each held page counts against the
+    /// mailbox's reads, so the relay holds a few pages, not one per request.
+    @Test func unreadPagesAreBoundedPerMailbox() async throws {
+        try await withTestRelay({ configuration in
+            configuration.maxEnvelopeBytes = 256 * 1024
+            configuration.maxFrameBytes = 256 * 1024 * 4 / 3 + 4096
+            configuration.maxBodyBytes = 256 * 1024 * 4 / 3 + 4096
+            configuration.maxPageBytes = 16 * 1024 * 1024
+            configuration.createBurst = 1000
+            configuration.createRate = 1000
+        }) { relay in
+            let alice = try await relay.signIn("alice"), bob = try await relay.signIn("bob")
+            // 16 MiB of text waiting: far more than the kernel takes of one answer into its socket buffers
+            // (the relay's send buffer is at most 4 MiB here; the reader's is fixed at 64 KiB).
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for n in 0..<48 { group.addTask { try await relay.send(alice.session, to: "bob", id: messageID(n), envelope: randomBytes(256 * 1024)) } }
+                try await group.waitForAll()
+            }
+            let before = residentBytes()
+            var held: [RawConnection] = []
+            for _ in 0..<24 {
+                let connection = try RawConnection(port: relay.port, receiveBuffer: 64 * 1024)
+                connection.send("GET /v1/users/bob/messages?limit=500 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(bob.session)\r\n\r\n")
+                held.append(connection)
+            }
+            var statuses: [Int] = []
+            for connection in held { statuses.append(await connection.status(attempts: 20) ?? -1) }
+            // Four pages held (64 MiB) and what encoding them left to malloc; one per request would be 384 MiB and more.
+            let grown = residentBytes() - before
+            #expect(statuses.filter { $0 == 200 }.count == 4, "\(statuses)")
+            #expect(statuses.filter { $0 == 429 }.count == 20, "\(statuses)")
+            #expect(grown < 300 * 1024 * 1024, "relay memory grew by \(grown / 1024 / 1024) MiB for 24 unread pages of 16 MiB")
+            held.removeAll()
+            // Once the held answers are dropped, their reads end.
+            var reads = 4
+            for _ in 0..<50 where reads > 0 {
+                try await Task.sleep(for: .milliseconds(100))
+                reads = relay.relay.mailboxes.readLimiter.count("bob")
+            }
+            #expect(reads == 0)
+        }
+    }
+}
+
+/// This process's resident memory, in bytes.
+func residentBytes() -> Int {
+    guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+          let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+          let kib = Int(line.split(separator: " ").dropFirst().first ?? "") else { return 0 }
+    return kib * 1024
+}
