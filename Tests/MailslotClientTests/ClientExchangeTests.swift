@@ -18,6 +18,9 @@ final class Harness: Sendable {
         configuration.dataDirectory = folder + "/relay"
         configuration.issuerKeys = [issuer.publicKey]
         configuration.audience = "client.test"
+        // A test relay keeps no disk reserve and refuses no creates for lack of space (DiskFullTests covers those).
+        configuration.minFreeBytes = 0
+        configuration.reserveBytes = 0
         var logger = Logger(label: "client-test-relay")
         logger.logLevel = .error
         relay = try Relay(configuration: configuration, logger: logger)

@@ -32,7 +32,7 @@ import MailslotWire
     /// Writes zeros to `path` until the disk refuses more.
     static func fill(_ path: String) {
         guard let handle = FileHandle(forWritingAtPath: path) ?? {
-            FileManager.default.createFile(atPath: path, contents: nil)
+            _ = FileManager.default.createFile(atPath: path, contents: nil)
             return FileHandle(forWritingAtPath: path)
         }() else { return }
         defer { try? handle.close() }
@@ -44,7 +44,7 @@ import MailslotWire
     }
 
     @Test func aFullDiskRefusesCreatesKeepsAcksAndSignInsAndLosesNothing() async throws {
-        let ran = try await Self.withSmallDisk(megabytes: 24) { disk in
+        let ran: Void? = try await Self.withSmallDisk(megabytes: 24) { disk in
             let data = (disk as NSString).appendingPathComponent("data")
             try await withTestRelay(dataDirectory: data, { configuration in
                 configuration.minFreeBytes = 4 * 1024 * 1024

@@ -44,6 +44,8 @@ import MailslotWire
         #expect(during["mailslot_websockets_open"] == 1)
         #expect(during["mailslot_messages_pending"] == 1)
         #expect((during["mailslot_messages_oldest_pending_age_seconds"] ?? -1) >= 0)
+        #expect(during["mailslot_storage_full"] == 0)
+        #expect((during["mailslot_disk_free_bytes"] ?? 0) > 0)
         try await socket.send(.ack(first))
         #expect(try await socket.next()?.type == "acked")
         await socket.close()

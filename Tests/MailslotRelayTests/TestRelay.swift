@@ -33,6 +33,9 @@ final class TestRelay: Sendable {
         configuration.issuerKeys = [issuer.publicKey]
         configuration.audience = "test.relay"
         configuration.erasureDelay = 0.05
+        // A test relay keeps no disk reserve and refuses no creates for lack of space (DiskFullTests covers those).
+        configuration.minFreeBytes = 0
+        configuration.reserveBytes = 0
         configure(&configuration)
         let relay = try Relay(configuration: configuration, logger: logger)
         return TestRelay(relay: relay, running: try await relay.start(), issuer: issuer, dataDirectory: configuration.dataDirectory)

@@ -27,6 +27,9 @@ final class SecurityRelay: Sendable {
         configuration.createBurst = 60
         // Short enough that the audit sees silent sockets closed in seconds.
         configuration.headerTimeout = 2
+        // A test relay keeps no disk reserve and refuses no creates for lack of space (DiskFullTests covers those).
+        configuration.minFreeBytes = 0
+        configuration.reserveBytes = 0
         configure(&configuration)
         let relay = try Relay(configuration: configuration, logger: logger)
         return SecurityRelay(issuer: issuer, running: try await relay.start(), dataDirectory: configuration.dataDirectory)

@@ -17,6 +17,9 @@ import Testing
             configuration.port = 0
             configuration.dataDirectory = home + "/relay"
             configuration.issuerKeys = [issuer.publicKey]
+            // No disk reserve and no free-space watermark: DiskFullTests covers those.
+            configuration.minFreeBytes = 0
+            configuration.reserveBytes = 0
             var logger = Logger(label: "cli-test-relay")
             logger.logLevel = .error
             running = try await Relay(configuration: configuration, logger: logger).start()

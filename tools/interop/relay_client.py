@@ -76,7 +76,9 @@ class Relay:
                 [self.binary, "serve", "--listen", f"127.0.0.1:{self.port}", "--data", self.data,
                  "--issuer-public-key", self.issuer_public, "--audience", AUDIENCE,
                  "--create-burst", str(CREATE_BURST), "--create-rate", str(CREATE_RATE),
-                 "--max-pending", str(MAX_PENDING), "--window", str(WINDOW), "--log-level", "warning"],
+                 "--max-pending", str(MAX_PENDING), "--window", str(WINDOW), "--log-level", "warning",
+                 # a throwaway relay: no disk reserve, no free-space watermark (the Swift tests cover them)
+                 "--min-free-bytes", "0", "--disk-reserve-bytes", "0"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
             log.close()
             deadline = time.monotonic() + 15
@@ -845,8 +847,14 @@ def scenario_rules(c):
     R("PUT block entry again (idempotent)", "PUT", bl, "owner", 204)
     R("PUT block entry Zed", "PUT", "/v1/users/bob/blocked/Zed", "owner", 204)
     r = request(rel, "GET", "/v1/users/bob/blocked", session=b.session)
-    ok("rules: GET block list as owner → 200 {\"blocked\":[\"Zed\",\"carol\"]} (byte order, §4.12)",
-       r.status == 200 and r.json == {"blocked": ["Zed", "carol"]}, repr(r))
+    ok("rules: GET block list as owner → 200 {\"blocked\":[\"Zed\",\"carol\"],\"next\":null} (byte order, §4.12)",
+       r.status == 200 and r.json == {"blocked": ["Zed", "carol"], "next": None}, repr(r))
+    r = request(rel, "GET", "/v1/users/bob/blocked?limit=1", session=b.session)
+    ok("block list in pages: limit=1 → [\"Zed\"] and next \"Zed\" (§4.12)",
+       r.status == 200 and r.json == {"blocked": ["Zed"], "next": "Zed"}, repr(r))
+    r = request(rel, "GET", "/v1/users/bob/blocked?limit=1&after=Zed", session=b.session)
+    ok("block list after=Zed → [\"carol\"], next null (§4.12)",
+       r.status == 200 and r.json == {"blocked": ["carol"], "next": None}, repr(r))
     for who, st, code in [("other", 403, "forbidden")] + U401:
         R("GET block list", "GET", "/v1/users/bob/blocked", who, st, code)
     R("GET block list", "GET", "/v1/users/bob/blocked", AUTH, 403, "forbidden")

@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import NIOCore
 import MailslotWire
 
 /// Reading and writing JSON bodies with the relay's limits: size first (before reading it all),
@@ -18,23 +19,35 @@ enum JSONBody {
     }
 
     /// A JSON response written in chunks as the client takes them, holding `permit` (a read of
-    /// a mailbox) until all of it has been handed to the socket, or the connection is gone.
-    static func response<T: Sendable & Encodable>(_ read: MailboxService.Read<T>) -> Response {
+    /// a mailbox) until all of it has been taken by the socket, or the connection is gone.
+    static func response<T: Sendable & Encodable>(_ read: MailboxService.Read<T>, on channel: any Channel) -> Response {
         let bytes = encode(read.value)
         let permit = read.permit
         return Response(status: .ok, headers: [.contentType: "application/json"],
                         body: .init(contentLength: bytes.count) { writer in
-                            // Each write waits until the socket can take more: a client that does
-                            // not read keeps its read counted, and at most one chunk queued.
                             var offset = 0
                             while offset < bytes.count {
                                 let end = min(offset + chunkBytes, bytes.count)
                                 try await writer.write(ByteBuffer(bytes: bytes[offset..<end]))
                                 offset = end
+                                try await untilWritable(channel)
                             }
                             try await writer.finish(nil)
+                            try await untilWritable(channel)
                             withExtendedLifetime(permit) {}
                         })
+    }
+
+    /// Waits while `channel` has more queued than its high watermark. An async writer learns of
+    /// NIO's back-pressure only once the event loop has run its writes: a fast producer would
+    /// queue a whole page in memory first, and a client that never reads would hold it there.
+    /// Writability is an atomic flag of the channel, so a short poll, only while it is full,
+    /// costs nothing in the common case.
+    private static func untilWritable(_ channel: any Channel) async throws {
+        while !channel.isWritable {
+            guard channel.isActive else { throw ChannelError.ioOnClosedChannel }
+            try await Task.sleep(for: .milliseconds(2))
+        }
     }
 
     /// The size of the chunks a streamed answer is written in.

@@ -32,6 +32,10 @@ struct OperationsRoutes: Sendable {
                 metrics.messagesPending.record(summary.count)
                 metrics.oldestPendingAge.record(summary.oldestCreatedAt.map { Double(max(0, now - $0)) / 1000 } ?? 0)
             }
+            if let disk = store.diskSpace {
+                metrics.storageFull.record(disk.isShort ? 1 : 0)
+                if let free = disk.freeBytes { metrics.diskFreeBytes.record(free) }
+            }
             return Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
                             body: .init(byteBuffer: ByteBuffer(bytes: metrics.exposition())))
         }

@@ -1,5 +1,6 @@
 import Hummingbird
 import HummingbirdWebSocket
+import NIOCore
 
 /// The per-request context: Hummingbird's core storage plus the WebSocket handler slot the
 /// subscribe route fills when it accepts an upgrade.
@@ -8,10 +9,13 @@ public struct RelayContext: RequestContext, WebSocketRequestContext {
     public var coreContext: CoreRequestContextStorage
     /// Where the subscribe route leaves its WebSocket handler.
     public let webSocket: WebSocketHandlerReference<RelayContext>
+    /// The connection: a long answer is written at the pace its socket takes it.
+    public let channel: any Channel
 
     /// A context for a new request on `source`.
     public init(source: Source) {
         coreContext = .init(source: source)
         webSocket = .init()
+        channel = source.channel
     }
 }

@@ -66,11 +66,11 @@ struct Routes: Sendable {
             let principal = try await principal(request)
             let after = request.uri.queryParameters.get("after")
             return JSONBody.response(try await mailboxes.list(principal, owner: try context.uid(), after: after, limit: try limit(request),
-                                                              now: Clock.now()))
+                                                              now: Clock.now()), on: context.channel)
         }
         router.get("/v1/users/:uid/messages/:id") { request, context in
             JSONBody.response(try await mailboxes.message(try await principal(request), owner: try context.uid(),
-                                                          id: try context.messageID(), now: Clock.now()))
+                                                          id: try context.messageID(), now: Clock.now()), on: context.channel)
         }
         router.patch("/v1/users/:uid/messages/:id") { request, context in
             let principal = try await principal(request)

@@ -42,10 +42,12 @@ struct MailboxService: Sendable {
                 let outcome = try await stored()
                 if outcome.created { metrics.messagesCreated.increment() }
                 return outcome
-            } catch let problem as Problem {
+            } catch {
+                // Refusals and failures alike (a full disk found at commit is `storage_full`).
+                let problem = Problem.answering(error)
                 metrics.rejected(reason: problem.code.rawValue)
                 if problem.code == .rateLimited { metrics.rateLimited.increment() }
-                throw problem
+                throw error
             }
         }
     }

@@ -21,6 +21,10 @@ final class RelayMetrics: Sendable {
     /// Set when scraped, from the store.
     let messagesPending: CoreMetrics.Gauge
     let oldestPendingAge: CoreMetrics.Gauge
+    /// Set when scraped: free bytes on the data folder's file system, and 1 while creates are
+    /// refused for lack of space (`storage_full`).
+    let diskFreeBytes: CoreMetrics.Gauge
+    let storageFull: CoreMetrics.Gauge
     /// The store's hot operations, made once: a lookup by name in the registry costs a lock.
     private let storeTimers: [String: CoreMetrics.Timer]
 
@@ -46,6 +50,8 @@ final class RelayMetrics: Sendable {
         webSocketsOpen = CoreMetrics.Meter(label: "mailslot_websockets_open", factory: factory)
         messagesPending = CoreMetrics.Gauge(label: "mailslot_messages_pending", factory: factory)
         oldestPendingAge = CoreMetrics.Gauge(label: "mailslot_messages_oldest_pending_age_seconds", factory: factory)
+        diskFreeBytes = CoreMetrics.Gauge(label: "mailslot_disk_free_bytes", factory: factory)
+        storageFull = CoreMetrics.Gauge(label: "mailslot_storage_full", factory: factory)
         var timers: [String: CoreMetrics.Timer] = [:]
         for operation in ["create_message", "message", "messages", "delete_message", "session", "pending_count"] {
             timers[operation] = CoreMetrics.Timer(label: "mailslot_store_duration_seconds", dimensions: [("operation", operation)],

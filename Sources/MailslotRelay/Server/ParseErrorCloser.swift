@@ -20,10 +20,11 @@ final class ParseErrorCloser: ChannelInboundHandler, Sendable {
 }
 
 /// The relay's child channel: HTTP/1.1 with the WebSocket upgrade, plus ``FirstRequestDeadline``,
-/// ``ParseErrorCloser`` and, next to the socket, ``FlushCoalescer``.
+/// ``ParseErrorCloser`` and, next to the socket, ``FlushCoalescer`` and ``StalledReaderDeadline``.
 struct RelayChildChannel<Base: ServerChildChannel>: ServerChildChannel {
     let base: Base
-    /// Seconds to the first complete request head, and of silence before it.
+    /// Seconds to the first complete request head; of silence before it, and of a peer that
+    /// does not read what it asked for.
     let headerTimeout: Double
     let idleTimeout: Double
 
@@ -35,6 +36,8 @@ struct RelayChildChannel<Base: ServerChildChannel>: ServerChildChannel {
                 position: .last)
             try channel.pipeline.syncOperations.addHandler(ParseErrorCloser(), position: .last)
             try channel.pipeline.syncOperations.addHandler(FlushCoalescer(), position: .first)
+            try channel.pipeline.syncOperations.addHandler(StalledReaderDeadline(timeout: .milliseconds(Int64(idleTimeout * 1000))),
+                                                           position: .first)
             return value
         }
     }

@@ -66,6 +66,9 @@ final class DiskSpace: Sendable {
     /// Whether the relay is short of space (for `/readyz`): below the watermark, or a write failed.
     var isShort: Bool { !admitsCreates() }
 
+    /// The free bytes at the latest reading (at most ``recheckInterval`` old), if known.
+    var freeBytes: Int64? { current().free }
+
     /// A write failed with SQLITE_FULL. Releases the reserve (true if there was one to release,
     /// so the write is worth one more try).
     func writeFailedForSpace() -> Bool {
@@ -83,21 +86,20 @@ final class DiskSpace: Sendable {
         let stale = state.withLock { state -> Bool in now - state.checkedAt >= Self.recheckInterval }
         guard stale else { return state.withLock { ($0.free, $0.full) } }
         let free = probe(directory)
-        let recovered = state.withLock { state -> Bool in
+        let (recovered, full) = state.withLock { state -> (Bool, Bool) in
             state.free = free
             state.checkedAt = now
-            guard state.full, let free, free >= minFreeBytes + reserveBytes else { return false }
+            guard state.full, let free, free >= minFreeBytes + reserveBytes else { return (false, state.full) }
             state.full = false
-            return true
+            return (true, false)
         }
-        if recovered {
-            restoreReserve()
-            logger.notice("disk space is back; new messages are accepted again")
-        }
+        if recovered { logger.notice("disk space is back; new messages are accepted again") }
+        // Also a reserve missing for another reason (deleted, or no room for it at start).
+        if !full, let free, free >= minFreeBytes + reserveBytes { restoreReserve() }
         return state.withLock { ($0.free, $0.full) }
     }
 
-    /// Creates the reserve file if it is missing and there is room for it above the watermark.
+    /// Creates the reserve file if it is missing (callers check that there is room for it).
     private func restoreReserve() {
         guard reserveBytes > 0, !FileManager.default.fileExists(atPath: reservePath) else { return }
         let descriptor = open(reservePath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)

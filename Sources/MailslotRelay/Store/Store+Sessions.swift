@@ -80,9 +80,19 @@ extension Store {
             try db.cachedStatement(sql: "DELETE FROM sessions WHERE family = ? AND kind = 0").execute(arguments: [family])
             try Self.insertPair(db, uid: uid, family: family, accessHash: accessHash, accessExpiresAt: accessExpiresAt,
                                 refreshHash: refreshHash, refreshExpiresAt: refreshExpiresAt)
+            // Spent tokens are kept to recognise their reuse, but only the latest few: a client
+            // refreshing in a loop must not grow its rows without bound. An older spent token
+            // comes back as unknown (refresh_invalid) rather than as reused.
+            try db.cachedStatement(sql: """
+                DELETE FROM sessions WHERE hash IN (
+                    SELECT hash FROM sessions WHERE family = ? AND kind = 1 AND spent = 1 ORDER BY expires_at DESC LIMIT -1 OFFSET ?)
+                """).execute(arguments: [family, Self.spentRefreshTokensKept])
             return .rotated(uid: uid)
         }
     }
+
+    /// Spent refresh tokens kept per family, to recognise their reuse.
+    static let spentRefreshTokensKept = 16
 
     /// Revokes every session of `family` (sign-out).
     func revokeFamily(_ family: Data) async throws {

@@ -303,7 +303,7 @@ final class Store: Sendable {
     /// Erases every expired message and session, in transactions of at most `batch` rows and
     /// about `batchBytes` of envelopes each, so that no other write waits long behind a sweep
     /// (erasing overwrites every page of an envelope). The number of messages erased.
-    func sweepExpired(now: Int64, batch: Int = 256, batchBytes: Int = 2 * 1024 * 1024) async throws -> Int {
+    func sweepExpired(now: Int64, batch: Int = 256, batchBytes: Int = 512 * 1024) async throws -> Int {
         var erased = 0
         while true {
             let count = try await write("sweep_expired") { db in
