@@ -1341,7 +1341,7 @@ def main():
             ok("SIGTERM: the relay exits 0 within 5 s (§6)", alive and rc == 0, f"exit {rc}\n{c.relay.log_tail()}")
             wal = os.path.join(c.relay.data, "relay.sqlite-wal")
             ok("after shutdown the WAL is checkpointed: empty or gone (§6)", not os.path.exists(wal) or os.path.getsize(wal) == 0,
-               f"{os.path.getsize(wal)} bytes")
+               f"{os.path.getsize(wal) if os.path.exists(wal) else 0} bytes")
         shutil.rmtree(tmp, ignore_errors=True)
     for n in NOTES:
         print(f"note: {n}")

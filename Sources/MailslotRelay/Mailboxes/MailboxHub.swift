@@ -12,10 +12,12 @@ import Synchronization
 /// in commit order, which is what lets a subscription trust the order of what it is handed.
 final class MailboxHub: Sendable {
     /// A live subscription: woken by new messages and acks, ended by a newer subscription.
+    /// Wake-ups and the end are calls, not a stream: an idle subscription keeps no task waiting.
     final class Subscription: Sendable {
         let id: Int
-        let wakeups: AsyncStream<Void>
-        private let continuation: AsyncStream<Void>.Continuation
+        private let onWake: @Sendable () -> Void
+        private let onEnd: @Sendable () -> Void
+        private let ended = Mutex(false)
         private let fresh = Mutex(Fresh())
 
         /// Messages committed since the subscription last read the store, in commit order.
@@ -31,16 +33,25 @@ final class MailboxHub: Sendable {
         /// full keeps none: see ``forgetFresh()``.)
         static let freshLimit = (messages: 256, bytes: 256 * 1024)
 
-        init(id: Int) {
+        init(id: Int, onWake: @escaping @Sendable () -> Void, onEnd: @escaping @Sendable () -> Void) {
             self.id = id
-            (wakeups, continuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+            self.onWake = onWake
+            self.onEnd = onEnd
         }
 
-        /// Wakes the delivery loop (notifications coalesce: one pending wake-up is enough).
-        func wake() { continuation.yield() }
+        /// Wakes the delivery loop (the subscriber coalesces wake-ups).
+        func wake() {
+            if !isEnded { onWake() }
+        }
 
-        /// Ends the delivery loop.
-        func end() { continuation.finish() }
+        /// Ends the subscription (once).
+        func end() {
+            guard ended.withLock({ ended in defer { ended = true }; return !ended }) else { return }
+            onEnd()
+        }
+
+        /// Whether it was ended (replaced or unsubscribed).
+        var isEnded: Bool { ended.withLock { $0 } }
 
         fileprivate func push(_ message: StoredMessage) {
             fresh.withLock { fresh in
@@ -92,11 +103,13 @@ final class MailboxHub: Sendable {
     private let state = Mutex<(subscriptions: [String: Subscription], nextID: Int)>(([:], 0))
 
     /// Registers a subscription for `uid`'s mailbox, ending the previous one. The second value is
-    /// the subscription it replaced, if any.
-    func subscribe(_ uid: String) -> (Subscription, replaced: Subscription?) {
+    /// the subscription it replaced, if any. `onWake` is called when there may be something to
+    /// deliver, `onEnd` once when a newer subscription takes over (or on ``unsubscribe(_:_:)``).
+    func subscribe(_ uid: String, onWake: @escaping @Sendable () -> Void = {},
+                   onEnd: @escaping @Sendable () -> Void = {}) -> (Subscription, replaced: Subscription?) {
         let (subscription, previous) = state.withLock { state in
             state.nextID += 1
-            let subscription = Subscription(id: state.nextID)
+            let subscription = Subscription(id: state.nextID, onWake: onWake, onEnd: onEnd)
             return (subscription, state.subscriptions.updateValue(subscription, forKey: uid))
         }
         previous?.end()

@@ -1,7 +1,6 @@
 import Foundation
 import Hummingbird
 import HummingbirdCore
-import HummingbirdWebSocket
 import Logging
 import MailslotWire
 import NIOCore
@@ -57,21 +56,12 @@ public struct Relay: Sendable {
                                                maxJSONDepth: configuration.maxJSONDepth,
                                                sessionCheckInterval: configuration.sessionCheckInterval, logger: logger,
                                                metrics: metrics)
-        let webSocketRouter = Router(context: RelayContext.self)
-        webSocketRouter.ws("/v1/users/:uid/subscribe") { inbound, outbound, context in
-            try await subscription.run(owner: context.requestContext.parameters.get("uid") ?? "",
-                                       authorization: context.request.headers[.authorization], inbound: inbound, outbound: outbound)
-        }
-
-        let webSocketResponder = webSocketRouter.buildResponder()
-        let channelConfiguration = HTTP1WebSocketUpgradeChannel.Configuration(
-            http1: .init(idleTimeout: .milliseconds(Int64(configuration.idleTimeout * 1000)), httpDecoderConfiguration: .init(maxHeaderFieldSize: 16 * 1024, maxHeaderListSize: 32 * 1024,
-                                                                                     maxHeaderFieldCount: 100)),
-            ws: .init(maxFrameSize: configuration.maxFrameBytes, autoPing: .enabled(timePeriod: .seconds(30))))
+        let http1 = HTTP1Channel.Configuration(idleTimeout: .milliseconds(Int64(configuration.idleTimeout * 1000)),
+                                               httpDecoderConfiguration: .init(maxHeaderFieldSize: 16 * 1024, maxHeaderListSize: 32 * 1024,
+                                                                               maxHeaderFieldCount: 100))
         let server = HTTPServerBuilder { responder in
-            RelayChildChannel(base: HTTP1WebSocketUpgradeChannel(responder: responder, webSocketResponder: webSocketResponder,
-                                                                 configuration: channelConfiguration),
-                              headerTimeout: configuration.headerTimeout, idleTimeout: configuration.idleTimeout)
+            RelayChildChannel(responder: responder, http1: http1, session: subscription, headerTimeout: configuration.headerTimeout,
+                              idleTimeout: configuration.idleTimeout)
         }
         return Application(
             router: router,

@@ -17,11 +17,16 @@ final class AnswerQueue: Sendable {
     private struct State {
         /// A ring buffer: a busy socket's queue may never run empty, and taking from the front
         /// must neither shift the rest nor keep what was taken (the envelopes they hold).
-        var answers = CircularBuffer<(answer: Answer, bytes: Int)>(initialCapacity: 8)
+        /// Small at first: most sockets are idle most of the time, and it grows (to a small
+        /// multiple of `maxCount`) for a busy one.
+        var answers = CircularBuffer<(answer: Answer, bytes: Int)>(initialCapacity: 1)
         var bytes = 0
         var closed = false
         var waitingForRoom: CheckedContinuation<Void, Never>?
         var waitingForAnswer: CheckedContinuation<Answer?, Never>?
+        /// A writer takes answers with ``takeOrRetire()`` and is not waiting: see
+        /// ``appendStartingWriter(_:bytes:)``.
+        var writerActive = false
 
         var count: Int { answers.count }
 
@@ -78,6 +83,66 @@ final class AnswerQueue: Sendable {
                 }
             }
         }
+    }
+
+    /// Queues the answer like ``append(_:bytes:)``, for a socket that runs its writer only while
+    /// answers are queued: true when the caller must start that writer (it takes answers with
+    /// ``takeOrRetire()`` until none is left), false when one runs already, nil once closed.
+    func appendStartingWriter(_ answer: @escaping Answer, bytes: Int) async -> Bool? {
+        while true {
+            enum Step { case queued(startWriter: Bool), closed, full }
+            let step = state.withLock { state -> Step in
+                if state.closed { return .closed }
+                guard state.count == 0 || (state.count < maxCount && state.bytes + bytes <= maxBytes) else { return .full }
+                state.answers.append((answer, bytes))
+                state.bytes += bytes
+                guard !state.writerActive else { return .queued(startWriter: false) }
+                state.writerActive = true
+                return .queued(startWriter: true)
+            }
+            switch step {
+            case .queued(let startWriter): return startWriter
+            case .closed: return nil
+            case .full:
+                await withCheckedContinuation { continuation in
+                    let now = state.withLock { state -> Bool in
+                        if state.closed || state.count < maxCount && state.bytes + bytes <= maxBytes || state.count == 0 { return true }
+                        state.waitingForRoom = continuation
+                        return false
+                    }
+                    if now { continuation.resume() }
+                }
+            }
+        }
+    }
+
+    /// The oldest answer without waiting; when none is queued the writer retires (the next
+    /// ``appendStartingWriter(_:bytes:)`` starts another). Queued answers are taken after a
+    /// close too.
+    func takeOrRetire() -> Answer? {
+        let (answer, reader) = state.withLock { state -> (Answer?, CheckedContinuation<Void, Never>?) in
+            guard state.count > 0 else {
+                state.writerActive = false
+                return (nil, nil)
+            }
+            let answer = state.removeFirst()
+            defer { state.waitingForRoom = nil }
+            return (answer, state.waitingForRoom)
+        }
+        reader?.resume()
+        return answer
+    }
+
+    /// Closes the queue to new answers; true when a writer still takes the queued ones (it sees
+    /// ``takeOrRetire()`` return nil once they are written), false when none is left to write.
+    func closeWhileWriting() -> Bool {
+        let (writing, reader) = state.withLock { state in
+            state.closed = true
+            defer { state.waitingForRoom = nil }
+            return (state.writerActive || state.count > 0, state.waitingForRoom)
+        }
+        reader?.resume()
+        return writing
     }
 
     /// The oldest answer, waiting for one if none is queued; nil once the queue is closed and

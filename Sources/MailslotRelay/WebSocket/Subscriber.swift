@@ -1,0 +1,479 @@
+import Foundation
+import MailslotWire
+import NIOCore
+import NIOWebSocket
+import Synchronization
+
+/// One owner's subscription socket. It runs tasks only while it has work: a delivery task while
+/// there may be something to deliver, a reader while frames wait to be started, a writer while
+/// answers are owed; each ends when its work is done. An idle subscription therefore holds no
+/// task (a suspended task keeps every slab of async frames it ever needed, ~1 KB each): only this
+/// object, its hub entry, one timer on its event loop and its channel.
+///
+/// The ``SubscriptionHandler`` feeds it frames and channel events on the event loop; the timer
+/// pings the client and re-checks the session every `sessionCheckInterval` seconds.
+final class Subscriber: Sendable {
+    let session: SubscriptionSession
+    let channel: any Channel
+    let owner: String
+    let authorization: String?
+    private let inFlight: SubscriptionSession.InFlight
+    private let answers = AnswerQueue(maxCount: SubscriptionSession.maxQueuedAnswers,
+                                      maxBytes: SubscriptionSession.maxQueuedFrameBytes)
+    private let state = Mutex(State())
+    /// The delivery loop's position; only the one running delivery task touches it.
+    private let cursor = Mutex((seq: Int64(0), caughtUp: false))
+
+    private enum Phase { case starting, open, closed }
+
+    private struct State {
+        var phase = Phase.starting
+        var principal: SessionService.Principal?
+        var subscription: MailboxHub.Subscription?
+        /// Counted in `mailslot_websockets_open`.
+        var counted = false
+        /// Frames read and not yet started: (data, is text).
+        var waiting: [(ByteBuffer, Bool)] = []
+        var readerRunning = false
+        /// The channel asked to read while `waiting` was full; read once the reader catches up.
+        var readHeld = false
+        var delivering = false
+        var deliverAgain = false
+        var garbage = 0
+        var tick: Scheduled<Void>?
+        var lastPing: Int64 = 0
+        var awaitingPong = false
+        /// Set when the socket is to close once the answers already queued are written.
+        var closeAfterAnswers: SubscriptionSession.CloseReason?
+    }
+
+    init(session: SubscriptionSession, channel: any Channel, owner: String, authorization: String?) {
+        self.session = session
+        self.channel = channel
+        self.owner = owner
+        self.authorization = authorization
+        inFlight = SubscriptionSession.InFlight(metrics: session.metrics)
+    }
+
+    // MARK: Opening
+
+    /// The upgrade is done. Some WebSocket clients drop a frame that reaches them in the same
+    /// read as the 101 response (NIO's client upgrade does unless told to forward those bytes;
+    /// the bench's idle-subscriber run lost `ready` frames that way). A short pause before the
+    /// first frame keeps it out of that read; every later frame is unaffected.
+    func upgraded() {
+        channel.eventLoop.scheduleTask(in: .milliseconds(25)) {
+            Task { await self.start() }
+        }
+    }
+
+    private func start() async {
+        guard state.withLock({ state in
+            guard state.phase == .starting else { return false }
+            state.counted = true
+            return true
+        }) else { return }
+        session.metrics.webSocketsOpen.increment()
+        let principal: SessionService.Principal
+        do {
+            principal = try await session.sessions.authenticate(authorization: authorization, now: Clock.now())
+            try session.mailboxes.authorizeSubscription(principal, owner: owner)
+        } catch let problem as Problem {
+            // The upgrade cannot answer 401/403 itself, so the first frame says it, then the socket closes.
+            send(SubscriptionSession.text(RelayFrame(type: "error", problem: problem)))
+            finish(.refused(UInt16(4000 + problem.code.status), problem.code.rawValue))
+            return
+        } catch {
+            finish(.serverError)
+            return
+        }
+        let (subscription, _) = session.hub.subscribe(owner, onWake: { self.wake() }, onEnd: { self.finish(.replaced) })
+        guard state.withLock({ state in
+            guard state.phase == .starting else { return false }
+            state.principal = principal
+            state.subscription = subscription
+            return true
+        }) else {
+            session.hub.unsubscribe(owner, subscription)
+            return
+        }
+        do {
+            let pending = try await session.mailboxes.store.pendingCount(recipient: owner, now: Clock.now())
+            try await write(SubscriptionSession.text(RelayFrame(type: "ready", pending: pending)), waiting: true)
+        } catch {
+            finish(.serverError)
+            return
+        }
+        let startReader = state.withLock { state -> Bool in
+            guard state.phase == .starting else { return false }
+            state.phase = .open
+            state.lastPing = Clock.now()
+            guard !state.waiting.isEmpty, !state.readerRunning else { return false }
+            state.readerRunning = true
+            return true
+        }
+        scheduleTick()
+        wake()
+        if startReader { Task { await self.readLoop() } }
+    }
+
+    // MARK: Delivering
+
+    /// There may be something to deliver (a new message, or room in the window after an ack).
+    private func wake() {
+        let start = state.withLock { state -> Bool in
+            guard state.phase == .open else { return false }
+            guard !state.delivering else {
+                state.deliverAgain = true
+                return false
+            }
+            state.delivering = true
+            return true
+        }
+        if start { Task { await self.deliverLoop() } }
+    }
+
+    private func deliverLoop() async {
+        while true {
+            let context = state.withLock { state -> (SessionService.Principal, MailboxHub.Subscription)? in
+                state.deliverAgain = false
+                guard state.phase == .open, let principal = state.principal, let subscription = state.subscription else {
+                    state.delivering = false
+                    return nil
+                }
+                return (principal, subscription)
+            }
+            guard case let (principal, subscription)? = context else { return }
+            if let reason = await deliver(principal: principal, subscription: subscription) {
+                finish(reason)
+                return
+            }
+            let again = state.withLock { state -> Bool in
+                if state.deliverAgain && state.phase == .open { return true }
+                state.delivering = false
+                return false
+            }
+            if !again { return }
+        }
+    }
+
+    /// Sends the mailbox's messages after the cursor while the window has room.
+    ///
+    /// It reads the store until a read comes back short (nothing more was stored when it
+    /// began); from then on it delivers what the hub hands it, in commit order, without reading
+    /// the store — until the hub reports that it did not keep everything, and it reads again.
+    private func deliver(principal: SessionService.Principal, subscription: MailboxHub.Subscription) async -> SubscriptionSession.CloseReason? {
+        if Clock.now() >= principal.expiresAt { return .sessionEnded }
+        var (cursor, caughtUp) = self.cursor.withLock { $0 }
+        defer { self.cursor.withLock { $0 = (cursor, caughtUp) } }
+        do {
+            while true {
+                let room = session.window - inFlight.count
+                guard room > 0 else {
+                    subscription.forgetFresh()  // what lands meanwhile waits on disk, not here
+                    return nil
+                }
+                let batch: [StoredMessage]
+                if caughtUp, let fresh = subscription.takeFresh(limit: room) {
+                    guard !fresh.isEmpty else { return nil }
+                    let now = Clock.now()
+                    // A message read by the last store read may be handed over as well.
+                    batch = fresh.filter { $0.seq > cursor && $0.expiresAt > now }
+                } else {
+                    subscription.startStoreRead()
+                    let read = try await session.mailboxes.store.messages(recipient: owner, after: cursor, limit: room,
+                                                                          maxBytes: session.maxReadBytes, now: Clock.now())
+                    batch = read.messages
+                    caughtUp = !read.more
+                }
+                for message in batch {
+                    guard isOpen else { return nil }
+                    inFlight.add(message.id)
+                    cursor = message.seq
+                    let record = message.record(forOwner: true)
+                    try await write(FrameText.message(record) ?? SubscriptionSession.text(RelayFrame(type: "message", message: record)))
+                    session.metrics.messagesDelivered.increment()
+                }
+            }
+        } catch {
+            return .clientLeft  // the socket is gone (or the store failed): end this subscription
+        }
+    }
+
+    // MARK: Reading
+
+    /// A text or binary frame arrived (on the event loop).
+    func received(_ data: ByteBuffer, text: Bool) {
+        let startReader = state.withLock { state -> Bool in
+            guard state.phase != .closed else { return false }
+            state.waiting.append((data, text))
+            guard state.phase == .open, !state.readerRunning else { return false }
+            state.readerRunning = true
+            return true
+        }
+        if startReader { Task { await self.readLoop() } }
+    }
+
+    /// Whether the channel should not read now: frames wait unstarted (on the event loop).
+    func holdRead() -> Bool {
+        state.withLock { state in
+            guard state.waiting.count >= SubscriptionSession.maxWaitingFrames else { return false }
+            state.readHeld = true
+            return true
+        }
+    }
+
+    /// Starts each waiting frame's work and queues its answer; ends when none waits. A bad frame
+    /// gets an `error` frame; a client that keeps sending garbage is disconnected.
+    private func readLoop() async {
+        while true {
+            let (next, resumeReading, principal, subscription) = state.withLock { state in
+                guard state.phase == .open, !state.waiting.isEmpty, let principal = state.principal, let subscription = state.subscription else {
+                    state.readerRunning = false
+                    state.waiting = []
+                    return ((ByteBuffer, Bool)?.none, false, SessionService.Principal?.none, MailboxHub.Subscription?.none)
+                }
+                let next = state.waiting.removeFirst()
+                let resume = state.readHeld && state.waiting.count < SubscriptionSession.maxWaitingFrames / 2
+                if resume { state.readHeld = false }
+                return (next, resume, principal, subscription)
+            }
+            if resumeReading { channel.read() }
+            guard case let (data, isText)? = next, let principal, let subscription else { return }
+            if Clock.now() >= principal.expiresAt { return finish(.sessionEnded) }
+            let answer: AnswerQueue.Answer
+            var bytes = 0
+            var garbage = false
+            // A frame that is not JSON, or lacks a member its type requires, is malformed.
+            if isText, let frame = session.decode(String(buffer: data)), frame.hasRequiredMembers {
+                bytes = data.readableBytes
+                answer = session.start(frame, owner: owner, principal: principal, subscription: subscription, inFlight: inFlight)
+            } else {
+                garbage = true
+                let error = SubscriptionSession.text(RelayFrame(type: "error", problem: Problem(.invalidJSON, "frames are JSON text: ack or send")))
+                answer = { error }
+            }
+            guard let startWriter = await answers.appendStartingWriter(answer, bytes: bytes) else { return }
+            if startWriter { Task { await self.writeLoop() } }
+            if garbage, state.withLock({ state in state.garbage += 1; return state.garbage >= 10 }) {
+                // The error frames owed so far go out first; the writer closes after the last.
+                let reason = SubscriptionSession.CloseReason.protocolViolation("too many malformed frames")
+                state.withLock { $0.closeAfterAnswers = reason }
+                if !answers.closeWhileWriting() { finish(reason) }
+                return
+            }
+        }
+    }
+
+    /// Writes the queued answers in frame order, each once its work is done; ends when none is queued.
+    private func writeLoop() async {
+        while let answer = answers.takeOrRetire() {
+            do {
+                try await write(try await answer())
+            } catch {
+                answers.close()
+                return finish(.clientLeft)  // the socket is gone, or the store failed
+            }
+        }
+        if let reason = state.withLock({ $0.closeAfterAnswers }) { finish(reason) }
+    }
+
+    // MARK: Timer: ping and session check
+
+    private func scheduleTick() {
+        guard let principal = state.withLock({ $0.phase == .open ? $0.principal : nil }) else { return }
+        let remaining = max(0, principal.expiresAt - Clock.now())
+        let pause = min(Double(remaining) / 1000, session.sessionCheckInterval, session.pingInterval)
+        let tick = channel.eventLoop.scheduleTask(in: .milliseconds(Int64(pause * 1000))) { self.tick() }
+        let keep = state.withLock { state -> Bool in
+            guard state.phase == .open else { return false }
+            state.tick = tick
+            return true
+        }
+        if !keep { tick.cancel() }
+    }
+
+    /// On the event loop: pings when a ping is due (closing a socket that did not answer the
+    /// last one), then re-checks the session.
+    private func tick() {
+        let now = Clock.now()
+        enum Ping { case none, send, timeout }
+        let ping = state.withLock { state -> Ping in
+            guard state.phase == .open else { return .none }
+            state.tick = nil
+            guard Double(now - state.lastPing) >= session.pingInterval * 1000 else { return .none }
+            if state.awaitingPong { return .timeout }
+            state.awaitingPong = true
+            state.lastPing = now
+            return .send
+        }
+        switch ping {
+        case .timeout: return finish(.pingTimeout)
+        case .send:
+            var data = channel.allocator.buffer(capacity: 8)
+            data.writeInteger(UInt64.random(in: .min ... .max))
+            channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .ping, data: data), promise: nil)
+        case .none: break
+        }
+        guard let principal = state.withLock({ $0.phase == .open ? $0.principal : nil }) else { return }
+        Task {
+            guard Clock.now() < principal.expiresAt,
+                  (try? await self.session.sessions.authenticate(authorization: self.authorization, now: Clock.now())) != nil else {
+                return self.finish(.sessionEnded)
+            }
+            self.scheduleTick()
+        }
+    }
+
+    /// A pong arrived.
+    func pong() {
+        state.withLock { $0.awaitingPong = false }
+    }
+
+    // MARK: Writing and closing
+
+    private var isOpen: Bool { state.withLock { $0.phase != .closed } }
+
+    /// Writes a text frame. When the socket cannot take more (the peer does not read), waits
+    /// until this frame is written: so a slow reader slows its deliveries and answers down.
+    private func write(_ text: String, waiting: Bool = false) async throws {
+        let written: EventLoopFuture<Void> = channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(string: text)))
+        if waiting || !channel.isWritable { try await written.get() }
+    }
+
+    private func send(_ text: String) {
+        channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(string: text)), promise: nil)
+    }
+
+    /// Ends the subscription (once): leaves the hub, and closes the socket with the reason's code.
+    func finish(_ reason: SubscriptionSession.CloseReason) {
+        guard case let (subscription, tick, counted)? = state.withLock({ state -> (MailboxHub.Subscription?, Scheduled<Void>?, Bool)? in
+            guard state.phase != .closed else { return nil }
+            state.phase = .closed
+            defer {
+                state.subscription = nil
+                state.tick = nil
+                state.waiting = []
+            }
+            return (state.subscription, state.tick, state.counted)
+        }) else {
+            if case .clientClosed = reason { channel.close(promise: nil) }  // the client answered our close
+            return
+        }
+        tick?.cancel()
+        if let subscription { session.hub.unsubscribe(owner, subscription) }
+        inFlight.clear()
+        answers.close()
+        if counted { session.metrics.webSocketsOpen.decrement() }
+        switch reason {
+        case .clientLeft: close(.normalClosure, nil)
+        case .replaced: close(.unknown(CloseCode.replaced), "replaced by a newer subscription")
+        case .sessionEnded: close(.unknown(CloseCode.sessionEnded), "the session expired or was revoked")
+        case .protocolViolation(let why): close(.unknown(CloseCode.protocolViolation), why)
+        case .shuttingDown: close(.goingAway, "the relay is stopping")
+        case .pingTimeout: close(.goingAway, "Ping timeout")
+        case .serverError: close(.unexpectedServerError, nil)
+        case .refused(let code, let why): close(.unknown(code), why)
+        case .frameError(let code): close(code, nil, answered: true)
+        case .clientClosed(let code): close(code, nil, answered: true)
+        }
+    }
+
+    /// Sends a close frame, then closes the connection once the client answers it (or after two
+    /// seconds: a client that never answers must not hold the socket, or a stopping relay, open);
+    /// at once when the close needs no answer.
+    private func close(_ code: WebSocketErrorCode, _ reason: String?, answered: Bool = false) {
+        guard channel.isActive else { return }
+        var data = channel.allocator.buffer(capacity: 2 + (reason?.utf8.count ?? 0))
+        data.write(webSocketErrorCode: code)
+        if let reason { data.writeString(reason) }
+        let channel = self.channel
+        channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .connectionClose, data: data)).whenComplete { _ in
+            if answered {
+                channel.close(promise: nil)
+            } else {
+                channel.eventLoop.scheduleTask(in: .seconds(2)) { channel.close(promise: nil) }
+            }
+        }
+    }
+}
+
+/// Drives a ``Subscriber`` from its channel, on the event loop: frames in, pings answered,
+/// reads held while frames wait, the close handshake and the relay's shutdown.
+final class SubscriptionHandler: ChannelDuplexHandler {
+    typealias InboundIn = WebSocketFrame
+    typealias OutboundIn = WebSocketFrame
+    typealias OutboundOut = WebSocketFrame
+
+    private let subscriber: Subscriber
+
+    init(_ subscriber: Subscriber) {
+        self.subscriber = subscriber
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        subscriber.upgraded()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        guard frame.reservedBits.isEmpty else { return subscriber.finish(.frameError(.protocolError)) }
+        switch frame.opcode {
+        case .text: subscriber.received(frame.unmaskedData, text: true)
+        case .binary: subscriber.received(frame.unmaskedData, text: false)
+        case .ping:
+            guard frame.fin, frame.length <= 125 else { return subscriber.finish(.frameError(.protocolError)) }
+            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)), promise: nil)
+        case .pong: subscriber.pong()
+        case .connectionClose:
+            // Answered as Hummingbird's WebSocket layer did: 1000, or 1002 for a close frame
+            // with a code no endpoint may send (private and library codes are fine).
+            var data = frame.unmaskedData
+            let size = data.readableBytes
+            let code = data.readWebSocketErrorCode()
+            let valid: Bool
+            switch code {
+            case .none: valid = size == 0
+            case .unknown(let number): valid = (3000...4999).contains(number)
+            case .some: valid = true
+            }
+            subscriber.finish(.clientClosed(valid ? .normalClosure : .protocolError))
+        default: subscriber.finish(.frameError(.protocolError))
+        }
+    }
+
+    func read(context: ChannelHandlerContext) {
+        guard !subscriber.holdRead() else { return }
+        context.read()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        subscriber.finish(.clientLeft)
+        context.fireChannelInactive()
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is ChannelShouldQuiesceEvent {
+            subscriber.finish(.shuttingDown)
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        switch error {
+        case is NIOWebSocketError:
+            break  // WebSocketProtocolErrorHandler sent the close frame and closes the channel
+        // Messages are bounded in bytes and in fragments, and a fragment before the last may not be
+        // empty: a text frame followed by millions of empty continuations once took a gigabyte.
+        case NIOWebSocketFrameAggregator.Error.accumulatedFrameSizeIsTooLarge, NIOWebSocketFrameAggregator.Error.tooManyFragments:
+            subscriber.finish(.frameError(.messageTooLarge))
+        case NIOWebSocketFrameAggregator.Error.nonFinalFragmentSizeIsTooSmall:
+            subscriber.finish(.frameError(.policyViolation))
+        case is NIOWebSocketFrameAggregator.Error:
+            subscriber.finish(.frameError(.protocolError))
+        default:
+            context.close(promise: nil)
+        }
+    }
+}
