@@ -161,8 +161,14 @@ import MailslotWire
             configuration.createBurst = 1000
             configuration.createRate = 1000
         }) { relay in
-            let alice = try await relay.signIn("alice"), bob = try await relay.signIn("bob")
-            for n in 0..<48 { try await relay.send(alice.session, to: "bob", id: messageID(n), envelope: randomBytes(256 * 1024)) }
+            let bob = try await relay.signIn("bob")
+            // Stored directly: HTTP clients that keep connections alive race a 1 s idle timeout.
+            let envelope = Base64URL.encode(randomBytes(256 * 1024))
+            for n in 0..<48 {
+                _ = try await relay.relay.store.createMessage(recipient: "bob", id: messageID(n), author: "alice", envelope: envelope,
+                                                              size: 256 * 1024, now: Clock.now(), expiresAt: Clock.now() + 600_000,
+                                                              limits: CreateLimits(maxPending: 100, maxAuthorBytes: 1 << 40))
+            }
             // A 16 MiB page for a reader whose socket takes 16 KiB: without a deadline its read,
             // its page and its connection would stay as long as the reader likes.
             let stalled = try RawConnection(port: relay.port, receiveBuffer: 16 * 1024)

@@ -17,6 +17,8 @@ public struct Relay: Sendable {
     let erasure: ErasureScheduler
     let metrics: RelayMetrics
     let logger: Logger
+    /// The subscriptions' tasks: waited for before the final checkpoint.
+    let subscriberTasks = SubscriberTasks()
 
     /// Opens (or creates) the store in the configuration's data folder and runs its migrations.
     public init(configuration: RelayConfiguration, logger: Logger) throws {
@@ -55,7 +57,7 @@ public struct Relay: Sendable {
                                                maxFragments: configuration.maxFrameFragments, maxReadBytes: configuration.maxPageBytes,
                                                maxJSONDepth: configuration.maxJSONDepth,
                                                sessionCheckInterval: configuration.sessionCheckInterval, logger: logger,
-                                               metrics: metrics)
+                                               metrics: metrics, tasks: subscriberTasks)
         let http1 = HTTP1Channel.Configuration(idleTimeout: .milliseconds(Int64(configuration.idleTimeout * 1000)),
                                                httpDecoderConfiguration: .init(maxHeaderFieldSize: 16 * 1024, maxHeaderListSize: 32 * 1024,
                                                                                maxHeaderFieldCount: 100))
@@ -70,7 +72,7 @@ public struct Relay: Sendable {
                                  availableConnectionsDelegate: MaximumAvailableConnections(configuration.maxConnections)),
             services: [Sweeper(store: store, erasure: erasure, metrics: metrics, interval: configuration.sweepInterval,
                                batch: configuration.sweepBatch, logger: logger),
-                       ErasureService(erasure: erasure, logger: logger)],
+                       ErasureService(erasure: erasure, logger: logger), SubscriberShutdown(tasks: subscriberTasks)],
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? 0) },
             logger: logger)
     }
@@ -91,8 +93,17 @@ public struct Relay: Sendable {
         let group = ServiceGroup(configuration: .init(services: [application(onServerRunning: onServerRunning)],
                                                       gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()
+        try await finishSubscriptions()
         try await store.checkpoint()
         logger.info("stopped; database checkpointed")
+    }
+}
+
+extension Relay {
+    /// After the server stopped: subscriptions' last commits land before the final checkpoint.
+    func finishSubscriptions() async throws {
+        subscriberTasks.stop()
+        await subscriberTasks.drained(within: .seconds(5))
     }
 }
 

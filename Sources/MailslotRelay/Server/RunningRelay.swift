@@ -21,6 +21,7 @@ public final class RunningRelay: Sendable {
     public func stop() async throws {
         await group.triggerGracefulShutdown()
         try await task.value
+        try await relay.finishSubscriptions()
         try await relay.store.checkpoint()
     }
 }

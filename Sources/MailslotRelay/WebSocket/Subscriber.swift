@@ -21,8 +21,12 @@ final class Subscriber: Sendable {
     private let answers = AnswerQueue(maxCount: SubscriptionSession.maxQueuedAnswers,
                                       maxBytes: SubscriptionSession.maxQueuedFrameBytes)
     private let state = Mutex(State())
-    /// The delivery loop's position; only the one running delivery task touches it.
+    /// The delivery loop's position; only the one running delivery task touches it (a lock
+    /// all the same: successive delivery tasks may run on different threads).
     private let cursor = Mutex((seq: Int64(0), caughtUp: false))
+    /// Whether our close frame has gone out; on the event loop, where every frame is written
+    /// after checking it, so that nothing follows the close (RFC 6455 §5.5.1).
+    private let closeSent: NIOLoopBoundBox<Bool>
 
     private enum Phase { case starting, open, closed }
 
@@ -33,7 +37,7 @@ final class Subscriber: Sendable {
         /// Counted in `mailslot_websockets_open`.
         var counted = false
         /// Frames read and not yet started: (data, is text).
-        var waiting: [(ByteBuffer, Bool)] = []
+        var waiting = CircularBuffer<(ByteBuffer, Bool)>(initialCapacity: 1)
         var readerRunning = false
         /// The channel asked to read while `waiting` was full; read once the reader catches up.
         var readHeld = false
@@ -47,9 +51,11 @@ final class Subscriber: Sendable {
         var closeAfterAnswers: SubscriptionSession.CloseReason?
     }
 
+    /// A subscriber for `channel`; made on its event loop.
     init(session: SubscriptionSession, channel: any Channel, owner: String, authorization: String?) {
         self.session = session
         self.channel = channel
+        closeSent = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
         self.owner = owner
         self.authorization = authorization
         inFlight = SubscriptionSession.InFlight(metrics: session.metrics)
@@ -63,7 +69,7 @@ final class Subscriber: Sendable {
     /// first frame keeps it out of that read; every later frame is unaffected.
     func upgraded() {
         channel.eventLoop.scheduleTask(in: .milliseconds(25)) {
-            Task { await self.start() }
+            self.session.tasks.spawn { await self.start() }
         }
     }
 
@@ -74,6 +80,7 @@ final class Subscriber: Sendable {
             return true
         }) else { return }
         session.metrics.webSocketsOpen.increment()
+        guard !session.tasks.isStopping else { return finish(.shuttingDown) }
         let principal: SessionService.Principal
         do {
             principal = try await session.sessions.authenticate(authorization: authorization, now: Clock.now())
@@ -114,7 +121,7 @@ final class Subscriber: Sendable {
         }
         scheduleTick()
         wake()
-        if startReader { Task { await self.readLoop() } }
+        if startReader { session.tasks.spawn { await self.readLoop() } }
     }
 
     // MARK: Delivering
@@ -130,7 +137,7 @@ final class Subscriber: Sendable {
             state.delivering = true
             return true
         }
-        if start { Task { await self.deliverLoop() } }
+        if start { session.tasks.spawn { await self.deliverLoop() } }
     }
 
     private func deliverLoop() async {
@@ -211,7 +218,7 @@ final class Subscriber: Sendable {
             state.readerRunning = true
             return true
         }
-        if startReader { Task { await self.readLoop() } }
+        if startReader { session.tasks.spawn { await self.readLoop() } }
     }
 
     /// Whether the channel should not read now: frames wait unstarted (on the event loop).
@@ -230,7 +237,7 @@ final class Subscriber: Sendable {
             let (next, resumeReading, principal, subscription) = state.withLock { state in
                 guard state.phase == .open, !state.waiting.isEmpty, let principal = state.principal, let subscription = state.subscription else {
                     state.readerRunning = false
-                    state.waiting = []
+                    state.waiting.removeAll()
                     return ((ByteBuffer, Bool)?.none, false, SessionService.Principal?.none, MailboxHub.Subscription?.none)
                 }
                 let next = state.waiting.removeFirst()
@@ -254,7 +261,7 @@ final class Subscriber: Sendable {
                 answer = { error }
             }
             guard let startWriter = await answers.appendStartingWriter(answer, bytes: bytes) else { return }
-            if startWriter { Task { await self.writeLoop() } }
+            if startWriter { session.tasks.spawn { await self.writeLoop() } }
             if garbage, state.withLock({ state in state.garbage += 1; return state.garbage >= 10 }) {
                 // The error frames owed so far go out first; the writer closes after the last.
                 let reason = SubscriptionSession.CloseReason.protocolViolation("too many malformed frames")
@@ -310,13 +317,14 @@ final class Subscriber: Sendable {
         switch ping {
         case .timeout: return finish(.pingTimeout)
         case .send:
+            guard !closeSent.value else { return }
             var data = channel.allocator.buffer(capacity: 8)
             data.writeInteger(UInt64.random(in: .min ... .max))
             channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .ping, data: data), promise: nil)
         case .none: break
         }
         guard let principal = state.withLock({ $0.phase == .open ? $0.principal : nil }) else { return }
-        Task {
+        session.tasks.spawn {
             guard Clock.now() < principal.expiresAt,
                   (try? await self.session.sessions.authenticate(authorization: self.authorization, now: Clock.now())) != nil else {
                 return self.finish(.sessionEnded)
@@ -337,12 +345,19 @@ final class Subscriber: Sendable {
     /// Writes a text frame. When the socket cannot take more (the peer does not read), waits
     /// until this frame is written: so a slow reader slows its deliveries and answers down.
     private func write(_ text: String, waiting: Bool = false) async throws {
-        let written: EventLoopFuture<Void> = channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(string: text)))
-        if waiting || !channel.isWritable { try await written.get() }
+        let promise = channel.eventLoop.makePromise(of: Void.self)
+        send(text, promise: promise)
+        if waiting || !channel.isWritable { try await promise.futureResult.get() }
     }
 
-    private func send(_ text: String) {
-        channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(string: text)), promise: nil)
+    /// Writes a text frame, unless our close frame went out before it (then `promise` fails).
+    private func send(_ text: String, promise: EventLoopPromise<Void>? = nil) {
+        let frame = WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(string: text))
+        let channel = self.channel, closeSent = self.closeSent
+        channel.eventLoop.execute {
+            guard !closeSent.value else { promise?.fail(ChannelError.ioOnClosedChannel); return }
+            channel.writeAndFlush(frame, promise: promise)
+        }
     }
 
     /// Ends the subscription (once): leaves the hub, and closes the socket with the reason's code.
@@ -353,7 +368,7 @@ final class Subscriber: Sendable {
             defer {
                 state.subscription = nil
                 state.tick = nil
-                state.waiting = []
+                state.waiting.removeAll()
             }
             return (state.subscription, state.tick, state.counted)
         }) else {
@@ -374,26 +389,26 @@ final class Subscriber: Sendable {
         case .pingTimeout: close(.goingAway, "Ping timeout")
         case .serverError: close(.unexpectedServerError, nil)
         case .refused(let code, let why): close(.unknown(code), why)
-        case .frameError(let code): close(code, nil, answered: true)
+        case .frameError(let code, let why): close(code, why, answered: true)
         case .clientClosed(let code): close(code, nil, answered: true)
         }
     }
 
-    /// Sends a close frame, then closes the connection once the client answers it (or after two
-    /// seconds: a client that never answers must not hold the socket, or a stopping relay, open);
-    /// at once when the close needs no answer.
+    /// Sends a close frame (after every frame already written, and before none), then closes the
+    /// connection once the client answers it — at once when the close needs no answer, and after
+    /// two seconds at the latest: a client that never answers, or never reads, must not hold the
+    /// socket (or a stopping relay) open.
     private func close(_ code: WebSocketErrorCode, _ reason: String?, answered: Bool = false) {
-        guard channel.isActive else { return }
-        var data = channel.allocator.buffer(capacity: 2 + (reason?.utf8.count ?? 0))
-        data.write(webSocketErrorCode: code)
-        if let reason { data.writeString(reason) }
-        let channel = self.channel
-        channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .connectionClose, data: data)).whenComplete { _ in
-            if answered {
-                channel.close(promise: nil)
-            } else {
-                channel.eventLoop.scheduleTask(in: .seconds(2)) { channel.close(promise: nil) }
-            }
+        var buffer = channel.allocator.buffer(capacity: 2 + (reason?.utf8.count ?? 0))
+        buffer.write(webSocketErrorCode: code)
+        if let reason { buffer.writeString(reason) }
+        let data = buffer, channel = self.channel, closeSent = self.closeSent
+        channel.eventLoop.execute {
+            guard channel.isActive, !closeSent.value else { return }
+            closeSent.value = true
+            let written = channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .connectionClose, data: data))
+            if answered { written.whenComplete { _ in channel.close(promise: nil) } }
+            channel.eventLoop.scheduleTask(in: .seconds(2)) { channel.close(promise: nil) }
         }
     }
 }
@@ -406,6 +421,8 @@ final class SubscriptionHandler: ChannelDuplexHandler {
     typealias OutboundOut = WebSocketFrame
 
     private let subscriber: Subscriber
+    /// A read was held because the socket would not take our answers.
+    private var readWaitsForWritability = false
 
     init(_ subscriber: Subscriber) {
         self.subscriber = subscriber
@@ -417,12 +434,12 @@ final class SubscriptionHandler: ChannelDuplexHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let frame = unwrapInboundIn(data)
-        guard frame.reservedBits.isEmpty else { return subscriber.finish(.frameError(.protocolError)) }
+        guard frame.reservedBits.isEmpty else { return subscriber.finish(.frameError(.protocolError, "reserved bits set")) }
         switch frame.opcode {
         case .text: subscriber.received(frame.unmaskedData, text: true)
         case .binary: subscriber.received(frame.unmaskedData, text: false)
         case .ping:
-            guard frame.fin, frame.length <= 125 else { return subscriber.finish(.frameError(.protocolError)) }
+            guard frame.fin, frame.length <= 125 else { return subscriber.finish(.frameError(.protocolError, "invalid ping")) }
             context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)), promise: nil)
         case .pong: subscriber.pong()
         case .connectionClose:
@@ -438,13 +455,27 @@ final class SubscriptionHandler: ChannelDuplexHandler {
             case .some: valid = true
             }
             subscriber.finish(.clientClosed(valid ? .normalClosure : .protocolError))
-        default: subscriber.finish(.frameError(.protocolError))
+        default: subscriber.finish(.frameError(.protocolError, "unknown opcode"))
         }
     }
 
     func read(context: ChannelHandlerContext) {
+        // A client that sends (pings, acks) without reading our answers would have them pile up
+        // here: nothing more is read until the socket takes what is queued.
+        guard context.channel.isWritable else {
+            readWaitsForWritability = true
+            return
+        }
         guard !subscriber.holdRead() else { return }
         context.read()
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        if context.channel.isWritable, readWaitsForWritability {
+            readWaitsForWritability = false
+            if !subscriber.holdRead() { context.read() }
+        }
+        context.fireChannelWritabilityChanged()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
@@ -453,10 +484,11 @@ final class SubscriptionHandler: ChannelDuplexHandler {
     }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if event is ChannelShouldQuiesceEvent {
-            subscriber.finish(.shuttingDown)
-        } else {
-            context.fireUserInboundEventTriggered(event)
+        switch event {
+        case is ChannelShouldQuiesceEvent: subscriber.finish(.shuttingDown)
+        // The client half-closed (sent FIN): it will send nothing more, so the subscription ends.
+        case ChannelEvent.inputClosed: subscriber.finish(.clientLeft)
+        default: context.fireUserInboundEventTriggered(event)
         }
     }
 
@@ -466,12 +498,14 @@ final class SubscriptionHandler: ChannelDuplexHandler {
             break  // WebSocketProtocolErrorHandler sent the close frame and closes the channel
         // Messages are bounded in bytes and in fragments, and a fragment before the last may not be
         // empty: a text frame followed by millions of empty continuations once took a gigabyte.
-        case NIOWebSocketFrameAggregator.Error.accumulatedFrameSizeIsTooLarge, NIOWebSocketFrameAggregator.Error.tooManyFragments:
-            subscriber.finish(.frameError(.messageTooLarge))
+        case NIOWebSocketFrameAggregator.Error.accumulatedFrameSizeIsTooLarge:
+            subscriber.finish(.frameError(.messageTooLarge, "message too large"))
+        case NIOWebSocketFrameAggregator.Error.tooManyFragments:
+            subscriber.finish(.frameError(.messageTooLarge, "message in too many fragments"))
         case NIOWebSocketFrameAggregator.Error.nonFinalFragmentSizeIsTooSmall:
-            subscriber.finish(.frameError(.policyViolation))
+            subscriber.finish(.frameError(.policyViolation, "empty fragment"))
         case is NIOWebSocketFrameAggregator.Error:
-            subscriber.finish(.frameError(.protocolError))
+            subscriber.finish(.frameError(.protocolError, "fragments out of sequence"))
         default:
             context.close(promise: nil)
         }

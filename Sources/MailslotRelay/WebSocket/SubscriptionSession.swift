@@ -28,10 +28,12 @@ final class SubscriptionSession: Sendable {
     let metrics: RelayMetrics
     /// Seconds between pings; a socket that has not answered one by the next is closed.
     let pingInterval: Double
+    /// Every subscription's tasks, and whether the relay is stopping.
+    let tasks: SubscriberTasks
 
     init(mailboxes: MailboxService, sessions: SessionService, hub: MailboxHub, window: Int, maxFrameBytes: Int, maxFragments: Int,
          maxReadBytes: Int, maxJSONDepth: Int, sessionCheckInterval: Double, logger: Logger, metrics: RelayMetrics,
-         pingInterval: Double = 30) {
+         tasks: SubscriberTasks, pingInterval: Double = 30) {
         self.mailboxes = mailboxes
         self.sessions = sessions
         self.hub = hub
@@ -44,6 +46,7 @@ final class SubscriptionSession: Sendable {
         self.logger = logger
         self.metrics = metrics
         self.pingInterval = pingInterval
+        self.tasks = tasks
     }
 
     /// What has been delivered and not yet acknowledged on this socket (also the relay-wide
@@ -51,25 +54,26 @@ final class SubscriptionSession: Sendable {
     /// delivered and acked, and each touch is a few instructions.
     final class InFlight: Sendable {
         let metrics: RelayMetrics
-        private let ids = Mutex(Set<String>())
+        /// Once cleared, nothing more is added: a delivery racing the close must not leave the gauge up.
+        private let state = Mutex((ids: Set<String>(), cleared: false))
         init(metrics: RelayMetrics) { self.metrics = metrics }
         func add(_ id: String) {
-            if ids.withLock({ $0.insert(id).inserted }) { metrics.messagesUnacked.increment() }
+            if state.withLock({ !$0.cleared && $0.ids.insert(id).inserted }) { metrics.messagesUnacked.increment() }
         }
         func remove(_ id: String) -> Bool {
-            guard ids.withLock({ $0.remove(id) != nil }) else { return false }
+            guard state.withLock({ $0.ids.remove(id) != nil }) else { return false }
             metrics.messagesUnacked.decrement()
             return true
         }
         /// The socket closed: what it had in flight waits for the next subscription.
         func clear() {
-            let count = ids.withLock { ids in
-                defer { ids = [] }
-                return ids.count
+            let count = state.withLock { state in
+                defer { state = ([], true) }
+                return state.ids.count
             }
             if count > 0 { metrics.messagesUnacked.decrement(by: Double(count)) }
         }
-        var count: Int { ids.withLock { $0.count } }
+        var count: Int { state.withLock { $0.ids.count } }
     }
 
     enum CloseReason: Sendable {
@@ -77,8 +81,8 @@ final class SubscriptionSession: Sendable {
         case protocolViolation(String)
         /// The subscription was refused (4400, 4401, 4403: the HTTP status the request would have had).
         case refused(UInt16, String)
-        /// The client broke the WebSocket protocol (a frame too large, a bad fragment).
-        case frameError(WebSocketErrorCode)
+        /// The client broke the WebSocket protocol (a frame too large, a bad fragment), and why.
+        case frameError(WebSocketErrorCode, String?)
         /// The client sent a close frame: it is answered with its code.
         case clientClosed(WebSocketErrorCode)
     }
