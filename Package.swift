@@ -1,5 +1,5 @@
 // swift-tools-version:6.0
-// Mailslot — an end-to-end encrypted, ephemeral mailbox relay. See DESIGN in README.md for the parts.
+// Mailslot — an end-to-end encrypted, ephemeral mailbox relay. docs/architecture.md describes the parts.
 import PackageDescription
 
 let package = Package(

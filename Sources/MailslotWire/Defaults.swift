@@ -1,6 +1,6 @@
 @_exported import MailslotCrypto
 
-/// The defaults of DESIGN.md that several parts must agree on: the relay applies them, the
+/// The defaults of spec/protocol.md §11 that several parts must agree on: the relay applies them, the
 /// token minter and the clients assume them. Every one can be changed in the relay's
 /// configuration; these are the values when nothing is configured.
 public enum Defaults {

@@ -65,7 +65,7 @@ import MailslotWire
         "limit.huge-body", "limit.deep-json", "limit.non-json-content-type", "limit.huge-header", "limit.half-open-connections",
         "limit.huge-websocket-frame", "limit.garbage-frames-close-the-socket", "limit.empty-continuation-frames",
         "limit.fragment-flood", "limit.fragmented-message-over-the-size-limit", "limit.silent-and-slow-connections-are-closed",
-        "limit.sign-in-flood-evicts-the-oldest", "limit.flood-of-creates",
+        "limit.sign-in-flood-evicts-the-oldest", "limit.page-bounded-in-bytes", "limit.flood-of-creates",
     ])
     func resourceExhaustion(_ attack: String) async { await expectResisted(attack, .limits) }
 

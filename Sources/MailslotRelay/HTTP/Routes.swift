@@ -2,7 +2,7 @@ import Foundation
 import Hummingbird
 import MailslotWire
 
-/// Every HTTP route of DESIGN.md. Each handler authenticates, then calls ``MailboxService``,
+/// Every HTTP route of spec/protocol.md. Each handler authenticates, then calls ``MailboxService``,
 /// which asks the rules; none decides access itself. spec/openapi.yaml lists the same routes,
 /// and a test keeps the two in step.
 struct Routes: Sendable {

@@ -45,7 +45,7 @@ public enum Role: Sendable, Hashable {
 public struct AccessRules: Sendable {
     let table: [Resource: [Operation: Set<Role>]]
 
-    /// The rules of DESIGN.md: the only table a relay runs with. (Tests can derive a deliberately
+    /// The rules of spec/protocol.md: the only table a relay runs with. (Tests can derive a deliberately
     /// broken copy, to prove that the audit notices; no configuration reaches that from outside.)
     public static let standard = AccessRules(table: [
         .userDocument: [.create: [.owner], .read: [.owner], .update: [.owner], .delete: [.owner]],

@@ -1,7 +1,7 @@
 import MailslotWire
 
 /// Everything an operator can set. `mailslot-relay serve` fills it from flags and `MAILSLOT_*`
-/// variables; the defaults are those of DESIGN.md.
+/// variables; the defaults are those of spec/protocol.md §11.
 public struct RelayConfiguration: Sendable {
     /// Where to listen.
     public var host = "127.0.0.1"

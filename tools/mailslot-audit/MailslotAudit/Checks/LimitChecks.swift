@@ -89,6 +89,26 @@ enum LimitChecks {
             context.record("limit.silent-and-slow-connections-are-closed", quiet && trickle,
                            "after 30 s: a silent socket \(quiet ? "closed" : "still open"), a trickled head \(trickle ? "closed" : "still open")")
         }
+        await context.check("limit.page-bounded-in-bytes") {
+            // About 4.9 MB of envelopes in the reader's own mailbox: one page must not hold them all,
+            // however large a `limit` it asks for (a page stops at about 4 MiB and gives `next`).
+            let reader = try await context.signIn("reader")
+            let first = try await context.send(reader, to: reader.uid, envelope: randomBytes(64 * 1024))
+            guard first.status == 201 else {
+                return context.skip("limit.page-bounded-in-bytes", "64 KiB envelopes are refused here (\(first.summary))")
+            }
+            for _ in 1..<56 {
+                let answer = try await context.send(reader, to: reader.uid, envelope: randomBytes(64 * 1024))
+                guard answer.status == 201 else {
+                    return context.skip("limit.page-bounded-in-bytes", "could not fill a mailbox (\(answer.summary))")
+                }
+            }
+            let page = try await http.call("GET", "/v1/users/\(reader.uid)/messages?limit=500", session: reader.session)
+            let count = (page.json["messages"] as? [Any])?.count ?? 0
+            let next = page.json["next"] as? String
+            context.record("limit.page-bounded-in-bytes", page.status == 200 && count < 56 && next != nil && page.body.count < 5 << 20,
+                           "a page of a mailbox of 56 × 64 KiB envelopes held \(count) in \(page.body.count) bytes, next \(next ?? "null")")
+        }
         await context.check("limit.sign-in-flood-evicts-the-oldest") {
             // Every sign-in stores rows; a uid's live sign-ins are capped, the oldest revoked.
             let first = try await context.signIn("signer")
