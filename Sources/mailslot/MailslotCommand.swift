@@ -18,4 +18,11 @@ struct MailslotCommand: AsyncParsableCommand {
         subcommands: [Login.self, Send.self, Receive.self, Listen.self, History.self, Contacts.self, Fingerprint.self,
                       Trust.self, Unsend.self, Block.self, Flush.self, Logout.self]
     )
+
+    /// Runs the command line, with the global options (`--profile`, `--json`) accepted before
+    /// the subcommand as well as after it: `mailslot --profile bob --json receive`, as git and
+    /// kubectl take theirs.
+    static func main() async {
+        await main(GlobalOptions.movedAfterSubcommand(Array(CommandLine.arguments.dropFirst())))
+    }
 }

@@ -10,6 +10,29 @@ struct GlobalOptions: ParsableArguments {
 
     @Flag(help: "Print one JSON object per line.")
     var json = false
+
+    /// `arguments` with the global options that stand before the subcommand moved to just after
+    /// it, where each subcommand parses them. Anything else before the subcommand (`--help`, an
+    /// unknown option) ends the move, so that the parser reports it as it stands.
+    static func movedAfterSubcommand(_ arguments: [String]) -> [String] {
+        var global: [String] = []
+        var index = 0
+        while index < arguments.count {
+            let argument = arguments[index]
+            if argument == "--json" || argument.hasPrefix("--profile=") {
+                global.append(argument)
+                index += 1
+            } else if argument == "--profile", index + 1 < arguments.count {
+                global += arguments[index...index + 1]
+                index += 2
+            } else {
+                break
+            }
+        }
+        // Only when a subcommand follows: `mailslot --json` alone is left to the parser to refuse.
+        guard !global.isEmpty, index < arguments.count, !arguments[index].hasPrefix("-") else { return arguments }
+        return [arguments[index]] + global + arguments[(index + 1)...]
+    }
 }
 
 /// A profile's folder: `client.sqlite` (keys, contacts, messages) and `profile.json` (relay URL, uid).

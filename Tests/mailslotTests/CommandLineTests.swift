@@ -82,6 +82,27 @@ import Testing
         await setup.finish()
     }
 
+    /// Global options go before the subcommand (as git and kubectl take theirs) or after it.
+    @Test func globalOptionsOnEitherSideOfTheSubcommand() async throws {
+        let setup = try await Setup()
+        let login = try await setup.run(["--profile", "alice", "--json", "login", "--relay", setup.relayURL, "--token", "-"],
+                                        stdin: try setup.token("alice") + "\n")
+        #expect(login.status == 0, "\(login.stderr)")
+        #expect((try? JSONSerialization.jsonObject(with: Data(login.stdout.utf8)) as? [String: Any])?["uid"] as? String == "alice")
+        #expect(FileManager.default.fileExists(atPath: setup.home + "/alice/profile.json"), "the profile given before the subcommand")
+        #expect(try await setup.run(["--profile=bob", "login", "--relay", setup.relayURL, "--token", try setup.token("bob")]).status == 0)
+        #expect(try await setup.run(["--profile", "alice", "send", "bob", "before"]).status == 0)
+        #expect(try await setup.run(["send", "--profile", "alice", "bob", "after"]).status == 0)
+        let received = try await setup.run(["--json", "--profile", "bob", "receive"])
+        #expect(received.status == 0, "\(received.stderr)")
+        let texts = received.stdout.split(separator: "\n").compactMap {
+            (try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])?["text"] as? String
+        }
+        #expect(texts == ["before", "after"])
+        #expect(try await setup.run(["--profile", "alice", "--bogus", "contacts"]).status == 64, "an unknown option still says so")
+        await setup.finish()
+    }
+
     @Test func exitCodesSayWhatHappened() async throws {
         let setup = try await Setup()
         #expect(try await setup.run(["send", "--profile", "nobody", "bob", "hi"]).status == 77, "not logged in")
