@@ -37,6 +37,8 @@ import MailslotWire
         #expect(try await relay.send(alice, to: "bob", id: messageID(4), envelope: randomBytes(700)).status == 400)
         #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(second)", session: alice).status == 204)
 
+        // An HTTP read is a read, not a delivery: it may return the same message again.
+        #expect(try await relay.call("GET", "/v1/users/bob/messages", session: bob).status == 200)
         let socket = try await TestSocket.subscribed(relay, "bob", session: bob)
         #expect(try await socket.next()?.message?.id == first)
         let during = try await scrape(relay).samples
@@ -53,6 +55,7 @@ import MailslotWire
         let (text, after) = try await scrape(relay)
         #expect(after["mailslot_messages_created_total"] == 2)
         #expect(after["mailslot_messages_delivered_total"] == 1)
+        #expect(after["mailslot_messages_read_total"] == 1)
         #expect(after["mailslot_messages_acked_total"] == 1)
         #expect(after["mailslot_messages_unsent_total"] == 1)
         #expect(after[#"mailslot_messages_rejected_total{reason="mailbox_full"}"#] == 1)

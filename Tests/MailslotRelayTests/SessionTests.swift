@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import Testing
 @testable import MailslotRelay
 import MailslotWire
@@ -108,5 +109,35 @@ import MailslotWire
         let answer = try await relay.call("GET", "/v1/users/alice/messages", headers: ["Authorization": header])
         #expect(answer.status == 401)
         #expect(answer.code == "unauthenticated")
+    }
+}
+
+/// A session row is an access or a refresh session, nothing else: the schema refuses other
+/// kinds, and one stored before that check is never read as an access session.
+@Suite struct SessionKindTests {
+    @Test func aRowOfUnknownKindIsRefusedAndNeverReadAsAccess() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("sessionkind-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let path = folder.appendingPathComponent("relay.sqlite").path
+        let odd = Data(repeating: 1, count: 32), access = Data(repeating: 2, count: 32)
+        do {
+            let queue = try DatabaseQueue(path: path)
+            try Schema.migrator.migrate(queue, upTo: "v4: envelopes as base64url text")
+            try await queue.write { db in
+                for (hash, kind) in [(odd, 7), (access, 0)] {
+                    try db.execute(sql: "INSERT INTO sessions (hash, kind, uid, family, expires_at) VALUES (?, ?, 'alice', x'00', 9999999999999)",
+                                   arguments: [hash, kind])
+                }
+            }
+        }
+        let store = try Store(path: path)
+        #expect(try await store.session(hash: odd) == nil, "not carried over, and not read as access")
+        #expect(try await store.session(hash: access)?.kind == .access)
+        await #expect(throws: DatabaseError.self) {
+            try await store.write("test") { db in
+                try db.execute(sql: "INSERT INTO sessions (hash, kind, uid, family, expires_at) VALUES (x'03', 2, 'alice', x'00', 1)")
+            }
+        }
     }
 }

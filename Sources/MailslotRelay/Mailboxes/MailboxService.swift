@@ -137,7 +137,7 @@ struct MailboxService: Sendable {
         guard let message = try await store.message(recipient: owner, id: id, now: now) else {
             throw Problem(.notFound, "no such message")
         }
-        metrics.messagesDelivered.increment()
+        metrics.messagesRead.increment()
         return Read(value: message.record(forOwner: true), permit: permit)
     }
 
@@ -161,7 +161,7 @@ struct MailboxService: Sendable {
         let (page, more) = try await store.messages(recipient: owner, after: after, limit: pageSize, maxBytes: configuration.maxPageBytes,
                                                     now: now)
         let next = more ? page.last.map { String($0.seq) } : nil
-        metrics.messagesDelivered.increment(by: page.count)
+        metrics.messagesRead.increment(by: page.count)
         return Read(value: MessagePage(messages: page.map { $0.record(forOwner: true) }, next: next), permit: permit)
     }
 

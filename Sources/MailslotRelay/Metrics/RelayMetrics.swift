@@ -10,7 +10,10 @@ final class RelayMetrics: Sendable {
     private let factory: PrometheusMetricsFactory
 
     let messagesCreated: CoreMetrics.Counter
+    /// Messages sent to their owner over a subscription.
     let messagesDelivered: CoreMetrics.Counter
+    /// Messages returned by HTTP reads (pages and single messages), which may read one again.
+    let messagesRead: CoreMetrics.Counter
     let messagesAcked: CoreMetrics.Counter
     let messagesUnsent: CoreMetrics.Counter
     let messagesExpired: CoreMetrics.Counter
@@ -42,6 +45,7 @@ final class RelayMetrics: Sendable {
         self.factory = factory
         messagesCreated = CoreMetrics.Counter(label: "mailslot_messages_created_total", factory: factory)
         messagesDelivered = CoreMetrics.Counter(label: "mailslot_messages_delivered_total", factory: factory)
+        messagesRead = CoreMetrics.Counter(label: "mailslot_messages_read_total", factory: factory)
         messagesAcked = CoreMetrics.Counter(label: "mailslot_messages_acked_total", factory: factory)
         messagesUnsent = CoreMetrics.Counter(label: "mailslot_messages_unsent_total", factory: factory)
         messagesExpired = CoreMetrics.Counter(label: "mailslot_messages_expired_total", factory: factory)

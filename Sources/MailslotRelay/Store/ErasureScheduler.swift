@@ -33,6 +33,4 @@ final class ErasureScheduler: Sendable {
         }
     }
 
-    /// Stops `run`.
-    func finish() { requests.finish() }
 }

@@ -119,7 +119,9 @@ enum Schema {
         // nothing for an author who spreads messages over many mailboxes. The same triggers that
         // keep mailbox sizes now keep each author's stored envelope bytes (a row per author
         // with something stored), so the quota check of a create is one lookup. And sign-ins
-        // per uid are capped, which needs the sessions of a uid without a scan.
+        // per uid are capped, which needs the sessions of a uid without a scan; the sessions
+        // table is rebuilt with CHECKs on its kind and flag, so that no row of another kind can
+        // be read as an access session.
         migrator.registerMigration("v5: author sizes, sessions by uid") { db in
             try db.execute(sql: """
                 CREATE TABLE author_sizes (
@@ -143,6 +145,20 @@ enum Schema {
                     DELETE FROM author_sizes WHERE author = OLD.author AND bytes <= 0;
                 END;
 
+                CREATE TABLE sessions_checked (
+                    hash BLOB PRIMARY KEY,
+                    kind INTEGER NOT NULL CHECK (kind IN (0, 1)),
+                    uid TEXT NOT NULL,
+                    family BLOB NOT NULL,
+                    expires_at INTEGER NOT NULL,
+                    spent INTEGER NOT NULL DEFAULT 0 CHECK (spent IN (0, 1))
+                ) WITHOUT ROWID;
+                INSERT INTO sessions_checked (hash, kind, uid, family, expires_at, spent)
+                    SELECT hash, kind, uid, family, expires_at, spent FROM sessions WHERE kind IN (0, 1) AND spent IN (0, 1);
+                DROP TABLE sessions;
+                ALTER TABLE sessions_checked RENAME TO sessions;
+                CREATE INDEX sessions_by_family ON sessions (family);
+                CREATE INDEX sessions_by_expiry ON sessions (expires_at);
                 CREATE INDEX sessions_by_uid ON sessions (uid);
                 """)
         }

@@ -39,13 +39,13 @@ extension Store {
                        arguments: [refreshHash, uid, family, refreshExpiresAt])
     }
 
-    /// The session whose secret hashes to `hash`, if any.
+    /// The session whose secret hashes to `hash`, if any. A row of a kind this relay does not
+    /// know is no session at all (fail closed; the schema refuses such rows since `v5`).
     func session(hash: Data) async throws -> StoredSession? {
         try await read("session") { db in
-            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM sessions WHERE hash = ?"), arguments: [hash]).map { row in
-                StoredSession(kind: StoredSession.Kind(rawValue: row["kind"]) ?? .access, uid: row["uid"],
-                              family: row["family"], expiresAt: row["expires_at"], spent: row["spent"] != 0)
-            }
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM sessions WHERE hash = ?"), arguments: [hash]),
+                  let kind = StoredSession.Kind(rawValue: row["kind"]) else { return nil }
+            return StoredSession(kind: kind, uid: row["uid"], family: row["family"], expiresAt: row["expires_at"], spent: row["spent"] != 0)
         }
     }
 

@@ -104,15 +104,9 @@ final class Store: Sendable {
         }
     }
 
-    /// A write that shares a transaction with others arriving meanwhile (``GroupCommit``), timed
-    /// as `operation`.
-    func groupWrite<T: Sendable>(_ operation: String, _ updates: @escaping @Sendable (Database) throws -> T,
-                                 committed: (@Sendable (T) -> Void)? = nil) async throws -> T {
-        try await groupSubmit(operation, updates, committed: committed).value
-    }
-
-    /// ``groupWrite(_:_:committed:)`` queued at once: writes submitted one after another are
-    /// applied in that order. Timed from submission to commit.
+    /// A write that shares a transaction with others arriving meanwhile (``GroupCommit``), queued
+    /// at once: writes submitted one after another are applied in that order. Timed as
+    /// `operation`, from submission to commit.
     func groupSubmit<T: Sendable>(_ operation: String, _ updates: @escaping @Sendable (Database) throws -> T,
                                   committed: (@Sendable (T) -> Void)? = nil) -> CommitTicket<T> {
         let start = ContinuousClock.now
