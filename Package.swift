@@ -136,7 +136,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "MailslotClientTests", dependencies: ["MailslotClient", "MailslotRelay"]),
-        // The attack catalogue (issue 6), against in-process relays.
+        // The attack catalogue, against in-process relays.
         .testTarget(
             name: "SecurityTests",
             dependencies: [

@@ -29,6 +29,33 @@ import Testing
     }
 }
 
+/// A relay that cannot listen says so.
+@Suite struct RelayStartTests {
+    @Test func aPortInUseIsAStartErrorNotAWaitForever() async throws {
+        try await withTestRelay { first in
+            let outcome = await withTaskGroup(of: String.self) { group in
+                group.addTask {
+                    do {
+                        let second = try await TestRelay.start { $0.port = first.port }
+                        try? await second.finish()
+                        return "started"
+                    } catch {
+                        return "refused"
+                    }
+                }
+                group.addTask {
+                    try? await Task.sleep(for: .seconds(20))
+                    return "still waiting"
+                }
+                let first = await group.next() ?? ""
+                group.cancelAll()
+                return first
+            }
+            #expect(outcome == "refused")
+        }
+    }
+}
+
 /// Sockets that never finish a request head cannot hold the relay's connections.
 @Suite struct FirstRequestDeadlineTests {
     @Test func silentSocketsAtTheConnectionLimitAreClosedAndTheRelayServesAgain() async throws {

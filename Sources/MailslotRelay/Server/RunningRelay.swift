@@ -27,13 +27,20 @@ public final class RunningRelay: Sendable {
 }
 
 extension Relay {
-    /// Starts the relay in the background and returns once it is listening.
+    /// Starts the relay in the background and returns once it is listening; throws what kept
+    /// it from listening (a port in use, say) instead of waiting for ever.
     public func start() async throws -> RunningRelay {
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
         let group = ServiceGroup(configuration: .init(services: [application { continuation.yield($0) }], logger: logger))
-        let task = Task { try await group.run() }
+        let task = Task {
+            defer { continuation.finish() }  // a server that stops, before listening or after, ends the wait
+            try await group.run()
+        }
         var iterator = ports.makeAsyncIterator()
-        guard let port = await iterator.next() else { throw CancellationError() }
+        guard let port = await iterator.next() else {
+            try await task.value
+            throw RelayConfigurationError("the relay stopped before it listened")
+        }
         return RunningRelay(relay: self, port: port, group: group, task: task)
     }
 }
