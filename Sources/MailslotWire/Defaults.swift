@@ -21,6 +21,10 @@ public enum Defaults {
     public static let deliveryWindow = 256
     /// The largest owner document (`/v1/users/{uid}`), in bytes.
     public static let maxDocumentBytes = 16 * 1024
+    /// The largest frame a relay can send: a `message` frame holding the largest envelope any
+    /// relay may accept (``Envelope/maximumSize``, as base64url) and its other members. Clients
+    /// accept frames this large, whatever envelope limit their relay is configured with.
+    public static let maxRelayFrameBytes = (Envelope.maximumSize * 4 + 2) / 3 + 4096
     /// The most messages one list request returns.
     public static let maxPageSize = 500
     /// The most blocked authors one page of the block list returns.

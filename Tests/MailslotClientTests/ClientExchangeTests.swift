@@ -12,7 +12,7 @@ final class Harness: Sendable {
     let running: RunningRelay
     let relay: Relay
 
-    init() async throws {
+    init(_ configure: (inout RelayConfiguration) -> Void = { _ in }) async throws {
         var configuration = RelayConfiguration()
         configuration.port = 0
         configuration.dataDirectory = folder + "/relay"
@@ -21,6 +21,7 @@ final class Harness: Sendable {
         // A test relay keeps no disk reserve and refuses no creates for lack of space (DiskFullTests covers those).
         configuration.minFreeBytes = 0
         configuration.reserveBytes = 0
+        configure(&configuration)
         var logger = Logger(label: "client-test-relay")
         logger.logLevel = .error
         relay = try Relay(configuration: configuration, logger: logger)

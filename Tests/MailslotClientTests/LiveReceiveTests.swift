@@ -31,6 +31,36 @@ import Testing
         await harness.finish()
     }
 
+    /// A relay may accept envelopes up to 1 MiB: its largest `message` frame still reaches the client.
+    @Test func theLargestEnvelopeAnyRelayTakesArrivesLive() async throws {
+        let harness = try await Harness { configuration in
+            configuration.maxEnvelopeBytes = Envelope.maximumSize
+            configuration.maxBodyBytes = Envelope.maximumSize * 4 / 3 + 4096
+            configuration.maxFrameBytes = Envelope.maximumSize * 4 / 3 + 4096
+        }
+        let alice = try harness.client("alice"), bob = try harness.client("bob")
+        try await alice.signIn()
+        try await bob.signIn()
+        let text = String(repeating: "x", count: 600 * 1024)  // sealed into the 1 MiB size class
+        guard case .sent = try await alice.send(text: text, to: "bob") else { Issue.record("not sent"); return }
+        // Bounded: a client that refuses the frame reconnects for ever instead of failing.
+        let received = await withTaskGroup(of: String?.self) { group in
+            group.addTask {
+                var iterator = bob.messages().makeAsyncIterator()
+                return try? await iterator.next()?.message.payload.text
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(20))
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+        #expect(received == text, "the 1 MiB envelope arrived within 20 s")
+        await harness.finish()
+    }
+
     @Test func aCrashBetweenStoreAndAckLosesNothingAndDuplicatesNothing() async throws {
         let harness = try await Harness()
         let alice = try harness.client("alice"), bob = try harness.client("bob")

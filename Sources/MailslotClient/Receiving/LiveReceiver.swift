@@ -49,11 +49,12 @@ extension MailslotClient {
                 headers[.authorization] = "Bearer \(session)"
                 let close = try await WebSocketClient.connect(
                     url: api.subscribeURL(me.uid),
-                    configuration: .init(maxFrameSize: 1 << 20, additionalHeaders: headers, autoPing: .enabled(timePeriod: .seconds(30))),
+                    configuration: .init(maxFrameSize: Defaults.maxRelayFrameBytes, additionalHeaders: headers,
+                                         autoPing: .enabled(timePeriod: .seconds(30))),
                     logger: logger
                 ) { inbound, outbound, _ in
                     onState(.connected)
-                    for try await frame in inbound.messages(maxSize: 1 << 21) {
+                    for try await frame in inbound.messages(maxSize: Defaults.maxRelayFrameBytes) {
                         guard case .text(let text) = frame,
                               let relayFrame = try? JSONDecoder().decode(RelayFrame.self, from: Data(text.utf8)) else { continue }
                         guard relayFrame.type == "message", let record = relayFrame.message else { continue }
