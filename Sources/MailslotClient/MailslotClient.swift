@@ -40,8 +40,15 @@ public actor MailslotClient {
     @discardableResult
     public func signIn() async throws -> String {
         let grant = try await api.signIn(token: try await tokenProvider())
+        // The store's user first: a token for someone else must not leave its session here.
+        let identity: Identity
+        do {
+            identity = try await store.identity(creatingFor: grant.uid)
+        } catch {
+            try? await api.signOut(session: grant.session)
+            throw error
+        }
         try await store.saveSession(grant)
-        let identity = try await store.identity(creatingFor: grant.uid)
         try await api.putKeys(identity.bundle(), session: grant.session)
         return grant.uid
     }
@@ -95,7 +102,7 @@ public actor MailslotClient {
     /// The contact's pinned keys; fetched and pinned on first use. Refuses a contact whose
     /// identity key changed until the user calls ``trust(_:)``.
     public func contact(_ uid: String) async throws -> Contact {
-        guard Identifier.isValidUID(uid) else { throw ClientError.relay(Problem(.invalidUID)) }
+        guard Identifier.isValidUID(uid) else { throw ClientError.invalidUID(uid) }
         if let known = try await store.contact(uid) {
             guard known.trust != .changed else { throw ClientError.keyChanged(uid) }
             return known

@@ -5,6 +5,7 @@ import MailslotWire
 
 /// A failure with a message for people and a documented exit code.
 enum CLIError: Error, CustomStringConvertible {
+    case usage(String)
     case notLoggedIn(String)
     case refused(String)
     case unavailable(String)
@@ -13,12 +14,13 @@ enum CLIError: Error, CustomStringConvertible {
 
     var description: String {
         switch self {
-        case .notLoggedIn(let text), .refused(let text), .unavailable(let text), .queued(let text), .failed(let text): text
+        case .usage(let text), .notLoggedIn(let text), .refused(let text), .unavailable(let text), .queued(let text), .failed(let text): text
         }
     }
 
     var exitCode: ExitCode {
         switch self {
+        case .usage: ExitCode(64)
         case .notLoggedIn: ExitCode(77)
         case .refused: ExitCode(65)
         case .unavailable: ExitCode(69)
@@ -42,6 +44,9 @@ enum CLIError: Error, CustomStringConvertible {
         case ClientError.keyChanged(let uid):
             self = .refused("\(uid)'s identity key changed. Compare `mailslot fingerprint \(uid)` with them, then `mailslot trust \(uid)`")
         case ClientError.cannotSeal(let code): self = .refused("the message cannot be sealed (\(code))")
+        case ClientError.invalidUID(let uid): self = .usage("'\(uid)' is not a uid (1 to 128 of A-Z a-z 0-9 . _ -)")
+        case ClientError.profileMismatch(let owner, let requested):
+            self = .refused("this profile belongs to \(owner), not \(requested): use another --profile")
         default: self = .failed("\(error)")
         }
     }

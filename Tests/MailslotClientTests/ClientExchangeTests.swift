@@ -204,3 +204,19 @@ extension Harness {
         #expect((response as? HTTPURLResponse)?.statusCode == 201)
     }
 }
+
+/// Errors the client makes itself are its own, not the relay's.
+@Suite struct ClientErrorTests {
+    @Test func aBadUIDAndAnotherUsersStoreAreTheClientsErrors() async throws {
+        let harness = try await Harness()
+        let alice = try harness.client("alice", profile: "shared")
+        try await alice.signIn()
+        await #expect(throws: ClientError.invalidUID("b/ob")) { _ = try await alice.contact("b/ob") }
+        // The same store, signed in as someone else: refused, and alice's keys stay hers.
+        let bob = try harness.client("bob", profile: "shared")
+        await #expect(throws: ClientError.profileMismatch(owner: "alice", requested: "bob")) { _ = try await bob.signIn() }
+        let me = try harness.client("alice", profile: "shared")
+        #expect(try await me.receive().isEmpty, "the store still signs in as alice: bob's session was not kept")
+        await harness.finish()
+    }
+}

@@ -30,7 +30,7 @@ extension ClientStore {
     /// A store that belongs to another uid is refused: one profile, one user.
     func identity(creatingFor uid: String) async throws -> Identity {
         if let existing = try await identity() {
-            guard existing.uid == uid else { throw ClientError.invalidResponse("this profile belongs to \(existing.uid), not \(uid)") }
+            guard existing.uid == uid else { throw ClientError.profileMismatch(owner: existing.uid, requested: uid) }
             return existing
         }
         let created = Identity(uid: uid, signing: IdentityKeyPair(), mailbox: MailboxKeyPair())

@@ -22,6 +22,10 @@ public enum ClientError: Error, Equatable, Sendable {
     case keyChanged(String)
     /// The message cannot be sealed (see the envelope error code).
     case cannotSeal(String)
+    /// Not a uid (spec/protocol.md §2): refused here, before anything is asked of the relay.
+    case invalidUID(String)
+    /// The local store belongs to another user: one store, one uid.
+    case profileMismatch(owner: String, requested: String)
 }
 
 /// The relay's HTTP API (spec/protocol.md), as plain async calls.
