@@ -262,8 +262,8 @@ public actor MailslotClient {
     }
 
     /// Opens, verifies and stores one delivered message — or stores why it was rejected — so
-    /// that it can be acknowledged. Nil when it was not stored as a message (rejected, already
-    /// stored, or a typing indicator).
+    /// that it can be acknowledged. Nil when it was rejected or was stored before (a
+    /// redelivery); a typing indicator is returned, to be shown, but never stored.
     func accept(_ record: MessageRecord, as me: Identity) async throws -> ReceivedMessage? {
         if try await store.knows(record.id) { return nil }  // a redelivery after a crash before the ack
         guard let text = record.envelope, let envelope = Base64URL.decode(text) else {
