@@ -28,6 +28,8 @@ import MailslotWire
     func expectResisted(_ attack: String, _ group: Audit.Group) async {
         let outcome = await Runs.shared.outcome(attack, in: group)
         #expect(outcome != nil, "the audit has no check \(attack)")
+        // A skipped check resisted nothing: against an in-process relay every check must run.
+        #expect(outcome?.skipped == false, "skipped: \(outcome?.detail ?? "")")
         #expect(outcome?.passed == true, "\(outcome?.detail ?? "")")
     }
 
