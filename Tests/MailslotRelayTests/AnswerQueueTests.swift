@@ -3,22 +3,32 @@ import Synchronization
 import Testing
 @testable import MailslotRelay
 
-/// A socket's answers: in order, bounded by count and bytes, and closing wakes whoever waits.
+/// A socket's answers: in order, bounded by count and bytes, a writer started only when needed,
+/// and closing wakes whoever waits.
 @Suite struct AnswerQueueTests {
-    @Test func answersComeOutInTheOrderTheyWentIn() async throws {
-        let queue = AnswerQueue(maxCount: 8, maxBytes: 1 << 20)
-        for n in 0..<8 { #expect(await queue.append({ "a\(n)" }, bytes: 10)) }
-        queue.close()
+    /// Everything taken now, in order.
+    private func drain(_ queue: AnswerQueue) async throws -> [String] {
         var texts: [String] = []
-        while let answer = await queue.next() { texts.append(try await answer()) }
-        #expect(texts == (0..<8).map { "a\($0)" }, "and what was queued before the close is still taken")
+        while let answer = queue.takeOrRetire() { texts.append(try await answer()) }
+        return texts
+    }
+
+    @Test func theFirstAppendStartsTheWriterAndItRetiresWhenTheQueueRunsEmpty() async throws {
+        let queue = AnswerQueue(maxCount: 8, maxBytes: 1 << 20)
+        #expect(await queue.append({ "a0" }, bytes: 10) == true, "no writer yet: start one")
+        for n in 1..<8 { #expect(await queue.append({ "a\(n)" }, bytes: 10) == false, "one runs already") }
+        #expect(try await drain(queue) == (0..<8).map { "a\($0)" })
+        #expect(await queue.append({ "again" }, bytes: 10) == true, "it retired: start another")
+        queue.close()
+        #expect(try await drain(queue) == ["again"], "what was queued before the close is still taken")
+        #expect(await queue.append({ "late" }, bytes: 10) == nil, "closed: not queued")
     }
 
     @Test func aFullQueueHoldsTheReaderUntilAnAnswerIsTaken() async throws {
         for (maxCount, maxBytes, bytes) in [(2, 1 << 20, 1), (100, 100, 50)] {
             let queue = AnswerQueue(maxCount: maxCount, maxBytes: maxBytes)
-            #expect(await queue.append({ "1" }, bytes: bytes))
-            #expect(await queue.append({ "2" }, bytes: bytes))
+            #expect(await queue.append({ "1" }, bytes: bytes) == true)
+            #expect(await queue.append({ "2" }, bytes: bytes) == false)
             let third = Atomic<Bool>(false)
             let reader = Task {
                 let queued = await queue.append({ "3" }, bytes: bytes)
@@ -28,16 +38,15 @@ import Testing
             try await Task.sleep(for: .milliseconds(100))
             let waited = !third.load(ordering: .sequentiallyConsistent)
             #expect(waited, "full (count \(maxCount), bytes \(maxBytes)): the third waits")
-            #expect(try await queue.next()?() == "1")
-            #expect(await reader.value, "room again: it is queued")
-            #expect(try await queue.next()?() == "2")
-            #expect(try await queue.next()?() == "3")
+            #expect(try await queue.takeOrRetire()?() == "1")
+            #expect(await reader.value == false, "room again: it is queued, for the writer already running")
+            #expect(try await drain(queue) == ["2", "3"])
         }
     }
 
     @Test func aFrameLargerThanTheByteBoundGoesAlone() async throws {
         let queue = AnswerQueue(maxCount: 8, maxBytes: 100)
-        #expect(await queue.append({ "big" }, bytes: 1_000), "an empty queue takes it")
+        #expect(await queue.append({ "big" }, bytes: 1_000) == true, "an empty queue takes it")
         let second = Atomic<Bool>(false)
         let reader = Task {
             defer { second.store(true, ordering: .sequentiallyConsistent) }
@@ -46,44 +55,32 @@ import Testing
         try await Task.sleep(for: .milliseconds(100))
         let waited = !second.load(ordering: .sequentiallyConsistent)
         #expect(waited, "nothing joins it")
-        #expect(try await queue.next()?() == "big")
-        #expect(await reader.value)
-        #expect(try await queue.next()?() == "small")
+        #expect(try await queue.takeOrRetire()?() == "big")
+        #expect(await reader.value == false)
+        #expect(try await drain(queue) == ["small"])
     }
 
-    @Test func closingWakesAWaitingReaderAndAWaitingWriter() async throws {
+    @Test func closingWakesAWaitingReaderAndSaysWhetherAWriterStillWrites() async throws {
         let full = AnswerQueue(maxCount: 1, maxBytes: 100)
-        #expect(await full.append({ "1" }, bytes: 1))
+        #expect(await full.append({ "1" }, bytes: 1) == true)
         let reader = Task { await full.append({ "2" }, bytes: 1) }
         try await Task.sleep(for: .milliseconds(50))
-        full.close()
-        #expect(await reader.value == false, "a closed queue takes no more answers")
+        #expect(full.closeWhileWriting(), "a writer still owes the queued answer")
+        #expect(await reader.value == nil, "a closed queue takes no more answers")
+        #expect(try await drain(full) == ["1"])
 
-        let empty = AnswerQueue(maxCount: 1, maxBytes: 100)
-        let writer = Task { await empty.next() == nil }
-        try await Task.sleep(for: .milliseconds(50))
-        empty.close()
-        #expect(await writer.value, "a writer waiting on a closed, empty queue gets nil")
+        let idle = AnswerQueue(maxCount: 1, maxBytes: 100)
+        #expect(!idle.closeWhileWriting(), "nothing queued, no writer: nothing left to write")
     }
 
-    @Test func anAnswerHandedToAWaitingWriterIsNotLost() async throws {
-        let queue = AnswerQueue(maxCount: 4, maxBytes: 100)
-        let writer = Task { try await queue.next()?() }
-        try await Task.sleep(for: .milliseconds(50))
-        #expect(await queue.append({ "handed" }, bytes: 1))
-        #expect(try await writer.value == "handed")
-    }
-}
-
-extension AnswerQueueTests {
     /// A busy socket's queue never runs empty; what was taken must still be let go (it holds the
-    /// frames' envelopes). Failed before taken answers were dropped other than when empty.
+    /// frames' envelopes).
     @Test func aQueueThatNeverRunsEmptyDoesNotKeepWhatWasTaken() async throws {
         let queue = AnswerQueue(maxCount: 8, maxBytes: 1 << 20)
-        #expect(await queue.append({ "first" }, bytes: 1))
+        _ = await queue.append({ "first" }, bytes: 1)
         for n in 0..<10_000 {
-            #expect(await queue.append({ "a\(n)" }, bytes: 1))
-            _ = await queue.next()  // one in, one out: never empty
+            _ = await queue.append({ "a\(n)" }, bytes: 1)
+            _ = queue.takeOrRetire()  // one in, one out: never empty
         }
         #expect(queue.storageCount <= 64, "storage holds \(queue.storageCount) slots")
     }

@@ -26,15 +26,14 @@ final class GroupCommit: Sendable {
     }
 
     private let pool: DatabasePool
-    private let spaceRanOut: @Sendable () -> Bool
+    private let diskSpace: DiskSpace?
     private let state = Mutex<(queue: [Pending], draining: Bool)>(([], false))
 
-    /// Commits to `pool`. When a commit finds the disk full, `spaceRanOut` is told; if it freed
-    /// some (true), the batch is tried once more, else its writes fail with
-    /// ``StoreFailure/storageFull``.
-    init(pool: DatabasePool, spaceRanOut: @escaping @Sendable () -> Bool = { false }) {
+    /// Commits to `pool`; a batch that finds the disk full is handled as every write is
+    /// (``DiskSpace/retryingWhenFull(_:_:)``).
+    init(pool: DatabasePool, diskSpace: DiskSpace? = nil) {
         self.pool = pool
-        self.spaceRanOut = spaceRanOut
+        self.diskSpace = diskSpace
     }
 
     /// Runs `updates` in the next shared transaction and returns its result once committed.
@@ -100,15 +99,9 @@ final class GroupCommit: Sendable {
             }
             if batch.isEmpty { return }
             do {
-                do {
+                // Rolled back as a whole when the disk is full: every write of the batch may run again.
+                try await DiskSpace.retryingWhenFull(diskSpace) {
                     try await pool.write { db in for pending in batch { try pending.apply(db) } }
-                } catch let error as DatabaseError where error.resultCode == .SQLITE_FULL {
-                    // Rolled back as a whole: every write of the batch may run again.
-                    guard spaceRanOut() else { throw StoreFailure.storageFull }
-                    do { try await pool.write { db in for pending in batch { try pending.apply(db) } } } catch let error as DatabaseError
-                        where error.resultCode == .SQLITE_FULL {
-                        throw StoreFailure.storageFull
-                    }
                 }
                 for pending in batch { pending.committed() }
                 for pending in batch { pending.complete(nil) }

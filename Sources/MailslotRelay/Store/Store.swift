@@ -77,7 +77,7 @@ final class Store: Sendable {
         }
         configuration.busyMode = .timeout(5)
         pool = try DatabasePool(path: path, configuration: configuration)
-        group = GroupCommit(pool: pool, spaceRanOut: { diskSpace?.writeFailedForSpace() ?? false })
+        group = GroupCommit(pool: pool, diskSpace: diskSpace)
         self.path = path
         self.metrics = metrics
         self.diskSpace = diskSpace
@@ -93,15 +93,7 @@ final class Store: Sendable {
     func write<T: Sendable>(_ operation: String, _ updates: @escaping @Sendable (Database) throws -> T) async throws -> T {
         let start = ContinuousClock.now
         defer { metrics?.store(operation, ContinuousClock.now - start) }
-        do {
-            return try await pool.write(updates)
-        } catch let error as DatabaseError where error.resultCode == .SQLITE_FULL {
-            // The transaction was rolled back. With the reserve released, there is room to try again.
-            guard diskSpace?.writeFailedForSpace() == true else { throw StoreFailure.storageFull }
-            do { return try await pool.write(updates) } catch let error as DatabaseError where error.resultCode == .SQLITE_FULL {
-                throw StoreFailure.storageFull
-            }
-        }
+        return try await DiskSpace.retryingWhenFull(diskSpace) { try await pool.write(updates) }
     }
 
     /// A write that shares a transaction with others arriving meanwhile (``GroupCommit``), queued

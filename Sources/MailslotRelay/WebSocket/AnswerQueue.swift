@@ -2,9 +2,12 @@ import NIOCore
 import Synchronization
 
 /// The answers a socket owes, in the order its frames arrived. The socket's reader starts each
-/// frame's work at once (a send or an ack joins the next group commit) and queues the answer; one
-/// writer awaits the answers in turn and writes them. So one client's frames share commits
+/// frame's work at once (a send or an ack joins the next group commit) and queues the answer; a
+/// writer takes the answers in turn and writes them. So one client's frames share commits
 /// instead of each waiting for the one before it, and its answers still come in order.
+///
+/// The writer runs only while answers are queued (an idle socket holds no task): the append that
+/// finds none running says so, and the writer retires when it finds the queue empty.
 ///
 /// Bounded by count and by the size of the frames behind the answers (a queued send holds its
 /// envelope until it commits): a reader that finds it full waits, which stops it reading the
@@ -23,21 +26,13 @@ final class AnswerQueue: Sendable {
         var bytes = 0
         var closed = false
         var waitingForRoom: CheckedContinuation<Void, Never>?
-        var waitingForAnswer: CheckedContinuation<Answer?, Never>?
-        /// A writer takes answers with ``takeOrRetire()`` and is not waiting: see
-        /// ``appendStartingWriter(_:bytes:)``.
+        /// A writer takes answers with ``takeOrRetire()``.
         var writerActive = false
 
-        var count: Int { answers.count }
-
-        mutating func removeFirst() -> Answer {
-            let first = answers.removeFirst()
-            bytes -= first.bytes
-            return first.answer
+        /// Whether an answer for a frame of `bytes` fits now (always, when the queue is empty).
+        func hasRoom(for bytes: Int, maxCount: Int, maxBytes: Int) -> Bool {
+            answers.isEmpty || (answers.count < maxCount && self.bytes + bytes <= maxBytes)
         }
-
-        /// Slots the storage holds, taken or not (for the test that keeps it bounded).
-        var storage: Int { answers.capacity }
     }
 
     private let maxCount: Int
@@ -50,50 +45,16 @@ final class AnswerQueue: Sendable {
         self.maxBytes = maxBytes
     }
 
-    /// Queues the answer to a frame of `bytes` bytes, waiting for room first. False once the queue
-    /// is closed: the answer will not be written.
-    func append(_ answer: @escaping Answer, bytes: Int) async -> Bool {
-        while true {
-            enum Step { case queued, handed(CheckedContinuation<Answer?, Never>), closed, full }
-            let step = state.withLock { state -> Step in
-                if state.closed { return .closed }
-                if let writer = state.waitingForAnswer {
-                    state.waitingForAnswer = nil
-                    return .handed(writer)
-                }
-                guard state.count == 0 || (state.count < maxCount && state.bytes + bytes <= maxBytes) else { return .full }
-                state.answers.append((answer, bytes))
-                state.bytes += bytes
-                return .queued
-            }
-            switch step {
-            case .queued: return true
-            case .handed(let writer):
-                writer.resume(returning: answer)
-                return true
-            case .closed: return false
-            case .full:
-                await withCheckedContinuation { continuation in
-                    let now = state.withLock { state -> Bool in
-                        if state.closed || state.count < maxCount && state.bytes + bytes <= maxBytes || state.count == 0 { return true }
-                        state.waitingForRoom = continuation
-                        return false
-                    }
-                    if now { continuation.resume() }
-                }
-            }
-        }
-    }
-
-    /// Queues the answer like ``append(_:bytes:)``, for a socket that runs its writer only while
-    /// answers are queued: true when the caller must start that writer (it takes answers with
-    /// ``takeOrRetire()`` until none is left), false when one runs already, nil once closed.
-    func appendStartingWriter(_ answer: @escaping Answer, bytes: Int) async -> Bool? {
+    /// Queues the answer to a frame of `bytes` bytes, waiting for room first: true when the
+    /// caller must start the writer (it takes answers with ``takeOrRetire()`` until none is
+    /// left), false when one runs already, nil once the queue is closed (the answer will not be
+    /// written).
+    func append(_ answer: @escaping Answer, bytes: Int) async -> Bool? {
         while true {
             enum Step { case queued(startWriter: Bool), closed, full }
             let step = state.withLock { state -> Step in
                 if state.closed { return .closed }
-                guard state.count == 0 || (state.count < maxCount && state.bytes + bytes <= maxBytes) else { return .full }
+                guard state.hasRoom(for: bytes, maxCount: maxCount, maxBytes: maxBytes) else { return .full }
                 state.answers.append((answer, bytes))
                 state.bytes += bytes
                 guard !state.writerActive else { return .queued(startWriter: false) }
@@ -106,7 +67,7 @@ final class AnswerQueue: Sendable {
             case .full:
                 await withCheckedContinuation { continuation in
                     let now = state.withLock { state -> Bool in
-                        if state.closed || state.count < maxCount && state.bytes + bytes <= maxBytes || state.count == 0 { return true }
+                        if state.closed || state.hasRoom(for: bytes, maxCount: maxCount, maxBytes: maxBytes) { return true }
                         state.waitingForRoom = continuation
                         return false
                     }
@@ -117,17 +78,17 @@ final class AnswerQueue: Sendable {
     }
 
     /// The oldest answer without waiting; when none is queued the writer retires (the next
-    /// ``appendStartingWriter(_:bytes:)`` starts another). Queued answers are taken after a
-    /// close too.
+    /// ``append(_:bytes:)`` starts another). Queued answers are taken after a close too.
     func takeOrRetire() -> Answer? {
         let (answer, reader) = state.withLock { state -> (Answer?, CheckedContinuation<Void, Never>?) in
-            guard state.count > 0 else {
+            guard !state.answers.isEmpty else {
                 state.writerActive = false
                 return (nil, nil)
             }
-            let answer = state.removeFirst()
+            let first = state.answers.removeFirst()
+            state.bytes -= first.bytes
             defer { state.waitingForRoom = nil }
-            return (answer, state.waitingForRoom)
+            return (first.answer, state.waitingForRoom)
         }
         reader?.resume()
         return answer
@@ -139,53 +100,16 @@ final class AnswerQueue: Sendable {
         let (writing, reader) = state.withLock { state in
             state.closed = true
             defer { state.waitingForRoom = nil }
-            return (state.writerActive || state.count > 0, state.waitingForRoom)
+            return (state.writerActive || !state.answers.isEmpty, state.waitingForRoom)
         }
         reader?.resume()
         return writing
     }
 
-    /// The oldest answer, waiting for one if none is queued; nil once the queue is closed and
-    /// everything queued before was taken.
-    func next() async -> Answer? {
-        await withCheckedContinuation { continuation in
-            enum Step { case take(Answer, CheckedContinuation<Void, Never>?), end, wait }
-            let step = state.withLock { state -> Step in
-                if state.count > 0 {
-                    let answer = state.removeFirst()
-                    defer { state.waitingForRoom = nil }
-                    return .take(answer, state.waitingForRoom)
-                }
-                if state.closed { return .end }
-                state.waitingForAnswer = continuation
-                return .wait
-            }
-            switch step {
-            case .take(let answer, let reader):
-                reader?.resume()
-                continuation.resume(returning: answer)
-            case .end: continuation.resume(returning: nil)
-            case .wait: break
-            }
-        }
-    }
-
     /// How many slots the queue's storage holds, taken answers included: stays within a small
     /// multiple of `maxCount` however long the socket stays busy.
-    var storageCount: Int { state.withLock { $0.storage } }
+    var storageCount: Int { state.withLock { $0.answers.capacity } }
 
-    /// No more answers: a waiting reader is told so, a waiting writer gets nil. What is queued
-    /// can still be taken.
-    func close() {
-        let (reader, writer) = state.withLock { state in
-            state.closed = true
-            defer {
-                state.waitingForRoom = nil
-                state.waitingForAnswer = nil
-            }
-            return (state.waitingForRoom, state.waitingForAnswer)
-        }
-        reader?.resume()
-        writer?.resume(returning: nil)
-    }
+    /// No more answers: a reader waiting for room is told so. What is queued can still be taken.
+    func close() { _ = closeWhileWriting() }
 }

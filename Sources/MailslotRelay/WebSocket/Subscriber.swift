@@ -203,7 +203,9 @@ final class Subscriber: Sendable {
                 }
             }
         } catch {
-            return .clientLeft  // the socket is gone (or the store failed): end this subscription
+            // The socket is gone, or the store failed (1011: the client reconnects, and what was not
+            // acknowledged is delivered again).
+            return channel.isActive ? .serverError : .clientLeft
         }
     }
 
@@ -260,7 +262,7 @@ final class Subscriber: Sendable {
                 let error = SubscriptionSession.text(RelayFrame(type: "error", problem: Problem(.invalidJSON, "frames are JSON text: ack or send")))
                 answer = { error }
             }
-            guard let startWriter = await answers.appendStartingWriter(answer, bytes: bytes) else { return }
+            guard let startWriter = await answers.append(answer, bytes: bytes) else { return }
             if startWriter { session.tasks.spawn { await self.writeLoop() } }
             if garbage, state.withLock({ state in state.garbage += 1; return state.garbage >= 10 }) {
                 // The error frames owed so far go out first; the writer closes after the last.

@@ -110,7 +110,7 @@ final class SubscriptionSession: Sendable {
                     return FrameText.acked(id)  // already erased (a repeated ack): acknowledged all the same
                 } catch {
                     // Not erased (a full disk, a failing store): the client is told, and may ack again.
-                    return Self.text(RelayFrame(type: "error", id: id, problem: Problem.answering(error)))
+                    return Self.text(RelayFrame(type: "error", id: id, problem: self.problem(error)))
                 }
             }
         case "send":
@@ -127,13 +127,21 @@ final class SubscriptionSession: Sendable {
                     return FrameText.sent(record, ref: ref, created: created)
                         ?? Self.text(RelayFrame(type: "sent", message: record, ref: ref, created: created))
                 } catch {
-                    return Self.text(RelayFrame(type: "error", ref: ref, problem: Problem.answering(error)))
+                    return Self.text(RelayFrame(type: "error", ref: ref, problem: self.problem(error)))
                 }
             }
         default:
             let error = Self.text(RelayFrame(type: "error", problem: Problem(.badRequest, "unknown frame type")))
             return { error }
         }
+    }
+
+    /// What the client is told of a failed ack or send; an unexpected failure is logged (by its
+    /// type only, as the HTTP routes do) before it is answered `internal`.
+    private func problem(_ error: any Error) -> Problem {
+        let problem = Problem.answering(error)
+        if problem.code == .internalError { logger.error("frame failed", metadata: ["error.type": "\(type(of: error))"]) }
+        return problem
     }
 
     func decode(_ text: String) -> ClientFrame? {
