@@ -139,11 +139,21 @@ public actor MailslotClient {
     }
 
     /// Trusts `uid`'s current keys after the user compared the safety number out of band; a
-    /// changed contact takes the keys it offered.
+    /// changed contact takes the keys it offered. Messages held for the change are sealed to the
+    /// trusted keys and sent (or queued, when the relay cannot be reached).
     @discardableResult
     public func trust(_ uid: String) async throws -> Contact {
         guard let trusted = try await store.trust(uid) else { return try await contact(uid) }
+        for id in try await store.outgoingIDs(to: uid, state: .held) { _ = try? await resend(id) }
         return trusted
+    }
+
+    /// Replaces this device's mailbox key with a new one and publishes it. The old secret key is
+    /// kept for the longest message lifetime, so messages already sealed to it still open; senders
+    /// learn of the new key from the relay (`409 stale_keys`) and seal to it from then on.
+    public func rotateMailboxKey() async throws {
+        let rotated = try await store.rotateMailboxKey()
+        try await authorized { try await api.putKeys(rotated.bundle(), session: $0) }
     }
 
     /// The safety number to compare with `uid`, in twelve groups of five digits.
@@ -164,73 +174,6 @@ public actor MailslotClient {
     /// Every known contact.
     public func contacts() async throws -> [Contact] { try await store.contacts() }
 
-    // MARK: Sending
-
-    /// Seals `message` for `recipient` under a new time-ordered id, stores it in the outbox, and
-    /// tries to deliver it. A relay that cannot be reached leaves it queued.
-    @discardableResult
-    public func send(_ payload: Payload, type: MessageType = .text, to recipient: String, name: String? = nil) async throws -> SendOutcome {
-        let me = try await identity()
-        let contact = try await contact(recipient)
-        let id = MessageID.generate()
-        let message = ChatMessage(type: type, sender: Sender(id: me.uid, name: name), payload: payload,
-                                  timestamp: Int64(Date().timeIntervalSince1970 * 1000))
-        let envelope: [UInt8]
-        let body: [UInt8]
-        do {
-            body = try message.encoded()
-            envelope = try Envelope.seal(message, id: id, from: me.uid, identity: me.signing, to: recipient, mailboxKey: contact.mailboxKey)
-        } catch { throw ClientError.cannotSeal(error.code) }
-        try await store.enqueue(id: id, recipient: recipient, message: message, body: body, envelope: envelope)
-        return await deliver(id: id, recipient: recipient, envelope: envelope)
-    }
-
-    /// Sends a plain text message.
-    @discardableResult
-    public func send(text: String, to recipient: String) async throws -> SendOutcome {
-        try await send(Payload(text: text), to: recipient)
-    }
-
-    /// Retries every queued message that is due; returns how many are still queued.
-    @discardableResult
-    public func flush(now: Date = Date()) async throws -> Int {
-        for queued in try await store.due(now: now.timeIntervalSince1970) {
-            _ = await deliver(id: queued.id, recipient: queued.recipient, envelope: queued.envelope)
-        }
-        return try await store.outgoing().filter { $0.state == .queued }.count
-    }
-
-    /// Sent and queued messages, oldest first.
-    public func outgoing() async throws -> [OutgoingMessage] { try await store.outgoing() }
-
-    private func deliver(id: String, recipient: String, envelope: [UInt8]) async -> SendOutcome {
-        do {
-            _ = try await authorized { try await api.send(to: recipient, id: id, envelope: envelope, session: $0) }
-            try await store.markSent(id)
-            return .sent(id: id)
-        } catch ClientError.relay(let problem) where Self.isFinal(problem) {
-            try? await store.markRefused(id, error: problem.code.rawValue)
-            return .refused(id: id, reason: problem.code.rawValue)
-        } catch {
-            let reason = Self.describe(error)
-            try? await store.markFailed(id, error: reason, now: Date().timeIntervalSince1970)
-            return .queued(id: id, reason: reason)
-        }
-    }
-
-    /// Refusals that retrying cannot change. A 401 is retried with a new session, a 429 later.
-    static func isFinal(_ problem: Problem) -> Bool {
-        (400..<500).contains(problem.code.status) && problem.code.status != 401 && problem.code.status != 429
-    }
-
-    static func describe(_ error: any Error) -> String {
-        switch error {
-        case ClientError.relay(let problem): problem.code.rawValue
-        case ClientError.unreachable(let why): "unreachable: \(why)"
-        default: "\(error)"
-        }
-    }
-
     /// Unsends a message this client sent that the recipient has not received yet.
     public func unsend(_ id: String, to recipient: String) async throws {
         try await authorized { try await api.delete(owner: recipient, id: id, session: $0) }
@@ -243,62 +186,6 @@ public actor MailslotClient {
     }
 
     // MARK: Receiving
-
-    /// Fetches every waiting message over HTTP, stores each (or records why it was rejected),
-    /// then acknowledges it so the relay erases it. Returns the newly stored messages.
-    public func receive() async throws -> [ReceivedMessage] {
-        let me = try await identity()
-        var received: [ReceivedMessage] = []
-        var cursor: String?
-        repeat {
-            let page = try await authorized { try await api.list(me.uid, after: cursor, session: $0) }
-            for record in page.messages {
-                if let message = try await accept(record, as: me) { received.append(message) }
-                try await authorized { try await api.delete(owner: me.uid, id: record.id, session: $0) }
-            }
-            cursor = page.next
-        } while cursor != nil
-        return received
-    }
-
-    /// Opens, verifies and stores one delivered message — or stores why it was rejected — so
-    /// that it can be acknowledged. Nil when it was rejected or was stored before (a
-    /// redelivery); a typing indicator is returned, to be shown, but never stored.
-    func accept(_ record: MessageRecord, as me: Identity) async throws -> ReceivedMessage? {
-        if try await store.knows(record.id) { return nil }  // a redelivery after a crash before the ack
-        guard let text = record.envelope, let envelope = Base64URL.decode(text) else {
-            try await store.storeRejected(id: record.id, author: record.author, reason: "envelope_missing")
-            return nil
-        }
-        let opened: OpenedEnvelope
-        do { opened = try Envelope.open(envelope, id: record.id, recipient: me.uid, keys: me.mailbox) } catch {
-            try await store.storeRejected(id: record.id, author: record.author, reason: error.code)
-            return nil
-        }
-        guard opened.sender == record.author else {
-            try await store.storeRejected(id: record.id, author: record.author, reason: "author_mismatch")
-            return nil
-        }
-        do {
-            let sender = try await contact(opened.sender)
-            if sender.identityKey != opened.senderKey {
-                // Signed by another key than the pinned one: check what the relay serves now.
-                _ = try? await refreshKeys(of: opened.sender)
-                try await store.storeRejected(id: record.id, author: record.author, reason: "key_changed")
-                return nil
-            }
-        } catch ClientError.keyChanged {
-            try await store.storeRejected(id: record.id, author: record.author, reason: "key_changed")
-            return nil
-        } catch ClientError.noKeys {
-            try await store.storeRejected(id: record.id, author: record.author, reason: "sender_has_no_keys")
-            return nil
-        }
-        let message = ReceivedMessage(id: record.id, sender: opened.sender, message: opened.message, body: opened.body)
-        if opened.message.type == .typing { return message }  // shown, never stored
-        try await store.storeReceived(message)
-        return message
-    }
 
     /// Stored messages, oldest first; from one contact when `from` is given.
     public func history(from sender: String? = nil) async throws -> [ReceivedMessage] { try await store.inbox(from: sender) }

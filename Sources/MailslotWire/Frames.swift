@@ -2,7 +2,7 @@
 /// JSON text frame. spec/protocol.md §WebSocket lists every frame with an example.
 ///
 /// - `{"type":"ack","id":…}`: the owner has stored message `id`; the relay erases it.
-/// - `{"type":"send","ref":…,"to":…,"id":…,"envelope":…,"ttl_seconds"?:…}`: the same as
+/// - `{"type":"send","ref":…,"to":…,"id":…,"envelope":…,"ttl_seconds"?:…,"key_id"?:…}`: the same as
 ///   `PUT /v1/users/{to}/messages/{id}`; the answer is a `sent` or `error` frame with the same `ref`.
 public struct ClientFrame: Sendable, Equatable, Codable {
     /// `ack` or `send`.
@@ -17,15 +17,29 @@ public struct ClientFrame: Sendable, Equatable, Codable {
     public let envelope: String?
     /// The lifetime of a `send`, in seconds.
     public let ttlSeconds: Int64?
+    /// The key id the envelope of a `send` was sealed to (as in ``SendRequest/keyID``).
+    public let keyID: String?
+
+    /// A frame with the given members; ``ack(_:)`` and ``send(ref:to:id:envelope:ttlSeconds:keyID:)`` are clearer.
+    public init(type: String, id: String?, ref: String?, to: String?, envelope: String?, ttlSeconds: Int64?, keyID: String? = nil) {
+        self.type = type
+        self.id = id
+        self.ref = ref
+        self.to = to
+        self.envelope = envelope
+        self.ttlSeconds = ttlSeconds
+        self.keyID = keyID
+    }
 
     /// An acknowledgement of message `id`.
     public static func ack(_ id: String) -> ClientFrame {
         ClientFrame(type: "ack", id: id, ref: nil, to: nil, envelope: nil, ttlSeconds: nil)
     }
 
-    /// A send of `envelope` to `to` under message id `id`.
-    public static func send(ref: String, to: String, id: String, envelope: [UInt8], ttlSeconds: Int64? = nil) -> ClientFrame {
-        ClientFrame(type: "send", id: id, ref: ref, to: to, envelope: Base64URL.encode(envelope), ttlSeconds: ttlSeconds)
+    /// A send of `envelope` to `to` under message id `id`, sealed to the keys `keyID` names.
+    public static func send(ref: String, to: String, id: String, envelope: [UInt8], ttlSeconds: Int64? = nil,
+                            keyID: String? = nil) -> ClientFrame {
+        ClientFrame(type: "send", id: id, ref: ref, to: to, envelope: Base64URL.encode(envelope), ttlSeconds: ttlSeconds, keyID: keyID)
     }
 
     /// Whether the members its type requires are present: `id` for an ack; `to`, `id` and
@@ -42,6 +56,7 @@ public struct ClientFrame: Sendable, Equatable, Codable {
     enum CodingKeys: String, CodingKey {
         case type, id, ref, to, envelope
         case ttlSeconds = "ttl_seconds"
+        case keyID = "key_id"
     }
 }
 
@@ -49,7 +64,7 @@ extension ClientFrame {
     /// The frame a flat object of string (or null) members decodes to — what JSONDecoder would
     /// give — or nil when only JSONDecoder can say (no type, or a ttl_seconds to interpret).
     init?(flatMembers members: [(name: String, value: String?)]) {
-        var type, id, ref, to, envelope: String?
+        var type, id, ref, to, envelope, keyID: String?
         for (name, value) in members {
             switch name {
             case CodingKeys.type.rawValue: type = value
@@ -57,12 +72,13 @@ extension ClientFrame {
             case CodingKeys.ref.rawValue: ref = value
             case CodingKeys.to.rawValue: to = value
             case CodingKeys.envelope.rawValue: envelope = value
+            case CodingKeys.keyID.rawValue: keyID = value
             case CodingKeys.ttlSeconds.rawValue: return nil
             default: continue  // unknown members are ignored, as by JSONDecoder
             }
         }
         guard let type else { return nil }
-        self.init(type: type, id: id, ref: ref, to: to, envelope: envelope, ttlSeconds: nil)
+        self.init(type: type, id: id, ref: ref, to: to, envelope: envelope, ttlSeconds: nil, keyID: keyID)
     }
 }
 

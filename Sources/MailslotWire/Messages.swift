@@ -4,16 +4,21 @@ public struct SendRequest: Sendable, Equatable, Codable {
     public let envelope: String
     /// How long the relay keeps it if unacknowledged; default 7 days, at most 30.
     public let ttlSeconds: Int64?
+    /// The key id (``KeyBundle/keyID``) of the recipient's bundle the envelope was sealed to.
+    /// When present and no longer the recipient's, the relay answers `409 stale_keys`.
+    public let keyID: String?
 
-    /// A request carrying `envelope` (raw bytes, encoded here).
-    public init(envelope: [UInt8], ttlSeconds: Int64? = nil) {
+    /// A request carrying `envelope` (raw bytes, encoded here), sealed to the keys `keyID` names.
+    public init(envelope: [UInt8], ttlSeconds: Int64? = nil, keyID: String? = nil) {
         self.envelope = Base64URL.encode(envelope)
         self.ttlSeconds = ttlSeconds
+        self.keyID = keyID
     }
 
     enum CodingKeys: String, CodingKey {
         case envelope
         case ttlSeconds = "ttl_seconds"
+        case keyID = "key_id"
     }
 }
 

@@ -12,6 +12,8 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
     case invalidKeyBundle = "invalid_key_bundle"
     case invalidDocument = "invalid_document"
     case invalidLease = "invalid_lease"
+    /// A `key_id` that is not 22 characters of unpadded base64url.
+    case invalidKeyID = "invalid_key_id"
     // 401: who is asking is unknown.
     case unauthenticated = "unauthenticated"
     case sessionExpired = "session_expired"
@@ -25,6 +27,9 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
     case conflict = "conflict"
     /// The owner's block list holds the most entries allowed.
     case blockListFull = "block_list_full"
+    /// The envelope was sealed to keys the recipient no longer publishes (its `key_id` is not
+    /// the current bundle's): fetch the recipient's keys again, then re-seal and resend.
+    case staleKeys = "stale_keys"
     // 413, 415, 429: limits. (Oversized headers close the connection; connections over the
     // limit wait to be accepted: neither has a request to answer.)
     case bodyTooLarge = "body_too_large"
@@ -45,11 +50,11 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
     public var status: Int {
         switch self {
         case .badRequest, .invalidJSON, .invalidUID, .invalidMessageID, .invalidEnvelope, .invalidTTL,
-             .invalidCursor, .invalidKeyBundle, .invalidDocument, .invalidLease: 400
+             .invalidCursor, .invalidKeyBundle, .invalidDocument, .invalidLease, .invalidKeyID: 400
         case .unauthenticated, .sessionExpired, .invalidToken, .refreshInvalid, .refreshReused: 401
         case .forbidden, .blocked: 403
         case .notFound: 404
-        case .conflict, .blockListFull: 409
+        case .conflict, .blockListFull, .staleKeys: 409
         case .bodyTooLarge, .envelopeTooLarge: 413
         case .unsupportedMediaType: 415
         case .rateLimited, .mailboxFull, .authorQuota, .tooManyReads: 429

@@ -78,15 +78,49 @@ struct Send: AsyncParsableCommand {
     private func send(_ payload: Payload, type: MessageType) async throws {
         let client = try Profile(options).client()
         let output = Output(json: options.json)
-        switch try await client.send(payload, type: type, to: uid) {
-        case .sent(let id):
-            output.emit(["id": id, "to": uid, "state": "sent"], text: id)
-        case .queued(let id, let reason):
-            output.emit(["id": id, "to": uid, "state": "queued", "reason": reason], text: id)
-            throw CLIError.queued("queued, not sent yet (\(reason)); `mailslot flush` retries")
-        case .refused(let id, let reason):
-            output.emit(["id": id, "to": uid, "state": "refused", "reason": reason], text: id)
-            throw CLIError.unavailable("the relay refused the message: \(reason)")
+        do {
+            try output.outcome(try await client.send(payload, type: type, to: uid), to: uid)
+        } catch ClientError.keyChanged(let recipient) where recipient == uid {
+            let held = try await client.outgoing().last { $0.recipient == uid && $0.state == .held }
+            try output.held(held?.id, to: uid)
+        }
+    }
+}
+
+/// `mailslot resend`: send an undelivered or held message again.
+struct Resend: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Send message ID again, sealed to the recipient's current keys: one their device could not open (`undelivered` in `history`), or one held for a key change.",
+        discussion: "The same id is kept. While the recipient's new identity key is not trusted the message stays held (exit 65): compare the fingerprint, then `mailslot trust UID`.")
+    @OptionGroup var options: GlobalOptions
+    @Argument(help: "The message id.") var id: String
+
+    func run() async throws {
+        try await reporting {
+            let client = try Profile(options).client()
+            let output = Output(json: options.json)
+            let recipient = try await client.outgoing().first { $0.id == id }?.recipient
+            do {
+                try output.outcome(try await client.resend(id), to: recipient ?? "")
+            } catch ClientError.keyChanged(let uid) {
+                try output.held(id, to: uid)
+            }
+        }
+    }
+}
+
+/// `mailslot rotate-key`: a new mailbox key.
+struct RotateKey: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rotate-key",
+        abstract: "Replace this profile's mailbox key and publish the new one (the identity key and fingerprint stay).",
+        discussion: "Messages already sealed to the old key still open: it is kept for the longest message lifetime (30 days and a day).")
+    @OptionGroup var options: GlobalOptions
+
+    func run() async throws {
+        try await reporting {
+            try await Profile(options).client().rotateMailboxKey()
+            Output(json: options.json).emit(["state": "rotated"], text: "mailbox key rotated and published")
         }
     }
 }
@@ -141,17 +175,27 @@ struct Listen: AsyncParsableCommand {
     }
 }
 
-/// `mailslot history`: stored messages.
+/// `mailslot history`: stored and sent messages.
 struct History: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Print stored messages, oldest first; only those from UID when given.")
+    static let configuration = CommandConfiguration(
+        abstract: "Print received and sent messages, oldest first; only those with UID when given.",
+        discussion: "Sent messages show where they stand: sent, queued, held (the recipient's key changed: `mailslot trust UID` sends it), undelivered (their device could not open it: `mailslot resend ID`) or refused.")
     @OptionGroup var options: GlobalOptions
-    @Argument(help: "Only messages from this uid.") var uid: String?
+    @Argument(help: "Only messages from or to this uid.") var uid: String?
 
     func run() async throws {
         try await reporting {
             let client = try Profile(options).client()
             let output = Output(json: options.json)
-            for message in try await client.history(from: uid) { output.message(message) }
+            let received = try await client.history(from: uid)
+            let sent = try await client.outgoing().filter { uid == nil || $0.recipient == uid }
+            // Message ids are time-ordered: one sequence, oldest first.
+            var (r, s) = (received[...], sent[...])
+            while let next = r.first, let other = s.first {
+                if next.id <= other.id { output.message(next); r = r.dropFirst() } else { output.sent(other); s = s.dropFirst() }
+            }
+            r.forEach(output.message)
+            s.forEach(output.sent)
         }
     }
 }

@@ -47,6 +47,7 @@ enum CLIError: Error, CustomStringConvertible {
         case ClientError.invalidUID(let uid): self = .usage("'\(uid)' is not a uid (1 to 128 of A-Z a-z 0-9 . _ -)")
         case ClientError.profileMismatch(let owner, let requested):
             self = .refused("this profile belongs to \(owner), not \(requested): use another --profile")
+        case ClientError.notResendable(let id): self = .usage("no undelivered, held or queued message \(id) (see `mailslot history`)")
         default: self = .failed("\(error)")
         }
     }
@@ -66,12 +67,33 @@ struct Output {
         fflush(nil)  // all output streams: lines reach a pipe as they are printed
     }
 
+    /// A received message.
     func message(_ received: ReceivedMessage) {
-        let message = received.message
-        var fields: [String: Any] = ["id": received.id, "from": received.sender, "type": message.type.rawValue,
-                                     "timestamp": message.timestamp]
-        var text = "[\(Timestamp.format(message.timestamp / 1000))] \(received.sender)"
-        if let name = message.sender.name { text += " (\(name))" }
+        var fields: [String: Any] = ["id": received.id, "from": received.sender]
+        var text = "[\(Timestamp.format(received.message.timestamp / 1000))] \(received.sender)"
+        if let name = received.message.sender.name { text += " (\(name))" }
+        describe(received.message, into: &fields, text: &text)
+        emit(fields, text: text)
+    }
+
+    /// A message this profile sent, with where it stands (`sent`, `queued`, `held`, `undelivered`, `refused`).
+    func sent(_ outgoing: OutgoingMessage) {
+        var fields: [String: Any] = ["id": outgoing.id, "to": outgoing.recipient, "state": outgoing.state.rawValue]
+        var text = "[\(outgoing.message.map { Timestamp.format($0.timestamp / 1000) } ?? "?")] → \(outgoing.recipient) [\(outgoing.state.rawValue)]"
+        if let error = outgoing.lastError, outgoing.state != .sent { fields["reason"] = error }
+        if let message = outgoing.message { describe(message, into: &fields, text: &text) }
+        switch outgoing.state {
+        case .undelivered: text += "  (not readable on their device: `mailslot resend \(outgoing.id)` once their key is trusted)"
+        case .held: text += "  (their key changed: `mailslot trust \(outgoing.recipient)` sends it)"
+        default: break
+        }
+        emit(fields, text: text)
+    }
+
+    /// What a chat message carries, as JSON fields and as the rest of a line.
+    private func describe(_ message: ChatMessage, into fields: inout [String: Any], text: inout String) {
+        fields["type"] = message.type.rawValue
+        fields["timestamp"] = message.timestamp
         if let body = message.payload.text { fields["text"] = body; text += ": \(body)" }
         if let location = message.payload.location {
             fields["location"] = ["latitude": location.latitude, "longitude": location.longitude]
@@ -86,7 +108,27 @@ struct Output {
             text += " [\(attachments.count) attachment(s)]"
         }
         if message.type == .typing { text += " is typing…" }
-        emit(fields, text: text)
+    }
+
+    /// What became of a send or a resend; a message that did not reach the relay is an error
+    /// with its exit code (75 queued, 69 refused, 65 held for a changed key).
+    func outcome(_ outcome: MailslotClient.SendOutcome, to uid: String) throws {
+        switch outcome {
+        case .sent(let id):
+            emit(["id": id, "to": uid, "state": "sent"], text: id)
+        case .queued(let id, let reason):
+            emit(["id": id, "to": uid, "state": "queued", "reason": reason], text: id)
+            throw CLIError.queued("queued, not sent yet (\(reason)); `mailslot flush` retries")
+        case .refused(let id, let reason):
+            emit(["id": id, "to": uid, "state": "refused", "reason": reason], text: id)
+            throw CLIError.unavailable("the relay refused the message: \(reason)")
+        }
+    }
+
+    /// A message held because `uid`'s identity key changed: said, then refused with exit 65.
+    func held(_ id: String?, to uid: String) throws -> Never {
+        emit(["id": id ?? NSNull(), "to": uid, "state": "held", "reason": "key_changed"], text: id ?? "")
+        throw CLIError.refused("\(uid)'s identity key changed; the message is held. Compare `mailslot fingerprint \(uid)` with them, then `mailslot trust \(uid)` sends it")
     }
 }
 

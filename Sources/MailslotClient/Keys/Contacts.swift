@@ -22,6 +22,9 @@ public struct Contact: Sendable, Equatable {
     public let mailboxKey: MailboxPublicKey
     /// How far it is trusted.
     public let trust: Trust
+
+    /// The key id of the pinned keys, sent with every message sealed to them (``KeyBundle/keyID``).
+    public var keyID: String { KeyBundle.keyID(identityKey: identityKey, mailboxKey: mailboxKey) }
 }
 
 extension ClientStore {

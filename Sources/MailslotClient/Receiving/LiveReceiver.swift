@@ -16,7 +16,8 @@ extension MailslotClient {
     /// The mailbox as a live stream: each message is opened, verified and stored locally, then
     /// yielded, then acknowledged so the relay erases it. A crash between the store and the ack
     /// brings the message again, and the store drops the duplicate. Messages that fail to open
-    /// or verify are stored as rejected and acknowledged, so they never block the mailbox.
+    /// or verify are stored as rejected and acknowledged, so they never block the mailbox (and the
+    /// author of one sealed to keys this device does not have is told: see `Accepting.swift`).
     /// Reconnects with exponential backoff and jitter; catches up from the backlog after a gap.
     public nonisolated func messages(onState: @escaping @Sendable (ConnectionState) -> Void = { _ in })
         -> AsyncThrowingStream<ReceivedMessage, any Error> {
@@ -58,10 +59,12 @@ extension MailslotClient {
                         guard case .text(let text) = frame,
                               let relayFrame = try? JSONDecoder().decode(RelayFrame.self, from: Data(text.utf8)) else { continue }
                         guard relayFrame.type == "message", let record = relayFrame.message else { continue }
-                        if let message = try await self.accept(record, as: me) { continuation.yield(message) }
+                        let accepted = try await self.accept(record, as: me)
+                        if let message = accepted.message { continuation.yield(message) }
                         // Acknowledged only now, after the store: the relay erases it.
                         let ack = String(decoding: try JSONEncoder().encode(ClientFrame.ack(record.id)), as: UTF8.self)
                         try await outbound.write(.text(ack))
+                        if let notice = accepted.notice { _ = await self.deliver(notice) }
                     }
                 }
                 failures = 0

@@ -26,6 +26,11 @@ public enum ClientError: Error, Equatable, Sendable {
     case invalidUID(String)
     /// The local store belongs to another user: one store, one uid.
     case profileMismatch(owner: String, requested: String)
+    /// No sent message with this id is undelivered, held or queued: there is nothing to send again.
+    case notResendable(String)
+
+    /// The reason stored with a message held because its recipient's identity key changed.
+    static let keyChangedCode = "key_changed"
 }
 
 /// The relay's HTTP API (spec/protocol.md), as plain async calls.
@@ -60,9 +65,9 @@ struct RelayAPI: Sendable {
         try await call("GET", "/v1/users/\(uid)/keys", session: session)
     }
 
-    func send(to recipient: String, id: String, envelope: [UInt8], session: String) async throws -> MessageRecord {
+    func send(to recipient: String, id: String, envelope: [UInt8], keyID: String?, session: String) async throws -> MessageRecord {
         try decode(MessageRecord.self, try await call("PUT", "/v1/users/\(recipient)/messages/\(id)", session: session,
-                                                      body: JSONEncoder().encode(SendRequest(envelope: envelope))))
+                                                      body: JSONEncoder().encode(SendRequest(envelope: envelope, keyID: keyID))))
     }
 
     func list(_ uid: String, after: String?, session: String) async throws -> MessagePage {

@@ -24,12 +24,25 @@ public struct OutgoingMessage: Sendable, Equatable {
         case sent
         /// The relay refused it for good; `lastError` says why.
         case refused
+        /// Not sealed yet: the recipient's identity key changed. It goes out, sealed to the new
+        /// keys, when the user trusts them (``MailslotClient/trust(_:)``).
+        case held
+        /// The recipient's device said it could not open it (sealed to keys it does not have).
+        /// ``MailslotClient/resend(_:)`` seals it again to the recipient's current keys.
+        case undelivered
     }
+    /// The message id.
     public let id: String
+    /// To whom.
     public let recipient: String
+    /// Where it stands.
     public let state: State
+    /// How many times delivery failed and was retried.
     public let attempts: Int
+    /// The last problem code or failure, if any.
     public let lastError: String?
+    /// The chat message, as signed.
+    public let message: ChatMessage?
 }
 
 extension ClientStore {
@@ -57,15 +70,35 @@ extension ClientStore {
 
     // MARK: Inbox and rejected
 
-    /// Whether message `id` was already stored or rejected (a redelivery after a crash).
+    /// Whether message `id` was already stored, or rejected for a reason that a new copy cannot
+    /// change (a redelivery after a crash). An id rejected as `envelope_cannot_decrypt` is not
+    /// known: its sender may send it again, sealed to this device's keys (``MailslotClient/resend(_:)``).
     func knows(_ id: String) async throws -> Bool {
         try await pool.read { db in
-            try Bool.fetchOne(db, sql: "SELECT 1 FROM inbox WHERE id = ? UNION SELECT 1 FROM rejected WHERE id = ?", arguments: [id, id]) ?? false
+            try Bool.fetchOne(db, sql: """
+                SELECT 1 FROM inbox WHERE id = ? UNION SELECT 1 FROM rejected WHERE id = ? AND reason <> ?
+                """, arguments: [id, id, EnvelopeError.cannotDecrypt.code]) ?? false
         }
     }
 
+    /// Whether the author of unopenable message `id` was already sent a notice (once is enough).
+    func noticeQueued(for id: String) async throws -> Bool {
+        try await pool.read { db in
+            try Bool.fetchOne(db, sql: "SELECT 1 FROM rejected WHERE id = ? AND notice_id IS NOT NULL", arguments: [id]) ?? false
+        }
+    }
+
+    /// Records that notice `noticeID` (in the outbox) tells the author of `id` it did not open.
+    func recordNotice(_ noticeID: String, for id: String) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE rejected SET notice_id = ? WHERE id = ?", arguments: [noticeID, id])
+        }
+    }
+
+    /// Stores a received message; a copy of it rejected earlier as unopenable is forgotten.
     func storeReceived(_ message: ReceivedMessage) async throws {
         try await pool.write { db in
+            try db.execute(sql: "DELETE FROM rejected WHERE id = ?", arguments: [message.id])
             try db.execute(sql: "INSERT OR IGNORE INTO inbox (id, sender, type, body, received_at) VALUES (?, ?, ?, ?, ?)",
                            arguments: [message.id, message.sender, message.message.type.rawValue, Data(message.body), Date().timeIntervalSince1970])
         }
@@ -99,19 +132,91 @@ extension ClientStore {
 
     // MARK: Outbox
 
-    func enqueue(id: String, recipient: String, message: ChatMessage, body: [UInt8], envelope: [UInt8]) async throws {
+    /// An envelope in the outbox, and the recipient keys it was sealed to (none for a message
+    /// queued before clients sent key ids).
+    struct Sealed: Sendable {
+        let envelope: [UInt8]
+        let keyID: String?
+    }
+
+    /// A queued message as the outbox sends it.
+    struct Queued: Sendable {
+        let id: String
+        let recipient: String
+        let sealed: Sealed
+    }
+
+    /// Puts a message in the outbox: queued with its envelope, or held (no envelope) while the
+    /// recipient's changed keys wait for the user's trust.
+    func enqueue(id: String, recipient: String, message: ChatMessage, body: [UInt8], sealed: Sealed?) async throws {
         try await pool.write { db in
             try db.execute(sql: """
-                INSERT INTO sent (id, recipient, type, body, envelope, state, created_at) VALUES (?, ?, ?, ?, ?, 'queued', ?)
-                """, arguments: [id, recipient, message.type.rawValue, Data(body), Data(envelope), Date().timeIntervalSince1970])
+                INSERT INTO sent (id, recipient, type, body, envelope, key_id, state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [id, recipient, message.type.rawValue, Data(body), sealed.map { Data($0.envelope) }, sealed?.keyID,
+                                 sealed == nil ? OutgoingMessage.State.held.rawValue : OutgoingMessage.State.queued.rawValue,
+                                 Date().timeIntervalSince1970])
         }
     }
 
     /// Queued messages due for a try at `now`, oldest first.
-    func due(now: Double) async throws -> [(id: String, recipient: String, envelope: [UInt8])] {
+    func due(now: Double) async throws -> [Queued] {
         try await pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT id, recipient, envelope FROM sent WHERE state = 'queued' AND next_attempt_at <= ? ORDER BY id",
-                             arguments: [now]).map { ($0["id"], $0["recipient"], Array(($0["envelope"] as Data?) ?? Data())) }
+            try Row.fetchAll(db, sql: """
+                SELECT id, recipient, envelope, key_id FROM sent WHERE state = 'queued' AND next_attempt_at <= ? ORDER BY id
+                """, arguments: [now]).map(Self.queued(from:))
+        }
+    }
+
+    private static func queued(from row: Row) -> Queued {
+        Queued(id: row["id"], recipient: row["recipient"],
+               sealed: Sealed(envelope: Array((row["envelope"] as Data?) ?? Data()), keyID: row["key_id"]))
+    }
+
+    /// The signed body of sent message `id` and its recipient, to seal it again.
+    func outgoingBody(_ id: String) async throws -> (recipient: String, body: [UInt8], state: OutgoingMessage.State)? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT recipient, body, state FROM sent WHERE id = ?", arguments: [id]).map {
+                ($0["recipient"], Array($0["body"] as Data), OutgoingMessage.State(rawValue: $0["state"]) ?? .queued)
+            }
+        }
+    }
+
+    /// Ids of messages to `recipient` in `state`, oldest first.
+    func outgoingIDs(to recipient: String, state: OutgoingMessage.State) async throws -> [String] {
+        try await pool.read { db in
+            try String.fetchAll(db, sql: "SELECT id FROM sent WHERE recipient = ? AND state = ? ORDER BY id", arguments: [recipient, state.rawValue])
+        }
+    }
+
+    /// Queues message `id` again with a new envelope (sealed to the recipient's current keys), to be tried now.
+    func requeue(_ id: String, sealed: Sealed) async throws {
+        try await pool.write { db in
+            try db.execute(sql: """
+                UPDATE sent SET state = 'queued', envelope = ?, key_id = ?, next_attempt_at = 0, last_error = NULL WHERE id = ?
+                """, arguments: [Data(sealed.envelope), sealed.keyID, id])
+        }
+    }
+
+    /// Holds message `id` unsealed until the recipient's changed keys are trusted.
+    func markHeld(_ id: String, error: String) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE sent SET state = 'held', envelope = NULL, key_id = NULL, last_error = ? WHERE id = ?", arguments: [error, id])
+        }
+    }
+
+    /// Marks the messages among `ids` that this client sent to `recipient` as undelivered: that
+    /// recipient's device said it could not open them. Messages to anyone else are untouched, so
+    /// a notice can only speak of what was sent to its own author. Returns how many changed.
+    @discardableResult
+    func markUndelivered(_ ids: [String], recipient: String, reason: String) async throws -> Int {
+        try await pool.write { db in
+            var changed = 0
+            for id in ids {
+                try db.execute(sql: "UPDATE sent SET state = 'undelivered', envelope = NULL, last_error = ? WHERE id = ? AND recipient = ? AND state = 'sent'",
+                               arguments: [reason, id, recipient])
+                changed += db.changesCount
+            }
+            return changed
         }
     }
 
@@ -141,8 +246,9 @@ extension ClientStore {
     func outgoing() async throws -> [OutgoingMessage] {
         try await pool.read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM sent ORDER BY id").map { row in
-                OutgoingMessage(id: row["id"], recipient: row["recipient"], state: OutgoingMessage.State(rawValue: row["state"]) ?? .queued,
-                                attempts: row["attempts"], lastError: row["last_error"])
+                let body: Data = row["body"]
+                return OutgoingMessage(id: row["id"], recipient: row["recipient"], state: OutgoingMessage.State(rawValue: row["state"]) ?? .queued,
+                                       attempts: row["attempts"], lastError: row["last_error"], message: try? ChatMessage.decode(Array(body)))
             }
         }
     }

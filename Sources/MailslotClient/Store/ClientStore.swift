@@ -81,6 +81,24 @@ final class ClientStore: Sendable {
                 ) WITHOUT ROWID;
                 """)
         }
+        // Keys that stay current (spec/protocol.md §stale keys): the outbox remembers which of the
+        // recipient's keys an envelope was sealed to, and two more states — 'held' (the recipient's
+        // identity key changed: waits for `trust`, no envelope yet) and 'undelivered' (the recipient
+        // said it could not open it: shown, and sent again by `resend`). Mailbox secret keys
+        // replaced by a rotation are kept for the longest message lifetime, so messages sealed to
+        // them before the rotation still open.
+        migrator.registerMigration("v2: key ids, held and undelivered messages, previous mailbox keys") { db in
+            try db.execute(sql: """
+                ALTER TABLE sent ADD COLUMN key_id TEXT;
+                -- For a message that did not open: the id of the notice that told its author.
+                ALTER TABLE rejected ADD COLUMN notice_id TEXT;
+                CREATE TABLE previous_mailbox_keys (
+                    public_key BLOB PRIMARY KEY,
+                    secret_key BLOB NOT NULL,
+                    retired_at REAL NOT NULL
+                ) WITHOUT ROWID;
+                """)
+        }
         return migrator
     }
 }

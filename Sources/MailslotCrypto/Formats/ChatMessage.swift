@@ -279,6 +279,9 @@ public struct Receipt: Sendable, Equatable, Codable {
         public static let delivered = Kind(rawValue: "delivered")
         /// The recipient has seen them.
         public static let read = Kind(rawValue: "read")
+        /// The recipient's device could not open them (sealed to keys it does not hold, e.g.
+        /// after a reinstall): the sender shows them as undelivered and may send them again.
+        public static let unreadable = Kind(rawValue: "unreadable")
     }
     /// Delivered or read.
     public var kind: Kind

@@ -46,6 +46,25 @@ public struct KeyBundle: Sendable, Equatable, Codable {
     public let signature: [UInt8]
 
     static let label = Array("mailslot-key-bundle-v1".utf8)
+    static let keyIDLabel = Array("mailslot-key-id-v1".utf8)
+
+    /// Names the keys an envelope is sealed to: a sender sends it with each message, and a relay
+    /// whose recipient has published other keys since refuses the message (`409 stale_keys`), so
+    /// the sender fetches the new ones instead of sealing to a key nobody holds any more.
+    /// Unpadded base64url of BLAKE2b-128 over PAE("mailslot-key-id-v1", identity_key, mailbox_key)
+    /// (spec/envelope.md §Key ids): re-publishing the same keys keeps it; the relay can compute it
+    /// from the bundle it stores, so it learns nothing new.
+    public var keyID: String { Self.keyID(identityKey: identityKey, mailboxKey: mailboxKey) }
+
+    /// The key id of an identity key and a mailbox key (see ``keyID``).
+    public static func keyID(identityKey: IdentityPublicKey, mailboxKey: MailboxPublicKey) -> String {
+        Base64URL.encode(blake2b(preAuthenticationEncoding([keyIDLabel, identityKey.bytes, mailboxKey.bytes]), length: 16))
+    }
+
+    /// Whether `text` has the form of a key id: 22 characters of unpadded base64url (16 bytes).
+    public static func isValidKeyID(_ text: String) -> Bool {
+        text.utf8.count == 22 && Base64URL.decodedCount(text) == 16
+    }
 
     /// Makes and signs the bundle of `uid`.
     public init(uid: String, identity: IdentityKeyPair, mailboxKey: MailboxPublicKey, createdAt: Date = Date()) {

@@ -59,7 +59,8 @@ struct Routes: Sendable {
             let body = try await JSONBody.decode(SendRequest.self, from: request, limit: configuration.maxBodyBytes,
                                                  maxDepth: configuration.maxJSONDepth)
             let (record, created) = try await mailboxes.send(principal, to: try context.uid(), id: try context.messageID(),
-                                                             envelope: body.envelope, ttlSeconds: body.ttlSeconds, now: Clock.now())
+                                                             envelope: body.envelope, ttlSeconds: body.ttlSeconds, keyID: body.keyID,
+                                                             now: Clock.now())
             return JSONBody.response(record, status: created ? .created : .ok)
         }
         router.get("/v1/users/:uid/messages") { request, context in

@@ -21,19 +21,20 @@ struct MailboxService: Sendable {
     typealias Answer<T: Sendable> = @Sendable () async throws -> T
 
     /// Drops an envelope into `recipient`'s mailbox under `id`, stamped with the principal as author.
+    /// `keyID`, when given, names the recipient keys it was sealed to: stale ones are refused.
     func send(_ principal: Principal, to recipient: String, id: String, envelope base64: String, ttlSeconds: Int64?,
-              now: Int64) async throws -> (record: MessageRecord, created: Bool) {
-        try await startSend(principal, to: recipient, id: id, envelope: base64, ttlSeconds: ttlSeconds, now: now)()
+              keyID: String? = nil, now: Int64) async throws -> (record: MessageRecord, created: Bool) {
+        try await startSend(principal, to: recipient, id: id, envelope: base64, ttlSeconds: ttlSeconds, keyID: keyID, now: now)()
     }
 
-    /// ``send(_:to:id:envelope:ttlSeconds:now:)`` in two steps: everything that can be decided
+    /// ``send(_:to:id:envelope:ttlSeconds:keyID:now:)`` in two steps: everything that can be decided
     /// without waiting is decided now, and the write is queued now — so sends started one after
     /// another are stored in that order, and can share a commit. The returned answer waits for it.
     func startSend(_ principal: Principal, to recipient: String, id: String, envelope base64: String, ttlSeconds: Int64?,
-                   now: Int64) -> Answer<(record: MessageRecord, created: Bool)> {
+                   keyID: String? = nil, now: Int64) -> Answer<(record: MessageRecord, created: Bool)> {
         let stored: Answer<(record: MessageRecord, created: Bool)>
         do {
-            stored = try startStore(principal, to: recipient, id: id, envelope: base64, ttlSeconds: ttlSeconds, now: now)
+            stored = try startStore(principal, to: recipient, id: id, envelope: base64, ttlSeconds: ttlSeconds, keyID: keyID, now: now)
         } catch {
             stored = { throw error }
         }
@@ -53,7 +54,7 @@ struct MailboxService: Sendable {
     }
 
     private func startStore(_ principal: Principal, to recipient: String, id: String, envelope base64: String, ttlSeconds: Int64?,
-                            now: Int64) throws -> Answer<(record: MessageRecord, created: Bool)> {
+                            keyID: String?, now: Int64) throws -> Answer<(record: MessageRecord, created: Bool)> {
         try Self.check(uid: recipient)
         try Self.check(messageID: id)
         try require(.create, .message, principal, owner: recipient)
@@ -77,6 +78,9 @@ struct MailboxService: Sendable {
         guard size >= Envelope.minimumSize, size & (size - 1) == 0 else {
             throw Problem(.invalidEnvelope, "an envelope is a power of two from \(Envelope.minimumSize) bytes (spec/envelope.md)")
         }
+        if let keyID, !KeyBundle.isValidKeyID(keyID) {
+            throw Problem(.invalidKeyID, "key_id is 22 characters of unpadded base64url (spec/envelope.md)")
+        }
         let forOwner = configuration.rules.allows(.read, .message, principal: principal.uid, owner: recipient)
         if let retryAfter = rateLimiter.take(principal.uid, now: now) {
             // An identical retry is answered all the same: a client that lost an answer must not be
@@ -90,7 +94,7 @@ struct MailboxService: Sendable {
             }
         }
         let ticket = store.submitCreateMessage(recipient: recipient, id: id, author: principal.uid, envelope: base64, size: size,
-                                               now: now, expiresAt: now + ttl * 1000,
+                                               keyID: keyID, now: now, expiresAt: now + ttl * 1000,
                                                limits: CreateLimits(maxPending: configuration.maxPendingPerMailbox,
                                                                     maxAuthorBytes: configuration.maxAuthorBytes),
                                                whenCommitted: { [hub] in hub.push($0) })
@@ -281,12 +285,13 @@ struct MailboxService: Sendable {
     func putKeyBundle(_ principal: Principal, owner: String, body: Data, now: Int64) async throws {
         try Self.check(uid: owner)
         try require(.update, .keyBundle, principal, owner: owner)
+        let bundle: KeyBundle
         do {
-            _ = try KeyBundle.decode(Array(body), for: owner)
+            bundle = try KeyBundle.decode(Array(body), for: owner)
         } catch {
             throw Problem(.invalidKeyBundle, "the key bundle was refused: \(error.code)")
         }
-        try await store.putKeyBundle(uid: owner, bundle: body, now: now)
+        try await store.putKeyBundle(uid: owner, bundle: body, keyID: bundle.keyID, now: now)
         erasure.erased()  // the replaced version must not linger in the WAL either
     }
 
@@ -329,6 +334,7 @@ struct MailboxService: Sendable {
                     retryAfter: Int(configuration.sweepInterval.rounded(.up)))
         case .storageFull: Problem.storageFull
         case .blockListFull: Problem(.blockListFull, "the block list holds \(configuration.maxBlockedPerOwner) authors; unblock some first")
+        case .staleKeys: Problem(.staleKeys, "the recipient has published other keys since this envelope was sealed; fetch them and seal again")
         }
     }
 

@@ -162,6 +162,18 @@ enum Schema {
                 CREATE INDEX sessions_by_uid ON sessions (uid);
                 """)
         }
+        // A bundle's key id (KeyBundle.keyID) kept beside it, so that a create naming the keys it
+        // was sealed to is checked with one lookup (409 stale_keys). Computed for stored bundles.
+        migrator.registerMigration("v6: key ids") { db in
+            try db.execute(sql: "ALTER TABLE key_bundles ADD COLUMN key_id TEXT")
+            for row in try Row.fetchAll(db, sql: "SELECT uid, bundle FROM key_bundles") {
+                let uid: String = row["uid"], bundle: Data = row["bundle"]
+                // Every stored bundle was verified when it was put; one that no longer decodes gets
+                // no key id, so every create naming keys for it is stale until the owner re-publishes.
+                let keyID = (try? KeyBundle.decode(Array(bundle), for: uid))?.keyID
+                try db.execute(sql: "UPDATE key_bundles SET key_id = ? WHERE uid = ?", arguments: [keyID, uid])
+            }
+        }
         return migrator
     }
 }

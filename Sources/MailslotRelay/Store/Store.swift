@@ -16,6 +16,8 @@ enum StoreRefusal: Error, Equatable {
     case storageFull
     /// The owner's block list holds the most entries allowed.
     case blockListFull
+    /// The create names keys (a key id) that are not the recipient's published ones.
+    case staleKeys
 }
 
 /// Why a write could not run at all (as opposed to a refusal of what it asked). The
@@ -142,16 +144,20 @@ final class Store: Sendable {
     /// Stores a message unless its id is taken, the author is blocked, or the mailbox is full.
     /// `whenCommitted` gets each message created, once committed, in commit (`seq`) order.
     /// `envelope` is its base64url text, `size` the number of bytes that text stands for.
-    func createMessage(recipient: String, id: String, author: String, envelope: String, size: Int, now: Int64, expiresAt: Int64,
-                       limits: CreateLimits, whenCommitted: (@Sendable (StoredMessage) -> Void)? = nil) async throws -> CreateOutcome {
-        try await submitCreateMessage(recipient: recipient, id: id, author: author, envelope: envelope, size: size, now: now,
+    /// `keyID`, when given, must name the recipient's published keys (checked after the duplicate,
+    /// in the same transaction, so an identical retry is answered even after the keys changed).
+    func createMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String? = nil, now: Int64,
+                       expiresAt: Int64, limits: CreateLimits,
+                       whenCommitted: (@Sendable (StoredMessage) -> Void)? = nil) async throws -> CreateOutcome {
+        try await submitCreateMessage(recipient: recipient, id: id, author: author, envelope: envelope, size: size, keyID: keyID, now: now,
                                       expiresAt: expiresAt, limits: limits, whenCommitted: whenCommitted).value
     }
 
-    /// ``createMessage(recipient:id:author:envelope:size:now:expiresAt:limits:whenCommitted:)``
+    /// ``createMessage(recipient:id:author:envelope:size:keyID:now:expiresAt:limits:whenCommitted:)``
     /// queued at once (``groupSubmit(_:_:committed:)``).
-    func submitCreateMessage(recipient: String, id: String, author: String, envelope: String, size: Int, now: Int64, expiresAt: Int64,
-                             limits: CreateLimits, whenCommitted: (@Sendable (StoredMessage) -> Void)? = nil) -> CommitTicket<CreateOutcome> {
+    func submitCreateMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String? = nil, now: Int64,
+                             expiresAt: Int64, limits: CreateLimits,
+                             whenCommitted: (@Sendable (StoredMessage) -> Void)? = nil) -> CommitTicket<CreateOutcome> {
         groupSubmit("create_message", { [diskSpace] db in
             // Every create runs these statements: they go through DirectStatement's binding.
             var erasedExpired = false
@@ -171,6 +177,13 @@ final class Store: Sendable {
             if try db.cachedStatement(sql: "SELECT 1 FROM blocked WHERE owner = ? AND author = ?")
                 .run(.text(recipient), .text(author), row: { _ in true }) != nil {
                 throw StoreRefusal.blocked
+            }
+            if let keyID {
+                // No bundle, or one without a key id, names no keys: stale as well.
+                let current = try db.cachedStatement(sql: "SELECT key_id FROM key_bundles WHERE uid = ?")
+                    .run(.text(recipient), row: { $0.optionalText(0) }) ?? nil
+                // Key ids are public (anyone may fetch the bundle): no need for a constant-time compare.
+                guard current == keyID else { throw StoreRefusal.staleKeys }
             }
             // Checked after the duplicate: an identical retry of a stored message is answered even now.
             guard diskSpace?.admitsCreates() ?? true else { throw StoreRefusal.storageFull }
@@ -350,12 +363,13 @@ final class Store: Sendable {
         try await read("key_bundle") { db in try Data.fetchOne(db.cachedStatement(sql: "SELECT bundle FROM key_bundles WHERE uid = ?"), arguments: [uid]) }
     }
 
-    func putKeyBundle(uid: String, bundle: Data, now: Int64) async throws {
+    /// Publishes `uid`'s verified bundle with its key id (``KeyBundle/keyID``).
+    func putKeyBundle(uid: String, bundle: Data, keyID: String, now: Int64) async throws {
         try await write("put_key_bundle") { db in
             try db.cachedStatement(sql: """
-                INSERT INTO key_bundles (uid, bundle, updated_at) VALUES (?, ?, ?)
-                ON CONFLICT (uid) DO UPDATE SET bundle = excluded.bundle, updated_at = excluded.updated_at
-                """).execute(arguments: [uid, bundle, now])
+                INSERT INTO key_bundles (uid, bundle, key_id, updated_at) VALUES (?, ?, ?, ?)
+                ON CONFLICT (uid) DO UPDATE SET bundle = excluded.bundle, key_id = excluded.key_id, updated_at = excluded.updated_at
+                """).execute(arguments: [uid, bundle, keyID, now])
         }
     }
 

@@ -120,7 +120,7 @@ final class SubscriptionSession: Sendable {
                 return { error }
             }
             let stored = mailboxes.startSend(principal, to: frame.to ?? "", id: frame.id ?? "", envelope: frame.envelope ?? "",
-                                             ttlSeconds: frame.ttlSeconds, now: Clock.now())
+                                             ttlSeconds: frame.ttlSeconds, keyID: frame.keyID, now: Clock.now())
             return {
                 do {
                     let (record, created) = try await stored()

@@ -1,0 +1,177 @@
+import Foundation
+import MailslotWire
+
+// Sending through the outbox. Every message is stored before the relay is asked, so nothing is
+// lost when it cannot be reached; and every envelope names the recipient keys it was sealed to
+// (`key_id`), so a relay whose recipient has published other keys since refuses it
+// (`409 stale_keys`, spec/protocol.md) instead of storing a message nobody can open. The client
+// then fetches the keys again: a new mailbox key under the same identity is taken and the
+// message sealed again under the same id; a new identity key holds the message until the user
+// trusts it (``MailslotClient/trust(_:)``).
+extension MailslotClient {
+    /// Seals `message` for `recipient` under a new time-ordered id, stores it in the outbox, and
+    /// tries to deliver it. A relay that cannot be reached leaves it queued. Throws
+    /// ``ClientError/keyChanged(_:)`` when the recipient's identity key changed: the message is
+    /// then held in the outbox, and goes out when the user trusts the new key.
+    @discardableResult
+    public func send(_ payload: Payload, type: MessageType = .text, to recipient: String, name: String? = nil) async throws -> SendOutcome {
+        guard Identifier.isValidUID(recipient) else { throw ClientError.invalidUID(recipient) }
+        let me = try await identity()
+        let message = ChatMessage(type: type, sender: Sender(id: me.uid, name: name), payload: payload,
+                                  timestamp: Int64(Date().timeIntervalSince1970 * 1000))
+        let id = MessageID.generate()
+        switch try await enqueue(message, id: id, to: recipient, as: me) {
+        case .queued(let queued): return try await outcome(of: deliver(queued))
+        case .held: throw ClientError.keyChanged(recipient)
+        }
+    }
+
+    /// Sends a plain text message.
+    @discardableResult
+    public func send(text: String, to recipient: String) async throws -> SendOutcome {
+        try await send(Payload(text: text), to: recipient)
+    }
+
+    /// Retries every queued message that is due; returns how many are still queued.
+    @discardableResult
+    public func flush(now: Date = Date()) async throws -> Int {
+        for queued in try await store.due(now: now.timeIntervalSince1970) {
+            _ = await deliver(queued)
+        }
+        return try await store.outgoing().filter { $0.state == .queued }.count
+    }
+
+    /// Sent and queued messages, oldest first, each with where it stands.
+    public func outgoing() async throws -> [OutgoingMessage] { try await store.outgoing() }
+
+    /// Sends message `id` again, under the same id, sealed to the recipient's current keys: one
+    /// the recipient could not open (``OutgoingMessage/State/undelivered``) or one held for a key
+    /// change. Throws ``ClientError/keyChanged(_:)`` while the recipient's new key is not trusted.
+    @discardableResult
+    public func resend(_ id: String) async throws -> SendOutcome {
+        guard let stored = try await store.outgoingBody(id), [.undelivered, .held, .queued].contains(stored.state) else {
+            throw ClientError.notResendable(id)
+        }
+        let contact = try await contact(stored.recipient)
+        let sealed = try seal(try decodeStored(stored.body), id: id, as: try await identity(), to: contact)
+        try await store.requeue(id, sealed: sealed)
+        return try await outcome(of: deliver(.init(id: id, recipient: stored.recipient, sealed: sealed)))
+    }
+
+    // MARK: The outbox
+
+    /// Where ``enqueue(_:id:to:as:)`` put a message.
+    enum Enqueued {
+        /// Sealed and queued.
+        case queued(ClientStore.Queued)
+        /// Stored unsealed: the recipient's identity key changed.
+        case held
+    }
+
+    /// What one delivery attempt came to.
+    enum Delivery {
+        /// As ``SendOutcome`` says.
+        case done(SendOutcome)
+        /// The recipient's identity key changed meanwhile: held until trusted.
+        case held(recipient: String)
+    }
+
+    /// Seals `message` to `recipient`'s pinned keys and stores it in the outbox — or, when the
+    /// recipient's identity key changed, stores it held, unsealed.
+    func enqueue(_ message: ChatMessage, id: String, to recipient: String, as me: Identity) async throws -> Enqueued {
+        let body: [UInt8]
+        do {
+            try message.validate()  // a held message must be sealable once the key is trusted
+            body = try message.encoded()
+        } catch { throw ClientError.cannotSeal(error.code) }
+        let contact: Contact
+        do { contact = try await self.contact(recipient) } catch ClientError.keyChanged {
+            try await store.enqueue(id: id, recipient: recipient, message: message, body: body, sealed: nil)
+            return .held
+        }
+        let sealed = try seal(message, id: id, as: me, to: contact)
+        try await store.enqueue(id: id, recipient: recipient, message: message, body: body, sealed: sealed)
+        return .queued(.init(id: id, recipient: recipient, sealed: sealed))
+    }
+
+    func seal(_ message: ChatMessage, id: String, as me: Identity, to contact: Contact) throws -> ClientStore.Sealed {
+        do {
+            let envelope = try Envelope.seal(message, id: id, from: me.uid, identity: me.signing, to: contact.uid, mailboxKey: contact.mailboxKey)
+            return .init(envelope: envelope, keyID: contact.keyID)
+        } catch { throw ClientError.cannotSeal(error.code) }
+    }
+
+    private func decodeStored(_ body: [UInt8]) throws -> ChatMessage {
+        do { return try ChatMessage.decode(body) } catch { throw ClientError.cannotSeal(error.code) }
+    }
+
+    private func outcome(of delivery: Delivery) throws -> SendOutcome {
+        switch delivery {
+        case .done(let outcome): return outcome
+        case .held(let recipient): throw ClientError.keyChanged(recipient)
+        }
+    }
+
+    /// One try to hand a queued message to the relay. Stale keys are fetched again and the
+    /// message sealed again at most `reseals` times in a row (keys that change faster than that
+    /// leave it queued for a later try).
+    func deliver(_ queued: ClientStore.Queued, reseals: Int = 2) async -> Delivery {
+        do {
+            _ = try await authorized {
+                try await api.send(to: queued.recipient, id: queued.id, envelope: queued.sealed.envelope,
+                                   keyID: queued.sealed.keyID, session: $0)
+            }
+            try await store.markSent(queued.id)
+            return .done(.sent(id: queued.id))
+        } catch ClientError.relay(let problem) where problem.code == .staleKeys && reseals > 0 {
+            return await resealForCurrentKeys(queued, reseals: reseals - 1)
+        } catch ClientError.relay(let problem) where Self.isFinal(problem) {
+            try? await store.markRefused(queued.id, error: problem.code.rawValue)
+            return .done(.refused(id: queued.id, reason: problem.code.rawValue))
+        } catch {
+            return await retryLater(queued.id, error)
+        }
+    }
+
+    /// The relay said the recipient publishes other keys now: fetch them and seal again.
+    private func resealForCurrentKeys(_ queued: ClientStore.Queued, reseals: Int) async -> Delivery {
+        do {
+            let contact = try await refreshKeys(of: queued.recipient)
+            guard let stored = try await store.outgoingBody(queued.id) else { throw ClientError.notResendable(queued.id) }
+            let sealed = try seal(try decodeStored(stored.body), id: queued.id, as: try await identity(), to: contact)
+            try await store.requeue(queued.id, sealed: sealed)
+            logger.info("the recipient's keys changed; sealed again", metadata: ["id": "\(queued.id)"])
+            return await deliver(.init(id: queued.id, recipient: queued.recipient, sealed: sealed), reseals: reseals)
+        } catch ClientError.keyChanged {
+            try? await store.markHeld(queued.id, error: ClientError.keyChangedCode)
+            return .held(recipient: queued.recipient)
+        } catch ClientError.noKeys {
+            // The recipient withdrew its keys: nothing can be sealed to it any more.
+            try? await store.markRefused(queued.id, error: ProblemCode.staleKeys.rawValue)
+            return .done(.refused(id: queued.id, reason: ProblemCode.staleKeys.rawValue))
+        } catch {
+            return await retryLater(queued.id, error)
+        }
+    }
+
+    private func retryLater(_ id: String, _ error: any Error) async -> Delivery {
+        let reason = Self.describe(error)
+        try? await store.markFailed(id, error: reason, now: Date().timeIntervalSince1970)
+        return .done(.queued(id: id, reason: reason))
+    }
+
+    /// Refusals that retrying cannot change. A 401 is retried with a new session, a 429 later,
+    /// and `stale_keys` with the recipient's current keys.
+    static func isFinal(_ problem: Problem) -> Bool {
+        (400..<500).contains(problem.code.status) && ![401, 429].contains(problem.code.status) && problem.code != .staleKeys
+    }
+
+    static func describe(_ error: any Error) -> String {
+        switch error {
+        case ClientError.relay(let problem): problem.code.rawValue
+        case ClientError.unreachable(let why): "unreachable: \(why)"
+        case ClientError.keyChanged: ClientError.keyChangedCode
+        default: "\(error)"
+        }
+    }
+}
