@@ -55,32 +55,11 @@ struct MailboxService: Sendable {
 
     private func startStore(_ principal: Principal, to recipient: String, id: String, envelope base64: String, ttlSeconds: Int64?,
                             keyID: String?, now: Int64) throws -> Answer<(record: MessageRecord, created: Bool)> {
-        try Self.check(uid: recipient)
-        try Self.check(messageID: id)
+        let validation = configuration.sendValidation
+        try validation.checkAddress(to: recipient, id: id)
         try require(.create, .message, principal, owner: recipient)
-        let ttl = ttlSeconds ?? configuration.defaultMessageTTL
-        guard ttl >= 1, ttl <= configuration.maxMessageTTL else {
-            throw Problem(.invalidTTL, "ttl_seconds must be 1 to \(configuration.maxMessageTTL)")
-        }
-        // The base64 text is 4/3 of the envelope: refuse an oversized one before reading it.
-        guard base64.utf8.count <= (configuration.maxEnvelopeBytes * 4 + 2) / 3 else {
-            throw Problem(.envelopeTooLarge, "envelopes are at most \(configuration.maxEnvelopeBytes) bytes")
-        }
-        // Checked, not decoded: the relay stores and forwards the text as it came.
-        guard let size = Base64URL.decodedCount(base64), size > 0 else {
-            throw Problem(.invalidEnvelope, "envelope must be non-empty unpadded base64url")
-        }
-        guard size <= configuration.maxEnvelopeBytes else {
-            throw Problem(.envelopeTooLarge, "envelopes are at most \(configuration.maxEnvelopeBytes) bytes")
-        }
-        // The relay cannot open an envelope, but it can insist on the size classes, so that it
-        // never stores (or lets anyone observe) an exact length.
-        guard size >= Envelope.minimumSize, size & (size - 1) == 0 else {
-            throw Problem(.invalidEnvelope, "an envelope is a power of two from \(Envelope.minimumSize) bytes (spec/envelope.md)")
-        }
-        if let keyID, !KeyBundle.isValidKeyID(keyID) {
-            throw Problem(.invalidKeyID, "key_id is 22 characters of unpadded base64url (spec/envelope.md)")
-        }
+        let checked = try validation.checkContent(envelope: base64, ttlSeconds: ttlSeconds, keyID: keyID)
+        let (ttl, size) = (checked.ttl, checked.size)
         let forOwner = configuration.rules.allows(.read, .message, principal: principal.uid, owner: recipient)
         if let retryAfter = rateLimiter.take(principal.uid, now: now) {
             // An identical retry is answered all the same: a client that lost an answer must not be
@@ -345,13 +324,14 @@ struct MailboxService: Sendable {
         }
     }
 
-    static func check(uid: String) throws {
-        guard Identifier.isValidUID(uid) else { throw Problem(.invalidUID, "a uid is 1 to 128 of A-Z a-z 0-9 . _ -") }
-    }
+    static func check(uid: String) throws { try SendValidation.check(uid: uid) }
 
-    static func check(messageID: String) throws {
-        guard Identifier.isValidMessageID(messageID) else {
-            throw Problem(.invalidMessageID, "a message id is 16 to 64 of A-Z a-z 0-9 _ -")
-        }
+    static func check(messageID: String) throws { try SendValidation.check(messageID: messageID) }
+}
+
+extension RelayConfiguration {
+    /// The checks of a create's fields, with this relay's limits.
+    var sendValidation: SendValidation {
+        SendValidation(maxEnvelopeBytes: maxEnvelopeBytes, defaultTTL: defaultMessageTTL, maxTTL: maxMessageTTL)
     }
 }

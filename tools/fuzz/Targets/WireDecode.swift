@@ -3,8 +3,9 @@
 // with the relay's default depth limit, followed by what the relay (or, for deliveries, the
 // client) then does with the fields. The first byte picks the type; the rest is the JSON text:
 //
-//   0  ClientFrame (subscription socket): required members; for a send the ref, uid, message id,
-//      ttl, envelope base64url and size class, then opening the envelope as its recipient would.
+//   0  ClientFrame (subscription socket): required members; for a send the ref, then the relay's
+//      SendValidation (uid, message id, ttl, envelope base64url and size class, key id), then
+//      opening the envelope as its recipient would.
 //   1  SignInRequest (POST /v1/sessions): the token through TokenVerifier.
 //   2  RefreshRequest (POST /v1/sessions/refresh): the refresh token's shape and hash.
 //   3  SendRequest (PUT /v1/users/bob/messages/{id}): as a ClientFrame send.
@@ -16,8 +17,9 @@
 // Every value that decodes must encode and decode back to an equal value, and a ClientFrame must
 // decode to what JSONDecoder makes of the same text (the relay reads flat frames directly).
 //
-// The relay-side checks below restate MailboxService.send and SessionService.hash, which live in
-// MailslotRelay (not built here, as it needs the server dependencies); keep them in step.
+// The create's checks are MailslotWire's SendValidation, the relay's own. SessionService.hash
+// lives in MailslotRelay (not built here, as it needs the server dependencies) and is restated
+// below; keep it in step.
 
 import Foundation
 import MailslotWire
@@ -42,7 +44,7 @@ public func wireDecodeOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         guard let frame = decodeAndRoundTrip(ClientFrame.self, body), frame.hasRequiredMembers else { return 0 }
         // An ack only names an id, checked by the grammar alone; a send goes through the full path.
         guard frame.type == "send", let ref = frame.ref, !ref.isEmpty, ref.utf8.count <= 64 else { return 0 }
-        relaySend(to: frame.to ?? "", id: frame.id ?? "", envelope: frame.envelope ?? "", ttlSeconds: frame.ttlSeconds)
+        relaySend(to: frame.to ?? "", id: frame.id ?? "", envelope: frame.envelope ?? "", ttlSeconds: frame.ttlSeconds, keyID: frame.keyID)
     case 1:
         guard let request = decodeAndRoundTrip(SignInRequest.self, body) else { return 0 }
         _ = try? Fixed.verifier.verify(request.token, now: Fixed.now)
@@ -51,7 +53,7 @@ public func wireDecodeOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         _ = refreshHash(request.refresh)
     case 3:
         guard let request = decodeAndRoundTrip(SendRequest.self, body) else { return 0 }
-        relaySend(to: Fixed.recipient, id: Fixed.messageID, envelope: request.envelope, ttlSeconds: request.ttlSeconds)
+        relaySend(to: Fixed.recipient, id: Fixed.messageID, envelope: request.envelope, ttlSeconds: request.ttlSeconds, keyID: request.keyID)
     case 4:
         _ = decodeAndRoundTrip(MessagePatch.self, body)
     case 5:
@@ -84,18 +86,16 @@ private func decodeAndRoundTrip<T: Codable & Equatable>(_ type: T.Type, _ body: 
     return value
 }
 
-/// MailboxService.send's checks on the fields, in its order, with the default limits; an envelope
-/// that passes is then opened as the recipient's client would.
-private func relaySend(to recipient: String, id: String, envelope base64: String, ttlSeconds: Int64?) {
-    guard Identifier.isValidUID(recipient), Identifier.isValidMessageID(id) else { return }
-    let ttl = ttlSeconds ?? Defaults.messageTTL
-    guard ttl >= 1, ttl <= Defaults.maxMessageTTL else { return }
-    guard base64.utf8.count <= (Defaults.maxEnvelopeBytes * 4 + 2) / 3 else { return }
+/// The relay's checks of a create's fields (SendValidation, default limits); an envelope that
+/// passes is then opened as the recipient's client would.
+private func relaySend(to recipient: String, id: String, envelope base64: String, ttlSeconds: Int64?, keyID: String?) {
+    guard let checked = try? SendValidation().check(to: recipient, id: id, envelope: base64, ttlSeconds: ttlSeconds, keyID: keyID) else {
+        return
+    }
     // The relay checks the text without decoding it (it stores and forwards the text).
-    guard let size = Base64URL.decodedCount(base64), size > 0 else { return }
     let envelope = Base64URL.decode(base64) ?? []
-    expect(envelope.count == size && Base64URL.encode(envelope) == base64, "the relay accepted a non-canonical envelope encoding")
-    guard size <= Defaults.maxEnvelopeBytes, size >= Envelope.minimumSize, size & (size - 1) == 0 else { return }
+    expect(envelope.count == checked.size && Base64URL.encode(envelope) == base64, "the relay accepted a non-canonical envelope encoding")
+    if let keyID { expect(Base64URL.decode(keyID)?.count == 16, "the relay accepted a key id that is not 16 bytes") }
     _ = try? Envelope.open(envelope, id: id, recipient: recipient, keys: Fixed.recipientKeys)
 }
 
@@ -122,7 +122,8 @@ func fuzzSeeds(root: String) -> [(name: String, bytes: [UInt8])] {
         guard let text = vector["envelope"] as? String, let envelope = Base64URL.decode(text) else { continue }
         add("frame-send-\(index)", 0, ClientFrame.send(ref: "r\(index)", to: Fixed.recipient, id: Fixed.messageID, envelope: envelope,
                                                         ttlSeconds: index % 2 == 0 ? nil : 60))
-        add("send-\(index)", 3, SendRequest(envelope: envelope, ttlSeconds: index % 2 == 0 ? nil : 2_592_000))
+        add("send-\(index)", 3, SendRequest(envelope: envelope, ttlSeconds: index % 2 == 0 ? nil : 2_592_000,
+                                             keyID: index % 2 == 0 ? Base64URL.encode([UInt8](repeating: UInt8(index), count: 16)) : nil))
         let record = MessageRecord(id: Fixed.messageID, author: "alice", createdAt: "2027-01-15T08:00:00+00:00",
                                    expiresAt: "2027-01-22T08:00:00+00:00", size: envelope.count, seq: Int64(index),
                                    leaseUntil: nil, leaseHolder: nil, envelope: text)
