@@ -49,6 +49,7 @@ public actor MailslotClient {
             throw error
         }
         try await store.saveSession(grant)
+        try await store.erasePreviousKeys()
         try await api.putKeys(identity.bundle(), session: grant.session)
         return grant.uid
     }

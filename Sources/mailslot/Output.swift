@@ -47,7 +47,7 @@ enum CLIError: Error, CustomStringConvertible {
         case ClientError.invalidUID(let uid): self = .usage("'\(uid)' is not a uid (1 to 128 of A-Z a-z 0-9 . _ -)")
         case ClientError.profileMismatch(let owner, let requested):
             self = .refused("this profile belongs to \(owner), not \(requested): use another --profile")
-        case ClientError.notResendable(let id): self = .usage("no undelivered, held or queued message \(id) (see `mailslot history`)")
+        case ClientError.notResendable(let id): self = .usage("no undelivered or held message \(id) (see `mailslot history`)")
         default: self = .failed("\(error)")
         }
     }

@@ -1,5 +1,5 @@
 import Foundation
-import MailslotClient
+@testable import MailslotClient
 import MailslotRelay
 import MailslotWire
 import Testing
@@ -95,6 +95,29 @@ import Testing
         #expect(received.map(\.message.payload.text) == ["sealed to the old key", "sealed to the new key"])
         #expect(try await bob.rejected().isEmpty)
         #expect(try await alice.outgoing().map(\.state) == [.sent, .sent])
+        await harness.finish()
+    }
+
+    @Test func aPreviousKeyOpensOnlyForTheLongestMessageLifetimeAndIsThenErased() async throws {
+        let harness = try await Harness()
+        let alice = try harness.client("alice"), bob = try harness.client("bob")
+        try await alice.signIn()
+        try await bob.signIn()
+        guard case .sent(let id) = try await alice.send(text: "sealed long ago", to: "bob") else { Issue.record("not sent"); return }
+        // Bob's rotation happened longer ago than any message may live: the old key is not used...
+        let longAgo = Date().timeIntervalSince1970 - ClientStore.previousKeyLifetime - 60
+        #expect(try await bob.store.rotateMailboxKey(now: longAgo).previousMailboxes.count == 1, "kept, as seen then")
+        #expect(try await bob.store.identity()?.previousMailboxes.isEmpty == true, "and past its lifetime now")
+        try await bob.signIn()  // publishes the new key, and erases what is past its lifetime
+        let left = try await bob.store.pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM previous_mailbox_keys") }
+        #expect(left == 0, "the expired secret key is erased, not only ignored")
+        // ...so the message does not open, and its author is told.
+        #expect(try await bob.receive().isEmpty)
+        #expect(try await bob.rejected().map(\.reason) == ["envelope_cannot_decrypt"])
+        _ = try await alice.receive()
+        #expect(try await alice.outgoing().first { $0.id == id }?.state == .undelivered)
+        guard case .sent = try await alice.resend(id) else { Issue.record("not resent"); return }
+        #expect(try await bob.receive().map(\.id) == [id], "resent to the current key without any trust: the identity is the same")
         await harness.finish()
     }
 

@@ -66,7 +66,7 @@ extension ClientStore {
     }
 
     /// Replaces the mailbox key with a new one, keeping the old one as a previous key, and erases
-    /// previous keys past their lifetime (the database overwrites deleted rows: `secure_delete`).
+    /// previous keys past their lifetime.
     func rotateMailboxKey(now: Double = Date().timeIntervalSince1970) async throws -> Identity {
         let fresh = MailboxKeyPair()
         let freshSecret = fresh.secretKey.withUnsafeBytes { Data($0) }
@@ -77,9 +77,17 @@ extension ClientStore {
             try db.execute(sql: "INSERT OR REPLACE INTO previous_mailbox_keys (public_key, secret_key, retired_at) VALUES (?, ?, ?)",
                            arguments: [Data(old.publicKey.bytes), oldSecret, now])
             try db.execute(sql: "UPDATE identity SET mailbox_secret = ? WHERE id = 1", arguments: [freshSecret])
-            try db.execute(sql: "DELETE FROM previous_mailbox_keys WHERE retired_at <= ?", arguments: [now - Self.previousKeyLifetime])
         }
+        try await erasePreviousKeys(now: now)
         guard let rotated = try await identity(now: now) else { throw ClientError.notSignedIn }
         return rotated
+    }
+
+    /// Erases the previous mailbox keys that are past their lifetime at `now` (the database overwrites
+    /// deleted rows: `secure_delete`).
+    func erasePreviousKeys(now: Double = Date().timeIntervalSince1970) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM previous_mailbox_keys WHERE retired_at <= ?", arguments: [now - Self.previousKeyLifetime])
+        }
     }
 }

@@ -26,7 +26,7 @@ public enum ClientError: Error, Equatable, Sendable {
     case invalidUID(String)
     /// The local store belongs to another user: one store, one uid.
     case profileMismatch(owner: String, requested: String)
-    /// No sent message with this id is undelivered, held or queued: there is nothing to send again.
+    /// No sent message with this id is undelivered or held: there is nothing to send again.
     case notResendable(String)
 
     /// The reason stored with a message held because its recipient's identity key changed.

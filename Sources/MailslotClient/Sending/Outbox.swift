@@ -49,7 +49,9 @@ extension MailslotClient {
     /// change. Throws ``ClientError/keyChanged(_:)`` while the recipient's new key is not trusted.
     @discardableResult
     public func resend(_ id: String) async throws -> SendOutcome {
-        guard let stored = try await store.outgoingBody(id), [.undelivered, .held, .queued].contains(stored.state) else {
+        // Not a queued one: its envelope may be stored already (an answer lost), and another
+        // envelope under its id would be refused as a conflict. `flush` retries those.
+        guard let stored = try await store.outgoingBody(id), [.undelivered, .held].contains(stored.state) else {
             throw ClientError.notResendable(id)
         }
         let contact = try await contact(stored.recipient)
