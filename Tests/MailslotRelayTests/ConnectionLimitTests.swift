@@ -60,14 +60,14 @@ import Testing
 @Suite struct FirstRequestDeadlineTests {
     @Test func silentSocketsAtTheConnectionLimitAreClosedAndTheRelayServesAgain() async throws {
         try await withTestRelay({ $0.maxConnections = 8; $0.headerTimeout = 1 }) { relay in
-            let started = ContinuousClock.now
             let silent = try (0..<8).map { _ in try RawConnection(port: relay.port) }
             try await Task.sleep(for: .milliseconds(200))
             let waiting = try RawConnection(port: relay.port)
             waiting.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            // Served once the silent ones are closed: within the deadline, not when they give up.
-            #expect(await waiting.receive(attempts: 8)?.hasPrefix("HTTP/1.1 200") == true, "served within the head deadline")
-            #expect(ContinuousClock.now - started < .seconds(4))
+            // Served once the relay closes the silent ones: they stay open on this side for the
+            // whole test, so an answer within the wait (8 × 0.5 s) can only come from the 1 s head
+            // deadline. (No wall-clock assertion: a loaded machine stretches every step.)
+            #expect(await waiting.receive(attempts: 8)?.hasPrefix("HTTP/1.1 200") == true, "served once the head deadline closed them")
             for socket in silent { #expect(await socket.receive(attempts: 4) == "", "a silent socket is closed") }
         }
     }
