@@ -37,6 +37,16 @@ def expect_outcome(name, got, want):
 
 # ---------------------------------------------------------------- common conventions
 
+# Every MUST that the vectors exercise, as a switch: all on here. tools/interop/mutations.py turns
+# each off in turn and requires some vector of spec/vectors/ to fail then, so that no vector set
+# passes a reader that ignores a rule.
+RULES = dict.fromkeys([
+    "duplicate_names", "byte_order_mark", "number_length", "depth", "surrogates", "binary64",
+    "days_in_month", "gregorian_leap_years", "clock_ranges", "time_fraction", "bundle_check_5",
+    "bundle_check_5a", "typing_payload", "number_format",
+], True)
+
+
 class FormatError(Exception):
     def __init__(self, code, detail=""):
         super().__init__(code)
@@ -86,14 +96,16 @@ def parse_time(s):
         return None
     y, mo, d, h, mi, sec = (int(m.group(i)) for i in range(1, 7))
     # Proleptic Gregorian: year 0000 is a leap year like 2000 (the spec does not bound the year).
-    mdays = [31, 29 if (y % 4 == 0 and (y % 100 != 0 or y % 400 == 0)) else 28, 31, 30, 31, 30,
-             31, 31, 30, 31, 30, 31]
-    if not 1 <= mo <= 12 or not 1 <= d <= mdays[mo - 1] or h >= 24 or mi >= 60 or sec >= 60:
+    leap = y % 4 == 0 and (y % 100 != 0 or y % 400 == 0) if RULES["gregorian_leap_years"] else y % 4 == 0
+    mdays = [31, 29 if leap else 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31] if RULES["days_in_month"] else [31] * 12
+    if not 1 <= mo <= 12 or not 1 <= d <= mdays[mo - 1]:
+        return None
+    if RULES["clock_ranges"] and (h >= 24 or mi >= 60 or sec >= 60):
         return None
     off = 0
     if m.group(8) not in ("Z", "z"):
         oh, om = int(m.group(8)[1:3]), int(m.group(8)[4:6])
-        if oh >= 24 or om >= 60:
+        if RULES["clock_ranges"] and (oh >= 24 or om >= 60):
             return None
         off = (oh * 60 + om) * 60 * (1 if m.group(8)[0] == "+" else -1)
     # days from civil (proleptic Gregorian), independent of the platform's time functions
@@ -108,6 +120,8 @@ def parse_time(s):
     for digit in (m.group(7) or ".")[1:]:
         fraction = fraction + int(digit) * scale
         scale = scale / 10
+    if not RULES["time_fraction"]:
+        fraction = float("0" + m.group(7)) if m.group(7) else 0.0
     return float(whole) + fraction
 
 
@@ -151,8 +165,10 @@ def strict_json(b, max_depth):
     and anything above U+10FFFF) without a byte-order mark; no raw control character in a string;
     only the RFC 8259 escapes, a high-surrogate escape followed at once by a low one and no lone
     low one; member names unique after unescaping; at most `max_depth` levels (the outermost
-    value is level 1); no number literal over 64 characters. Raises ValueError."""
+    value is level 1); no number literal over 64 characters. Returns the text; raises ValueError."""
     t = b.decode("utf-8")
+    if not RULES["byte_order_mark"]:
+        t = t.removeprefix("\ufeff")
     pos = 0
 
     def fail(what):
@@ -194,14 +210,12 @@ def strict_json(b, max_depth):
             elif e == "u":
                 u = hex4()
                 if 0xD800 <= u <= 0xDBFF:
-                    if t[pos:pos + 2] != "\\u":
+                    if t[pos:pos + 2] == "\\u" and 0xDC00 <= int(t[pos + 2:pos + 6], 16) <= 0xDFFF:
+                        pos += 2
+                        u = 0x10000 + ((u - 0xD800) << 10) + (hex4() - 0xDC00)
+                    elif RULES["surrogates"]:
                         fail("unpaired high surrogate")
-                    pos += 2
-                    low = hex4()
-                    if not 0xDC00 <= low <= 0xDFFF:
-                        fail("unpaired high surrogate")
-                    u = 0x10000 + ((u - 0xD800) << 10) + (low - 0xDC00)
-                elif 0xDC00 <= u <= 0xDFFF:
+                elif 0xDC00 <= u <= 0xDFFF and RULES["surrogates"]:
                     fail("lone low surrogate")
                 out.append(chr(u))
             else:
@@ -211,7 +225,7 @@ def strict_json(b, max_depth):
         nonlocal pos
         c = t[pos] if pos < len(t) else ""
         if c in "{[":
-            if depth + 1 > max_depth:
+            if depth + 1 > max_depth and RULES["depth"]:
                 fail("too deep")
             pos += 1
             ws()
@@ -226,7 +240,7 @@ def strict_json(b, max_depth):
                     if t[pos:pos + 1] != '"':
                         fail("expected a name")
                     name = string()
-                    if name in names:  # equal str ⇔ equal UTF-8 bytes: no normalisation
+                    if name in names and RULES["duplicate_names"]:  # equal str ⇔ equal UTF-8 bytes
                         fail("duplicate member name")
                     names.add(name)
                     ws()
@@ -253,7 +267,7 @@ def strict_json(b, max_depth):
         m = _NUMBER.match(t, pos)
         if not m:
             fail("expected a value")
-        if len(m.group()) > MAX_NUMBER_LENGTH:
+        if len(m.group()) > MAX_NUMBER_LENGTH and RULES["number_length"]:
             fail("number literal over 64 characters")
         pos = m.end()
 
@@ -262,13 +276,13 @@ def strict_json(b, max_depth):
     ws()
     if pos != len(t):
         fail("data after the value")
+    return t
 
 
 def jload(b, max_depth=64):
     """Strict JSON (strict_json) from UTF-8 bytes, then parsed: numbers with '.'/exponent →
     JFloat, others int."""
-    strict_json(b, max_depth)
-    return json.loads(b.decode("utf-8"), parse_float=JFloat, parse_int=_int, parse_constant=_no_constant)
+    return json.loads(strict_json(b, max_depth), parse_float=JFloat, parse_int=_int, parse_constant=_no_constant)
 
 
 def _int(text):
@@ -289,12 +303,13 @@ def numbers(v):
 
 def overflows(n):
     """Too large for binary64: it would round to infinity (`1e400`)."""
-    return math.isinf(float(n))
+    return math.isinf(float(n)) and RULES["binary64"]
 
 
 def underflows(n):
     """Not zero, but too small for binary64: it would round to zero (`1e-400`, `2e-324`)."""
-    return type(n) is JFloat and n == 0.0 and re.search(r"[1-9]", n.text.split("e")[0].split("E")[0]) is not None
+    return (type(n) is JFloat and n == 0.0 and re.search(r"[1-9]", n.text.split("e")[0].split("E")[0]) is not None
+            and RULES["binary64"])
 
 
 def jdump(obj):
@@ -308,6 +323,8 @@ def fmt_number(x):
     whole numbers up to 2^53 as integers (`-0` for negative zero); magnitudes from 1e-4 to below
     2^53 in plain decimal; everything else in exponent form with at least two exponent digits."""
     x = float(x)
+    if not RULES["number_format"]:
+        return repr(x)  # Python's own form: 1.0, -0.0, 1e+16 written 1e+16 but 2^53 + 2 plainly
     if x == 0:
         return "-0" if math.copysign(1.0, x) < 0 else "0"
     if x.is_integer() and abs(x) <= 2 ** 53:
@@ -711,7 +728,7 @@ def validate_body(body):
     if typ == "receipt" and not (opt(pl, "receipt") and pl["receipt"]["message_ids"]
                                  and all(map(valid_message_id, pl["receipt"]["message_ids"]))):
         raise bad
-    if typ == "typing" and not opt(pl, "typing"):
+    if typ == "typing" and not opt(pl, "typing") and RULES["typing_payload"]:
         raise bad
     return msg
 
@@ -824,12 +841,13 @@ def decode_bundle(text, expected_uid):
         raise FormatError("bundle_invalid_uid")
     if expected_uid is not None and b["uid"] != expected_uid:                        # 4
         raise FormatError("bundle_wrong_user")
-    if parse_time(b["created_at"]) is None:                                          # 5
+    if parse_time(b["created_at"]) is None and RULES["bundle_check_5"]:              # 5
         raise FormatError("bundle_malformed", "created_at")
     try:                                                                             # 5a
         nacl.bindings.crypto_scalarmult(os.urandom(32), mk)
     except nacl.exceptions.CryptoError:
-        raise FormatError("bundle_malformed", "low-order mailbox key")
+        if RULES["bundle_check_5a"]:
+            raise FormatError("bundle_malformed", "low-order mailbox key")
     try:                                                                             # 6
         nacl.signing.VerifyKey(ik).verify(
             pae(b"mailslot-key-bundle-v1", b["uid"].encode(), ik, mk, b["created_at"].encode()), sig)
