@@ -138,6 +138,30 @@ import Testing
         #expect(throws: TokenError.wrongAudience) { try verifier.verify(raw(#"{"sub":"alice"}"#), now: now) }
     }
 
+    /// Foundation's JSONSerialization, which the verifier once used, drops a raw U+FEFF at the
+    /// start of a string: these were accepted as `alice`, the audience and the kid.
+    @Test func aLeadingByteOrderMarkCharacterInAStringIsKept() throws {
+        let bom = "\u{FEFF}"
+        #expect(throws: TokenError.invalidSubject) { try verifier.verify(raw(claims(sub: bom + "alice")), now: now) }
+        #expect(throws: TokenError.wrongAudience) { try verifier.verify(raw(claims(aud: bom + audience)), now: now) }
+        #expect(throws: TokenError.unknownKey) {
+            try verifier.verify(raw(claims(), footer: #"{"kid":"\#(bom)\#(issuerKey.publicKey.paserkID)"}"#), now: now)
+        }
+        // A member named U+FEFF + "sub" is another member, not a second `sub`.
+        #expect(try verifier.verify(raw(claims(extra: #","\#(bom)sub":"bob""#)), now: now).uid == "alice")
+        #expect(throws: TokenError.invalidSubject) {
+            try verifier.verify(raw(#"{"\#(bom)sub":"alice","aud":"\#(audience)","iat":"2027-01-15T08:00:00Z","exp":"2027-01-15T08:05:00Z"}"#), now: now)
+        }
+    }
+
+    /// Numbers are read as binary64 wherever they are: one too large or too small for it is refused.
+    @Test func numbersBeyondBinary64AreRefused() throws {
+        for number in ["1e400", "-1e400", "1e-400", "2e-324"] {
+            #expect(throws: TokenError.self) { try verifier.verify(raw(claims(extra: #","n":\#(number)"#)), now: now) }
+        }
+        #expect(try verifier.verify(raw(claims(extra: #","n":[0e-400,5e-324,1.7976931348623157e308]"#)), now: now).uid == "alice")
+    }
+
     @Test func audienceAndKeyIDAreComparedByteForByte() {
         // "K" (U+004B) and the Kelvin sign (U+212A) are canonically equivalent; bytes differ.
         let kelvin = TokenVerifier(issuerKeys: [issuerKey.publicKey], audience: "relay.\u{212A}x")

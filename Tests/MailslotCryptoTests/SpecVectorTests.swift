@@ -12,12 +12,12 @@ import Testing
     static let writing = ProcessInfo.processInfo.environment["MAILSLOT_WRITE_VECTORS"] == "1"
 
     // Fixed inputs: every key comes from a seed so the vectors are reproducible.
-    static let issuer = IdentityKeyPair(seed: SecretBytes(copying: (0..<32).map { UInt8($0) }))
-    static let strangerIssuer = IdentityKeyPair(seed: SecretBytes(copying: (0..<32).map { UInt8(255 - $0) }))
-    static let alice = IdentityKeyPair(seed: SecretBytes(copying: [UInt8](repeating: 0xA1, count: 32)))
-    static let carol = IdentityKeyPair(seed: SecretBytes(copying: [UInt8](repeating: 0xC0, count: 32)))
-    static let bobIdentity = IdentityKeyPair(seed: SecretBytes(copying: [UInt8](repeating: 0xB0, count: 32)))
-    static let bobMailbox = MailboxKeyPair(seed: SecretBytes(copying: [UInt8](repeating: 0xB1, count: 32)))
+    static let issuer = IdentityKeyPair(seed: SecretBytes(copying: seeds["issuer"]!))
+    static let strangerIssuer = IdentityKeyPair(seed: SecretBytes(copying: seeds["stranger_issuer"]!))
+    static let alice = IdentityKeyPair(seed: SecretBytes(copying: seeds["alice_identity"]!))
+    static let carol = IdentityKeyPair(seed: SecretBytes(copying: seeds["carol_identity"]!))
+    static let bobIdentity = IdentityKeyPair(seed: SecretBytes(copying: seeds["bob_identity"]!))
+    static let bobMailbox = MailboxKeyPair(seed: SecretBytes(copying: seeds["bob_mailbox"]!))
     static let audience = "relay.example"
     static let now: Int64 = 1_800_000_000
     static let messageID = "01KF0000000000000000000000"
@@ -33,6 +33,33 @@ import Testing
     }
 
     static func secretBase64(_ secret: SecretBytes) -> String { secret.withUnsafeBytes { Base64URL.encode($0) } }
+
+    static func bytes(_ repeated: UInt8) -> [UInt8] { [UInt8](repeating: repeated, count: 32) }
+
+    /// The seeds every key of the vectors comes from, published in the files (spec/envelope.md §6,
+    /// spec/tokens.md §9) so that a third party can regenerate them.
+    static let seeds: [String: [UInt8]] = [
+        "issuer": (0..<32).map { UInt8($0) }, "stranger_issuer": (0..<32).map { UInt8(255 - $0) },
+        "alice_identity": bytes(0xA1), "carol_identity": bytes(0xC0), "bob_identity": bytes(0xB0),
+        "bob_mailbox": bytes(0xB1), "carol_mailbox": bytes(0xC1), "other_mailbox": bytes(0xEE),
+        "local_key": bytes(0x09), "local_nonce": bytes(0x03),
+    ]
+
+    static func publishedSeeds(_ names: [String]) -> [String: String] {
+        Dictionary(uniqueKeysWithValues: names.map { ($0, Base64URL.encode(seeds[$0]!)) })
+    }
+
+    /// The ephemeral seed of the envelope case `name`: BLAKE2b-256 of `mailslot vector: ` + name.
+    static func ephemeralSeed(_ name: String) -> [UInt8] { blake2b(Array("mailslot vector: \(name)".utf8), length: 32) }
+
+    /// `cases` serialised as the files are, to compare what the generator makes now with what
+    /// was committed: the vectors are deterministic, so regenerating them changes nothing.
+    static func same(_ generated: Any, _ committed: Any?) throws -> Bool {
+        guard let committed else { return false }
+        let options: JSONSerialization.WritingOptions = [.sortedKeys, .withoutEscapingSlashes]
+        return try JSONSerialization.data(withJSONObject: generated, options: options)
+            == JSONSerialization.data(withJSONObject: committed, options: options)
+    }
 
     // MARK: Tokens
 
@@ -63,8 +90,8 @@ import Testing
             ["name": "three parts only, no footer", "token": PasetoV4Public.sign(claims(base()), with: issuer), "expect": "token_malformed"],
             ["name": "padding in base64url", "token": good + "=", "expect": "token_malformed"],
             ["name": "v3 token", "token": good.replacingOccurrences(of: "v4.public.", with: "v3.public."), "expect": "token_unsupported_version"],
-            ["name": "v4.local token", "token": PasetoV4Local.encrypt(claims(base()), with: SymmetricKey(bytes: SecretBytes(copying: [UInt8](repeating: 9, count: 32)))!,
-                                                                      footer: kidFooter, implicit: [], nonce: [UInt8](repeating: 3, count: 32)),
+            ["name": "v4.local token", "token": PasetoV4Local.encrypt(claims(base()), with: SymmetricKey(bytes: SecretBytes(copying: seeds["local_key"]!))!,
+                                                                      footer: kidFooter, implicit: [], nonce: seeds["local_nonce"]!),
              "expect": "token_wrong_purpose"],
             ["name": "footer without kid", "token": signed(base(), footer: claims(["key": issuer.publicKey.paserkID])), "expect": "token_malformed"],
             ["name": "unknown issuer key", "token": signed(base(), footer: claims(["kid": strangerIssuer.publicKey.paserkID]), key: strangerIssuer), "expect": "token_unknown_key"],
@@ -80,6 +107,62 @@ import Testing
             ["name": "issued in the future", "token": signed(base(["iat": Timestamp.format(t + 61), "exp": Timestamp.format(t + 600)])), "expect": "token_issued_in_future"],
             ["name": "not yet valid", "token": signed(base(["nbf": Timestamp.format(t + 120)])), "expect": "token_not_yet_valid"],
             ["name": "lifetime over one hour", "token": signed(base(["exp": Timestamp.format(t + 3601)])), "expect": "token_lifetime_too_long"],
+        ] + strictTokenCases()
+    }
+
+    /// Claims and footers written by hand, to reach the rules of spec/tokens.md §1 (strict JSON,
+    /// times) that a serialiser never breaks. Each fails if a verifier drops the rule it names.
+    static func strictTokenCases() -> [[String: Any]] {
+        let t = now
+        let kid = issuer.publicKey.paserkID
+        func raw(_ claims: String, footer: String? = nil) -> String {
+            PasetoV4Public.sign(Array(claims.utf8), with: issuer, footer: Array((footer ?? #"{"kid":"\#(kid)"}"#).utf8))
+        }
+        /// The usual claims, with `more` (members with their leading comma) before `sub`.
+        func claims(iat: String = Timestamp.format(t), exp: String = Timestamp.format(t + 300), _ more: String = "") -> String {
+            #"{"aud":"\#(audience)","exp":"\#(exp)","iat":"\#(iat)"\#(more),"sub":"alice"}"#
+        }
+        let nested = { (depth: Int) in String(repeating: "[", count: depth) + "1" + String(repeating: "]", count: depth) }
+        let digits64 = "1." + String(repeating: "0", count: 62)
+        func ok(_ name: String, _ token: String) -> [String: Any] { ["name": name, "token": token, "expect": "ok", "uid": "alice"] }
+        func bad(_ name: String, _ token: String, _ code: String = "token_malformed") -> [String: Any] { ["name": name, "token": token, "expect": code] }
+        return [
+            // §1 JSON. Without the duplicate check the claims would say `sub` alice or bob.
+            bad("claims with a duplicate member name", raw(claims(#","sub":"bob""#))),
+            bad("claims with a duplicate member name, one escaped", raw(claims(#","\u0073ub":"alice""#))),
+            bad("footer with a duplicate kid", raw(claims(), footer: #"{"kid":"\#(kid)","kid":"\#(kid)"}"#)),
+            bad("claims after a byte-order mark", raw("\u{FEFF}" + claims())),
+            ok("claims with a number literal of 64 characters", raw(claims(#","n":\#(digits64)"#))),
+            bad("claims with a number literal of 65 characters", raw(claims(#","n":\#(digits64)0"#))),
+            ok("claims nested 8 deep", raw(claims(#","x":\#(nested(7))"#))),
+            bad("claims nested 9 deep", raw(claims(#","x":\#(nested(8))"#))),
+            bad("footer nested 9 deep", raw(claims(), footer: #"{"kid":"\#(kid)","x":\#(nested(8))}"#)),
+            ok("claims with a surrogate pair escape", raw(claims(#","note":"\ud83d\ude00""#))),
+            bad("claims with a lone high surrogate escape", raw(claims(#","note":"\ud800""#))),
+            bad("claims with a high surrogate escape before a letter", raw(claims(#","note":"\ud800\u0041""#))),
+            bad("claims with a lone low surrogate escape", raw(claims(#","note":"\udc00""#))),
+            bad("claims with a number beyond binary64 in an unknown claim", raw(claims(#","n":1e400"#))),
+            bad("footer with a number beyond binary64", raw(claims(), footer: #"{"kid":"\#(kid)","n":-1e400}"#)),
+            bad("claims with a number that rounds to zero in an unknown claim", raw(claims(#","n":1e-400"#))),
+            ok("claims with numbers at the ends of binary64", raw(claims(#","n":[0e-400,-0.0,5e-324,-1.7976931348623157e308]"#))),
+            // A raw U+FEFF is a character like any other: not stripped, in a value or a name.
+            bad("sub with a leading U+FEFF", raw(#"{"aud":"\#(audience)","exp":"\#(Timestamp.format(t + 300))","iat":"\#(Timestamp.format(t))","sub":"\#u{FEFF}alice"}"#), "token_invalid_subject"),
+            ok("claims with a member named U+FEFF sub", raw(claims(#","\#u{FEFF}sub":"bob""#))),
+            // §1 times: the calendar, and the fraction accumulated digit by digit.
+            ok("nbf on 29 February 2000 (a leap century)", raw(claims(#","nbf":"2000-02-29T00:00:00Z""#))),
+            ok("nbf on 29 February 0000 (a leap year)", raw(claims(#","nbf":"0000-02-29T00:00:00Z""#))),
+            bad("nbf on 29 February 2100 (not a leap year)", raw(claims(#","nbf":"2100-02-29T00:00:00Z""#)), "token_invalid_claim"),
+            bad("exp on 31 April", raw(claims(exp: "2027-04-31T00:00:00Z")), "token_invalid_claim"),
+            bad("exp on 29 February 2027", raw(claims(exp: "2027-02-29T08:05:00Z")), "token_invalid_claim"),
+            bad("iat with a leap second", raw(claims(iat: "2027-01-15T07:59:60Z")), "token_invalid_claim"),
+            bad("iat at hour 24", raw(claims(iat: "2027-01-14T24:00:00Z")), "token_invalid_claim"),
+            bad("iat with offset minutes 60", raw(claims(iat: "2027-01-15T08:00:00+00:60")), "token_invalid_claim"),
+            ok("exp with offset -00:00 (UTC)", raw(claims(exp: "2027-01-15T08:05:00-00:00"))),
+            // 2^-23 is half the spacing of binary64 at 1 800 000 060: read as one decimal the
+            // fraction rounds away and iat is exactly now + 60 (accepted); accumulated digit by
+            // digit (§1) it is a little more than 2^-23 and iat lands one step above (refused).
+            bad("iat a rounding step past the clock skew (fraction accumulated digit by digit)",
+                raw(claims(iat: "2027-01-15T08:01:00.00000011920928955078125Z", exp: Timestamp.format(t + 360))), "token_issued_in_future"),
         ]
     }
 
@@ -93,13 +176,17 @@ import Testing
             try Self.write("tokens.json", [
                 "description": "Custom tokens (spec/tokens.md). Verify each token with the issuer public key as the only trusted key, the audience, and the time `now`; `expect` is \"ok\" or the error code.",
                 "issuer": ["secret_key": Self.issuer.paserk, "public_key": Self.issuer.publicKey.paserk, "kid": Self.issuer.publicKey.paserkID],
+                "seeds": Self.publishedSeeds(["issuer", "stranger_issuer", "local_key", "local_nonce"]),
                 "audience": Self.audience,
                 "now": Timestamp.format(Self.now),
                 "mint": mints,
                 "verify": try Self.tokenCases(),
             ])
         }
-        try Self.checkTokens(try Self.read("tokens.json"), minimumCases: 20)
+        let vectors = try Self.read("tokens.json")
+        try Self.checkTokens(vectors, minimumCases: 50)
+        #expect(try Self.same(try Self.tokenCases(), vectors["verify"]), "tokens.json is what the generator makes from the published seeds")
+        #expect(vectors["seeds"] as? [String: String] == Self.publishedSeeds(["issuer", "stranger_issuer", "local_key", "local_nonce"]))
     }
 
     /// Tokens minted and cases written by the independent implementation (tools/interop), from the spec alone.
@@ -110,6 +197,9 @@ import Testing
     static func checkTokens(_ vectors: [String: Any], minimumCases: Int) throws {
         let issuerInfo = try #require(vectors["issuer"] as? [String: String])
         let issuer = try IdentityKeyPair(paserk: issuerInfo["secret_key"]!)
+        if let seed = (vectors["seeds"] as? [String: String])?["issuer"] {
+            #expect(IdentityKeyPair(seed: SecretBytes(copying: try #require(Base64URL.decode(seed)))).paserk == issuer.paserk, "the issuer key is its seed's")
+        }
         #expect(issuer.publicKey.paserk == issuerInfo["public_key"])
         #expect(issuer.publicKey.paserkID == issuerInfo["kid"])
         let audience = try #require(vectors["audience"] as? String)
@@ -145,50 +235,109 @@ import Testing
     static func envelopeCases() throws -> [[String: Any]] {
         let id = messageID, bob = bobMailbox.publicKey
         let crafter = EnvelopeCrafter(senderUID: "alice", identity: alice, mailbox: bob)
-        func seal(_ message: ChatMessage, id: String = messageID, to recipient: String = "bob", key: MailboxPublicKey = bob) throws -> [UInt8] {
-            try Envelope.seal(message, id: id, from: "alice", identity: alice, to: recipient, mailboxKey: key)
+        let otherMailbox = MailboxKeyPair(seed: SecretBytes(copying: seeds["other_mailbox"]!)).publicKey
+        /// A case whose envelope `make` builds from the case's ephemeral seed, which it carries.
+        func vector(_ name: String, _ expect: String, id: String = messageID, recipient: String = "bob", _ more: [String: Any] = [:],
+                    _ make: ([UInt8]) throws -> [UInt8]) throws -> [String: Any] {
+            let seed = ephemeralSeed(name)
+            return ["name": name, "id": id, "recipient": recipient, "envelope": Base64URL.encode(try make(seed)), "expect": expect,
+                    "ephemeral_seed": Base64URL.encode(seed)].merging(more) { $1 }
+        }
+        func sealed(_ body: [UInt8], to key: MailboxPublicKey = bob) -> ([UInt8]) throws -> [UInt8] {
+            { seed in try EnvelopeCrafter(senderUID: "alice", identity: alice, mailbox: key).craft(recipient: "bob", id: id, body: body, ephemeralSeed: seed) }
+        }
+        func opened(_ body: [UInt8]) -> [String: Any] {
+            ["sender": "alice", "sender_identity_key": Base64URL.encode(alice.publicKey.bytes), "body": String(decoding: body, as: UTF8.self)]
         }
         func ok(_ name: String, _ message: ChatMessage) throws -> [String: Any] {
-            ["name": name, "id": id, "recipient": "bob", "envelope": Base64URL.encode(try seal(message)), "expect": "ok",
-             "sender": "alice", "sender_identity_key": Base64URL.encode(alice.publicKey.bytes),
-             "body": String(decoding: message.testBody, as: UTF8.self)]
+            try vector(name, "ok", opened(message.testBody), sealed(message.testBody))
         }
-        func bad(_ name: String, _ envelope: [UInt8], _ code: String, id: String = messageID, recipient: String = "bob") -> [String: Any] {
-            ["name": name, "id": id, "recipient": recipient, "envelope": Base64URL.encode(envelope), "expect": code]
+        /// An accepted body written by hand; `reencoded` when it is not in the §3.4 form.
+        func okText(_ name: String, _ body: String, reencoded: String? = nil) throws -> [String: Any] {
+            var more = opened(Array(body.utf8))
+            if let reencoded { more["body_canonical"] = false; more["reencoded"] = reencoded }
+            return try vector(name, "ok", more, sealed(Array(body.utf8)))
+        }
+        func bad(_ name: String, _ code: String, id: String = messageID, recipient: String = "bob",
+                 _ make: ([UInt8]) throws -> [UInt8]) throws -> [String: Any] {
+            try vector(name, code, id: id, recipient: recipient, [:], make)
+        }
+        func badBody(_ name: String, _ body: String) throws -> [String: Any] {
+            try bad(name, "envelope_invalid_body", sealed(Array(body.utf8)))
+        }
+        /// A text message's body with `top` (members with a leading comma) after `timestamp`
+        /// and `payload` (members with a leading comma) after `text`.
+        func body(_ top: String = "", payload: String = "", text: String = "hi") -> String {
+            #"{"payload":{"text":"\#(text)"\#(payload)},"sender":{"id":"alice"},"timestamp":1800000000000\#(top),"type":"text"}"#
         }
         let hello = text("hello, bob")
-        var flipped = try seal(hello)
-        flipped[100] ^= 0x01
         var unknown = ChatMessage(type: "poll", sender: Sender(id: "alice"), payload: Payload(text: "lunch?"), timestamp: now * 1000)
         unknown.payload.unknownFields["options"] = .array([.string("noodles"), .string("soup")])
         let picture = ChatMessage(type: .picture, sender: Sender(id: "alice"),
                                   payload: Payload(attachments: [Attachment(mediaType: "image/png", data: Array(0..<200), name: "dot.png")]),
                                   timestamp: now * 1000)
+        let nested = { (depth: Int) in String(repeating: "[", count: depth) + "0" + String(repeating: "]", count: depth) }
+        let digits64 = "1." + String(repeating: "0", count: 62)
+        // §3.4: every number form the reference writes, as it writes it.
+        let canonicalNumbers = "[0,-0,1,-180,90,100000,48.8584,0.0001,1e-05,-1e-07,0.30000000000000004,123456.789,"
+            + "4503599627370496,9007199254740992,9.007199254740994e+15,1e+16,1000000000000000.5,1e+21,1.5e+300,"
+            + "1.7976931348623157e+308,5e-324]"
         return [
             try ok("text", hello),
             try ok("picture", picture),
             try ok("location", ChatMessage(type: .location, sender: Sender(id: "alice"), payload: Payload(location: Location(latitude: -33.8568, longitude: 151.2153)), timestamp: now * 1000)),
             try ok("read receipt", ChatMessage(type: .receipt, sender: Sender(id: "alice"), payload: Payload(receipt: Receipt(kind: .read, messageIDs: [id])), timestamp: now * 1000)),
+            try ok("typing", ChatMessage(type: .typing, sender: Sender(id: "alice"), payload: Payload(typing: Typing(active: true)), timestamp: now * 1000)),
             try ok("unknown type with unknown fields", unknown),
             try ok("1 KiB class", text(String(repeating: "long ", count: 100))),
-            bad("one byte flipped", flipped, "envelope_cannot_decrypt"),
-            bad("sealed to another mailbox key", try seal(hello, key: MailboxKeyPair(seed: SecretBytes(copying: [UInt8](repeating: 0xEE, count: 32))).publicKey), "envelope_cannot_decrypt"),
-            bad("truncated", Array(try seal(hello).dropLast(1)), "envelope_invalid_size"),
-            bad("not a size class", try seal(hello) + [0], "envelope_invalid_size"),
-            bad("opened under another message id", try seal(hello), "envelope_wrong_message_id", id: "01KF0000000000000000000001"),
-            bad("opened as another recipient", try seal(hello), "envelope_wrong_recipient", recipient: "bobby"),
-            bad("record signed for another recipient", try crafter.craft(recipient: "bob", id: id, body: hello.testBody,
-                                                                            signature: crafter.signature(recipient: "carol", id: id, body: hello.testBody)), "envelope_bad_signature"),
-            bad("record signed for another id", try crafter.craft(recipient: "bob", id: id, body: hello.testBody,
-                                                                     signature: crafter.signature(recipient: "bob", id: "01KF0000000000000000000009", body: hello.testBody)), "envelope_bad_signature"),
-            bad("body altered after signing", try crafter.craft(recipient: "bob", id: id, body: text("hello, bo!").testBody,
-                                                                   signature: crafter.signature(recipient: "bob", id: id, body: hello.testBody)), "envelope_bad_signature"),
-            bad("record version 2", try crafter.craft(version: 2, recipient: "bob", id: id, body: hello.testBody), "envelope_unsupported_version"),
-            bad("trailing bytes after the signature", try crafter.craft(recipient: "bob", id: id, body: hello.testBody, trailing: [0x42]), "envelope_malformed_record"),
-            bad("no padding marker", bob.testSeal([UInt8](repeating: 0, count: 464)), "envelope_bad_padding"),
-            bad("body is not JSON", try crafter.craft(recipient: "bob", id: id, body: Array("hello".utf8)), "envelope_invalid_body"),
-            bad("text message without text", try crafter.craft(recipient: "bob", id: id, body: Array(#"{"payload":{},"sender":{"id":"alice"},"timestamp":1,"type":"text"}"#.utf8)), "envelope_invalid_body"),
-            bad("body sender is not the signer", try crafter.craft(recipient: "bob", id: id, body: text("hi", from: "carol").testBody), "envelope_sender_mismatch"),
+            try okText("unknown members whose value is null are kept",
+                       #"{"note":null,"payload":{"mood":null,"tags":[null,{"x":null}],"text":"hi"},"sender":{"id":"alice"},"timestamp":1800000000000,"type":"text"}"#),
+            try okText("numbers in the §3.4 form", #"{"payload":{"location":{"latitude":90,"longitude":-180},"numbers":\#(canonicalNumbers)},"sender":{"id":"alice"},"timestamp":-1,"type":"location"}"#),
+            try okText("nesting of 32 levels", #"{"deep":\#(nested(31)),"payload":{"text":"hi"},"sender":{"id":"alice"},"timestamp":1800000000000,"type":"text"}"#),
+            try okText("numbers in other forms, a 64-character literal, a surrogate pair escape, a null optional member",
+                       #"{"payload":{"numbers":[1.0,1E3,0.1e1,100e-2,-0.0,0e-400,9007199254740993,12345678901234567890,1e16,\#(digits64)],"text":"\ud83d\ude00","typing":null},"sender":{"id":"alice","name":null},"timestamp":1800000000000,"type":"text"}"#,
+                       reencoded: #"{"payload":{"numbers":[1,1000,1,1,-0,0,9007199254740992,1.2345678901234567e+19,1e+16,1],"text":"😀"},"sender":{"id":"alice"},"timestamp":1800000000000,"type":"text"}"#),
+            try bad("one byte flipped", "envelope_cannot_decrypt") { seed in var envelope = try sealed(hello.testBody)(seed); envelope[100] ^= 0x01; return envelope },
+            try bad("sealed to another mailbox key", "envelope_cannot_decrypt", sealed(hello.testBody, to: otherMailbox)),
+            try bad("truncated", "envelope_invalid_size") { seed in Array(try sealed(hello.testBody)(seed).dropLast(1)) },
+            try bad("not a size class", "envelope_invalid_size") { seed in try sealed(hello.testBody)(seed) + [0] },
+            try bad("opened under another message id", "envelope_wrong_message_id", id: "01KF0000000000000000000001", sealed(hello.testBody)),
+            try bad("opened as another recipient", "envelope_wrong_recipient", recipient: "bobby", sealed(hello.testBody)),
+            try bad("record signed for another recipient", "envelope_bad_signature") { seed in
+                try crafter.craft(recipient: "bob", id: id, body: hello.testBody, signature: crafter.signature(recipient: "carol", id: id, body: hello.testBody), ephemeralSeed: seed)
+            },
+            try bad("record signed for another id", "envelope_bad_signature") { seed in
+                try crafter.craft(recipient: "bob", id: id, body: hello.testBody,
+                                  signature: crafter.signature(recipient: "bob", id: "01KF0000000000000000000009", body: hello.testBody), ephemeralSeed: seed)
+            },
+            try bad("body altered after signing", "envelope_bad_signature") { seed in
+                try crafter.craft(recipient: "bob", id: id, body: text("hello, bo!").testBody,
+                                  signature: crafter.signature(recipient: "bob", id: id, body: hello.testBody), ephemeralSeed: seed)
+            },
+            try bad("record version 2", "envelope_unsupported_version") { seed in try crafter.craft(version: 2, recipient: "bob", id: id, body: hello.testBody, ephemeralSeed: seed) },
+            try bad("trailing bytes after the signature", "envelope_malformed_record") { seed in
+                try crafter.craft(recipient: "bob", id: id, body: hello.testBody, trailing: [0x42], ephemeralSeed: seed)
+            },
+            try bad("no padding marker", "envelope_bad_padding") { seed in bob.seal([UInt8](repeating: 0, count: 464), ephemeralSeed: seed) },
+            try bad("body is not JSON", "envelope_invalid_body", sealed(Array("hello".utf8))),
+            try badBody("text message without text", #"{"payload":{},"sender":{"id":"alice"},"timestamp":1,"type":"text"}"#),
+            try badBody("typing without payload.typing", #"{"payload":{},"sender":{"id":"alice"},"timestamp":1800000000000,"type":"typing"}"#),
+            // §1 JSON: each of these is a chat message once the rule it breaks is dropped.
+            try badBody("duplicate member name", body(payload: #","text":"bye""#)),
+            try badBody("duplicate member name, one escaped", body(#","\u0074ype":"text""#)),
+            try badBody("byte-order mark before the body", "\u{FEFF}" + body()),
+            try badBody("number literal of 65 characters", body(#","n":\#(digits64)0"#)),
+            try badBody("nesting of 33 levels", body(#","deep":\#(nested(32))"#)),
+            try badBody("lone high surrogate escape", body(text: #"\ud800"#)),
+            try badBody("high surrogate escape before a letter", body(text: #"\ud800\u0041"#)),
+            try badBody("lone low surrogate escape", body(text: #"\udc00"#)),
+            try badBody("number beyond binary64 in an unknown member", body(#","n":1e400"#)),
+            try badBody("number beyond binary64 in an unknown payload member", body(payload: #","n":-1.8e308"#)),
+            try badBody("number that rounds to zero in an unknown member", body(#","n":1e-400"#)),
+            try badBody("latitude that rounds to zero", #"{"payload":{"location":{"latitude":2e-324,"longitude":0}},"sender":{"id":"alice"},"timestamp":1,"type":"location"}"#),
+            try bad("body sender is not the signer", "envelope_sender_mismatch") { seed in
+                try crafter.craft(recipient: "bob", id: id, body: text("hi", from: "carol").testBody, ephemeralSeed: seed)
+            },
         ]
     }
 
@@ -198,11 +347,17 @@ import Testing
                 "description": "Sealed envelopes v1 (spec/envelope.md). Open each envelope with the recipient's mailbox key pair, as `recipient`, for message id `id`; `expect` is \"ok\" (then `sender`, `sender_identity_key` and `body` are what opening yields) or the error code.",
                 "recipient_mailbox_secret_key": Self.secretBase64(Self.bobMailbox.secretKey),
                 "recipient_mailbox_public_key": Base64URL.encode(Self.bobMailbox.publicKey.bytes),
+                "seeds": Self.publishedSeeds(Self.envelopeSeeds),
                 "cases": try Self.envelopeCases(),
             ])
         }
-        try Self.checkEnvelopes(try Self.read("envelopes.json"), minimumCases: 20, bodiesAreCanonical: true)
+        let vectors = try Self.read("envelopes.json")
+        try Self.checkEnvelopes(vectors, minimumCases: 35, bodiesAreCanonical: true)
+        #expect(try Self.same(try Self.envelopeCases(), vectors["cases"]), "envelopes.json is what the generator makes from the published seeds")
+        #expect(vectors["seeds"] as? [String: String] == Self.publishedSeeds(Self.envelopeSeeds))
     }
+
+    static let envelopeSeeds = ["alice_identity", "bob_mailbox", "other_mailbox"]
 
     /// Envelopes sealed by the independent implementation (tools/interop, PyNaCl), from the spec alone.
     @Test func independentEnvelopes() throws {
@@ -227,7 +382,9 @@ import Testing
                 #expect(Base64URL.encode(opened.senderKey.bytes) == vector["sender_identity_key"] as? String, "\(name)")
                 #expect(String(decoding: opened.body, as: UTF8.self) == vector["body"] as? String, "\(name)")
                 if bodiesAreCanonical {
-                    #expect(opened.message.testBody == opened.body, "\(name): re-encoding keeps every field")
+                    // §3.4: a body in that form re-encodes to itself; any other to `reencoded`.
+                    let expected = (vector["reencoded"] as? String).map { Array($0.utf8) } ?? opened.body
+                    #expect(opened.message.testBody == expected, "\(name): re-encoded as spec/envelope.md §3.4 says")
                 }
             } catch {
                 #expect(error.code == expect, "\(name)")
@@ -238,32 +395,77 @@ import Testing
 
     // MARK: Key bundles
 
+    static let bundleSeeds = ["bob_identity", "bob_mailbox", "carol_mailbox"]
+
+    static func bundleCases() throws -> [[String: Any]] {
+        let created = Date(timeIntervalSince1970: Double(now))
+        let good = KeyBundle(uid: "bob", identity: bobIdentity, mailboxKey: bobMailbox.publicKey, createdAt: created)
+        func edited(_ edit: (inout [String: Any]) -> Void) throws -> String {
+            var object = try JSONSerialization.jsonObject(with: Data(good.encoded())) as! [String: Any]
+            edit(&object)
+            return String(decoding: try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]), as: UTF8.self)
+        }
+        /// A bundle written by hand and signed as check 6 wants, so that only the rule a case
+        /// breaks can refuse it: `top` (members with a leading comma) follows `version`.
+        func signed(created: String = Timestamp.format(now), mailbox: [UInt8] = bobMailbox.publicKey.bytes, _ top: String = "",
+                    prefix: String = "") -> String {
+            let signature = bobIdentity.sign(preAuthenticationEncoding([KeyBundle.label, Array("bob".utf8), bobIdentity.publicKey.bytes,
+                                                                        mailbox, Array(created.utf8)]))
+            return prefix + #"{"created_at":"\#(created)","identity_key":"\#(Base64URL.encode(bobIdentity.publicKey.bytes))","mailbox_key":"\#(Base64URL.encode(mailbox))","signature":"\#(Base64URL.encode(signature))","uid":"bob","version":1\#(top)}"#
+        }
+        precondition(signed() == String(decoding: good.encoded(), as: UTF8.self), "the hand-written bundle is the reference's")
+        let carolMailbox = MailboxKeyPair(seed: SecretBytes(copying: seeds["carol_mailbox"]!)).publicKey
+        // Two points of small order on Curve25519 (libsodium refuses both): 0 (order 4 with
+        // its twin) and one of order 8.
+        let zero = [UInt8](repeating: 0, count: 32)
+        let order8 = hex("e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800")
+        let nested = { (depth: Int) in String(repeating: "[", count: depth) + "0" + String(repeating: "]", count: depth) }
+        func vector(_ name: String, _ bundle: String, _ expect: String, uid: String = "bob") -> [String: Any] {
+            ["name": name, "bundle": bundle, "expected_uid": uid, "expect": expect]
+        }
+        return [
+            vector("valid", String(decoding: good.encoded(), as: UTF8.self), "ok"),
+            vector("fetched for another user", String(decoding: good.encoded(), as: UTF8.self), "bundle_wrong_user", uid: "carol"),
+            vector("mailbox key swapped", try edited { $0["mailbox_key"] = Base64URL.encode(carolMailbox.bytes) }, "bundle_bad_signature"),
+            vector("uid rewritten", try edited { $0["uid"] = "carol" }, "bundle_bad_signature", uid: "carol"),
+            vector("created_at rewritten", try edited { $0["created_at"] = "2027-01-15T08:00:01+00:00" }, "bundle_bad_signature"),
+            vector("invalid uid", try edited { $0["uid"] = "bob/keys" }, "bundle_invalid_uid", uid: "bob/keys"),
+            vector("unknown version", try edited { $0["version"] = 2 }, "bundle_malformed"),
+            vector("short signature", try edited { $0["signature"] = "AAAA" }, "bundle_malformed"),
+            // Check 5, with a signature that verifies: only the time rules refuse these.
+            vector("created_at with a fraction and z", signed(created: "2027-01-15T08:00:00.25z"), "ok"),
+            vector("created_at on 29 February 2028", signed(created: "2028-02-29T08:00:00+00:00"), "ok"),
+            vector("created_at on 29 February 2027, signed", signed(created: "2027-02-29T08:00:00+00:00"), "bundle_malformed"),
+            vector("created_at on 29 February 1900, signed", signed(created: "1900-02-29T08:00:00+00:00"), "bundle_malformed"),
+            vector("created_at with a leap second, signed", signed(created: "2027-01-15T23:59:60+00:00"), "bundle_malformed"),
+            vector("created_at without an offset, signed", signed(created: "2027-01-15T08:00:00.000"), "bundle_malformed"),
+            vector("created_at with an empty fraction, signed", signed(created: "2027-01-15T08:00:00.Z"), "bundle_malformed"),
+            // Check 5a: a low-order mailbox key, with a signature that verifies.
+            vector("mailbox key zero (low order), signed", signed(mailbox: zero), "bundle_malformed"),
+            vector("mailbox key of order 8, signed", signed(mailbox: order8), "bundle_malformed"),
+            // §1 JSON, each around a bundle that verifies.
+            vector("unknown member nested to 4 levels", signed(#","x":\#(nested(3))"#), "ok"),
+            vector("unknown member nested to 5 levels", signed(#","x":\#(nested(4))"#), "bundle_malformed"),
+            vector("duplicate member name", signed(#","uid":"bob""#), "bundle_malformed"),
+            vector("duplicate member name, one escaped", signed(#","\u0076ersion":1"#), "bundle_malformed"),
+            vector("unknown member with a number literal of 65 characters", signed(#","n":1.\#(String(repeating: "0", count: 63))"#), "bundle_malformed"),
+            vector("unknown member with a lone surrogate escape", signed(#","note":"\udc00""#), "bundle_malformed"),
+        ]
+    }
+
     @Test func bundles() throws {
         if Self.writing {
-            let created = Date(timeIntervalSince1970: Double(Self.now))
-            let good = KeyBundle(uid: "bob", identity: Self.bobIdentity, mailboxKey: Self.bobMailbox.publicKey, createdAt: created)
-            func edited(_ edit: (inout [String: Any]) -> Void) throws -> String {
-                var object = try JSONSerialization.jsonObject(with: Data(good.encoded())) as! [String: Any]
-                edit(&object)
-                return String(decoding: try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]), as: UTF8.self)
-            }
-            let carolMailbox = MailboxKeyPair(seed: SecretBytes(copying: [UInt8](repeating: 0xC1, count: 32))).publicKey
-            let cases: [[String: Any]] = [
-                ["name": "valid", "bundle": String(decoding: good.encoded(), as: UTF8.self), "expected_uid": "bob", "expect": "ok"],
-                ["name": "fetched for another user", "bundle": String(decoding: good.encoded(), as: UTF8.self), "expected_uid": "carol", "expect": "bundle_wrong_user"],
-                ["name": "mailbox key swapped", "bundle": try edited { $0["mailbox_key"] = Base64URL.encode(carolMailbox.bytes) }, "expected_uid": "bob", "expect": "bundle_bad_signature"],
-                ["name": "uid rewritten", "bundle": try edited { $0["uid"] = "carol" }, "expected_uid": "carol", "expect": "bundle_bad_signature"],
-                ["name": "created_at rewritten", "bundle": try edited { $0["created_at"] = "2027-01-15T08:00:01+00:00" }, "expected_uid": "bob", "expect": "bundle_bad_signature"],
-                ["name": "invalid uid", "bundle": try edited { $0["uid"] = "bob/keys" }, "expected_uid": "bob/keys", "expect": "bundle_invalid_uid"],
-                ["name": "unknown version", "bundle": try edited { $0["version"] = 2 }, "expected_uid": "bob", "expect": "bundle_malformed"],
-                ["name": "short signature", "bundle": try edited { $0["signature"] = "AAAA" }, "expected_uid": "bob", "expect": "bundle_malformed"],
-            ]
             try Self.write("bundles.json", [
                 "description": "Key bundles (spec/envelope.md, Key bundles). Decode and verify each bundle for `expected_uid`; `expect` is \"ok\" or the error code.",
-                "cases": cases,
+                "seeds": Self.publishedSeeds(Self.bundleSeeds),
+                "cases": try Self.bundleCases(),
             ])
         }
-        let cases = try #require(try Self.read("bundles.json")["cases"] as? [[String: Any]])
+        let vectors = try Self.read("bundles.json")
+        let cases = try #require(vectors["cases"] as? [[String: Any]])
+        #expect(cases.count >= 20)
+        #expect(try Self.same(try Self.bundleCases(), cases), "bundles.json is what the generator makes from the published seeds")
+        #expect(vectors["seeds"] as? [String: String] == Self.publishedSeeds(Self.bundleSeeds))
         for vector in cases {
             let name = vector["name"] as! String, expect = vector["expect"] as! String
             do {

@@ -699,6 +699,13 @@ def scenario_sessions(c):
            request(rel, "GET", "/v1/users/erin", session=g2["session"]), 401, "unauthenticated")
     expect("after reuse the newer refresh token fails → 401 refresh_invalid (§4.3)",
            request(rel, "POST", "/v1/sessions/refresh", {"refresh": g2["refresh"]}), 401, "refresh_invalid")
+    expect("the reused token presented again, its family revoked → 401 refresh_invalid, not refresh_reused (§3)",
+           request(rel, "POST", "/v1/sessions/refresh", {"refresh": g1["refresh"]}), 401, "refresh_invalid")
+    expect("a refresh of another form → 401 refresh_invalid, not 400 (§10.2, openapi RefreshRequest)",
+           request(rel, "POST", "/v1/sessions/refresh", {"refresh": "not a refresh token at all"}), 401, "refresh_invalid")
+    r = request(rel, "POST", "/v1/sessions", {"token": "v4.public." + "A" * 4100})
+    expect("a custom token over 4096 bytes → 401 invalid_token, not 400 (§10.2)", r, 401, "invalid_token")
+    ok("its detail ends with ': token_oversized' (§10.1)", str((r.json or {}).get("detail", "")).endswith(": token_oversized"), repr(r))
     expect("another family of the same user is untouched by the reuse",
            request(rel, "GET", "/v1/users/erin", session=gx["session"]), 404, "not_found")
     expect("refresh with garbage → 401 refresh_invalid", request(rel, "POST", "/v1/sessions/refresh", {"refresh": "msr_nope"}),

@@ -144,7 +144,7 @@ public struct TokenVerifier: Sendable {
 
         guard !parsed.footer.isEmpty else { throw .malformed("the footer with the key id is missing") }
         guard parsed.footer.count <= CustomToken.maxFooterBytes else { throw .malformed("the footer is too long") }
-        guard let footer = Self.object(parsed.footer), let kid = footer["kid"] as? String else {
+        guard let footer = Self.object(parsed.footer), case .string(let kid)? = footer["kid"] else {
             throw .malformed("the footer is not a JSON object with a string \"kid\"")
         }
         // Ids are ASCII; looking up anything else could match by Unicode equivalence.
@@ -160,9 +160,9 @@ public struct TokenVerifier: Sendable {
         }
 
         guard let claims = Self.object(message) else { throw .malformed("the claims are not a JSON object") }
-        guard let uid = claims["sub"] as? String, Identifier.isValidUID(uid) else { throw .invalidSubject }
+        guard case .string(let uid)? = claims["sub"], Identifier.isValidUID(uid) else { throw .invalidSubject }
         // An unconfigured (empty) audience accepts nothing, as the minter never writes one.
-        guard let aud = claims["aud"] as? String, !audience.isEmpty, aud.utf8.elementsEqual(audience.utf8) else {
+        guard case .string(let aud)? = claims["aud"], !audience.isEmpty, aud.utf8.elementsEqual(audience.utf8) else {
             throw .wrongAudience  // byte for byte, not by Unicode equivalence
         }
         let issuedAt = try Self.time(claims, "iat")
@@ -170,7 +170,7 @@ public struct TokenVerifier: Sendable {
         let notBefore = claims["nbf"] == nil ? nil : try Self.time(claims, "nbf")
         var tokenID: String?
         if let jti = claims["jti"] {
-            guard let jti = jti as? String, !jti.isEmpty, jti.utf8.count <= CustomToken.maxClaimBytes else {
+            guard case .string(let jti) = jti, !jti.isEmpty, jti.utf8.count <= CustomToken.maxClaimBytes else {
                 throw .invalidClaim("jti")
             }
             tokenID = jti
@@ -185,17 +185,20 @@ public struct TokenVerifier: Sendable {
         return VerifiedToken(uid: uid, issuedAt: issuedAt, expiresAt: expiresAt, tokenID: tokenID, keyID: kid)
     }
 
-    private static func time(_ claims: [String: Any], _ name: String) throws(TokenError) -> Double {
-        guard let text = claims[name] as? String, let seconds = Timestamp.parse(text) else {
+    private static func time(_ claims: [String: JSONValue], _ name: String) throws(TokenError) -> Double {
+        guard case .string(let text)? = claims[name], let seconds = Timestamp.parse(text) else {
             throw .invalidClaim(name)
         }
         return seconds
     }
 
     /// A strict-JSON object (StrictJSON: no trailing commas, no duplicate members, depth ≤ 8).
-    private static func object(_ bytes: [UInt8]) -> [String: Any]? {
+    /// Read with `JSONDecoder`, as envelope bodies and key bundles are: Foundation's
+    /// `JSONSerialization` drops a raw U+FEFF at the start of a string, member names included,
+    /// so it read `"\u{FEFF}sub"` as `sub` and `"\u{FEFF}alice"` as `alice`.
+    private static func object(_ bytes: [UInt8]) -> [String: JSONValue]? {
         guard (try? StrictJSON.validate(bytes, maxDepth: CustomToken.maxJSONDepth)) != nil else { return nil }
-        return (try? JSONSerialization.jsonObject(with: Data(bytes))) as? [String: Any]
+        return try? JSONDecoder().decode([String: JSONValue].self, from: Data(bytes))
     }
 
     private static func describe(_ error: PasetoError) -> String {

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Shows that the spec vectors can fail: for each rule of check.RULES (a MUST of spec/tokens.md or
+spec/envelope.md), turns the rule off in check.py's reader and requires at least one case of
+spec/vectors/{tokens,envelopes,bundles}.json to fail then. A rule no vector notices is a gap in the
+vectors, reported as a failure.
+
+    mutations.py        (python with PyNaCl and pyseto, as check.py)
+
+Prints one line per rule and exits 1 if a rule went unnoticed or the vectors fail with every rule on.
+"""
+import contextlib, io, os, sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import check  # noqa: E402
+
+
+def failures():
+    """Cases of the project's own vector files that the reader gets wrong, as it stands."""
+    check.RESULTS.clear()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        check.check_token_vectors(os.path.join(check.VECTORS, "tokens.json"), "tokens")
+        check.check_envelope_vectors(os.path.join(check.VECTORS, "envelopes.json"), "envelopes")
+        check.check_bundle_vectors(os.path.join(check.VECTORS, "bundles.json"))
+    return [line for line in out.getvalue().splitlines() if line.startswith("FAIL")]
+
+
+def main():
+    ok = True
+    baseline = failures()
+    if baseline:
+        print(f"FAIL the vectors fail with every rule on: {baseline[:3]}")
+        return 1
+    for rule in check.RULES:
+        check.RULES[rule] = False
+        try:
+            failed = failures()
+        finally:
+            check.RULES[rule] = True
+        ok &= bool(failed)
+        first = failed[0][5:].split(":")[0] if failed else ""
+        print(f"PASS {rule} off: {len(failed)} vector check(s) fail, e.g. {first}" if failed
+              else f"FAIL {rule} off: every vector still passes")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
