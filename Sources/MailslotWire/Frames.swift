@@ -1,68 +1,110 @@
 /// A frame a client sends on the subscription socket (`GET /v1/users/{uid}/subscribe`), as one
-/// JSON text frame. spec/protocol.md §WebSocket lists every frame with an example.
-///
-/// - `{"type":"ack","id":…}`: the owner has stored message `id`; the relay erases it.
-/// - `{"type":"send","ref":…,"to":…,"id":…,"envelope":…,"ttl_seconds"?:…,"key_id"?:…}`: the same as
-///   `PUT /v1/users/{to}/messages/{id}`; the answer is a `sent` or `error` frame with the same `ref`.
-public struct ClientFrame: Sendable, Equatable, Codable {
-    /// `ack` or `send`.
-    public let type: String
-    /// The message id (both frames).
-    public let id: String?
-    /// The client's reference for a `send`, echoed in the answer (1 to 64 bytes).
-    public let ref: String?
-    /// The recipient of a `send`.
-    public let to: String?
-    /// The sealed envelope of a `send`, unpadded base64url.
-    public let envelope: String?
-    /// The lifetime of a `send`, in seconds.
-    public let ttlSeconds: Int64?
-    /// The key id the envelope of a `send` was sealed to (as in ``SendRequest/keyID``).
-    public let keyID: String?
-
-    /// A frame with the given members; ``ack(_:)`` and ``send(ref:to:id:envelope:ttlSeconds:keyID:)`` are clearer.
-    public init(type: String, id: String?, ref: String?, to: String?, envelope: String?, ttlSeconds: Int64?, keyID: String? = nil) {
-        self.type = type
-        self.id = id
-        self.ref = ref
-        self.to = to
-        self.envelope = envelope
-        self.ttlSeconds = ttlSeconds
-        self.keyID = keyID
-    }
-
-    /// An acknowledgement of message `id`.
-    public static func ack(_ id: String) -> ClientFrame {
-        ClientFrame(type: "ack", id: id, ref: nil, to: nil, envelope: nil, ttlSeconds: nil)
-    }
+/// JSON text frame. spec/protocol.md §8.3 lists every frame with an example.
+public enum ClientFrame: Sendable, Equatable {
+    /// `{"type":"ack","id":…}`: the owner has stored message `id`; the relay erases it.
+    case ack(String)
+    /// `{"type":"send","ref":…,"to":…,"id":…,"envelope":…,"ttl_seconds"?:…,"key_id"?:…}`: the same
+    /// as `PUT /v1/users/{to}/messages/{id}`; answered with a `sent` or `error` frame with the same `ref`.
+    case send(SendFrame)
+    /// A type this version does not know: the relay answers it with an `error` frame.
+    case unknown(type: String)
 
     /// A send of `envelope` to `to` under message id `id`, sealed to the keys `keyID` names.
     public static func send(ref: String, to: String, id: String, envelope: [UInt8], ttlSeconds: Int64? = nil,
                             keyID: String? = nil) -> ClientFrame {
-        ClientFrame(type: "send", id: id, ref: ref, to: to, envelope: Base64URL.encode(envelope), ttlSeconds: ttlSeconds, keyID: keyID)
+        .send(SendFrame(ref: ref, to: to, id: id, envelope: Base64URL.encode(envelope), ttlSeconds: ttlSeconds, keyID: keyID))
     }
+}
 
-    /// Whether the members its type requires are present: `id` for an ack; `to`, `id` and
-    /// `envelope` for a send (a missing or unusable `ref` is answered on its own, without a ref).
-    /// Unknown types are answered separately.
-    public var hasRequiredMembers: Bool {
-        switch type {
-        case "ack": id != nil
-        case "send": to != nil && id != nil && envelope != nil
-        default: true
-        }
+/// The members of a `send` frame.
+public struct SendFrame: Sendable, Equatable {
+    /// The client's reference, echoed in the answer (1 to 64 bytes). A send without a usable one
+    /// is answered on its own, without a ref.
+    public var ref: String?
+    /// The recipient.
+    public var to: String
+    /// The message id.
+    public var id: String
+    /// The sealed envelope, unpadded base64url.
+    public var envelope: String
+    /// The lifetime, in seconds.
+    public var ttlSeconds: Int64?
+    /// The key id the envelope was sealed to (as in ``SendRequest/keyID``).
+    public var keyID: String?
+
+    /// A send with all its members.
+    public init(ref: String?, to: String, id: String, envelope: String, ttlSeconds: Int64? = nil, keyID: String? = nil) {
+        self.ref = ref
+        self.to = to
+        self.id = id
+        self.envelope = envelope
+        self.ttlSeconds = ttlSeconds
+        self.keyID = keyID
     }
+}
 
+extension ClientFrame: Codable {
     enum CodingKeys: String, CodingKey {
         case type, id, ref, to, envelope
         case ttlSeconds = "ttl_seconds"
         case keyID = "key_id"
     }
-}
 
-extension ClientFrame {
+    /// Decodes a frame. Every known member is read with its type whatever the frame's type (as the
+    /// relay always has: a malformed member refuses the frame); unknown members are ignored; a
+    /// member a type requires must be there (`id` for an ack; `to`, `id`, `envelope` for a send).
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        let type = try container.decode(String.self, forKey: .type)
+        let id = try container.decodeIfPresent(String.self, forKey: .id)
+        let ref = try container.decodeIfPresent(String.self, forKey: .ref)
+        let to = try container.decodeIfPresent(String.self, forKey: .to)
+        let envelope = try container.decodeIfPresent(String.self, forKey: .envelope)
+        let ttlSeconds = try container.decodeIfPresent(Int64.self, forKey: .ttlSeconds)
+        let keyID = try container.decodeIfPresent(String.self, forKey: .keyID)
+        guard let frame = Self(type: type, id: id, ref: ref, to: to, envelope: envelope, ttlSeconds: ttlSeconds, keyID: keyID) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "a \(type) frame lacks a member it needs"))
+        }
+        self = frame
+    }
+
+    /// The frame of `type` with these members, or nil when one it requires is missing.
+    init?(type: String, id: String?, ref: String?, to: String?, envelope: String?, ttlSeconds: Int64?, keyID: String?) {
+        switch type {
+        case "ack":
+            guard let id else { return nil }
+            self = .ack(id)
+        case "send":
+            guard let to, let id, let envelope else { return nil }
+            self = .send(SendFrame(ref: ref, to: to, id: id, envelope: envelope, ttlSeconds: ttlSeconds, keyID: keyID))
+        default:
+            self = .unknown(type: type)
+        }
+    }
+
+    /// Encodes the frame's members.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        switch self {
+        case .ack(let id):
+            try container.encode("ack", forKey: .type)
+            try container.encode(id, forKey: .id)
+        case .send(let send):
+            try container.encode("send", forKey: .type)
+            try container.encodeIfPresent(send.ref, forKey: .ref)
+            try container.encode(send.to, forKey: .to)
+            try container.encode(send.id, forKey: .id)
+            try container.encode(send.envelope, forKey: .envelope)
+            try container.encodeIfPresent(send.ttlSeconds, forKey: .ttlSeconds)
+            try container.encodeIfPresent(send.keyID, forKey: .keyID)
+        case .unknown(let type):
+            try container.encode(type, forKey: .type)
+        }
+    }
+
     /// The frame a flat object of string (or null) members decodes to — what JSONDecoder would
-    /// give — or nil when only JSONDecoder can say (no type, or a ttl_seconds to interpret).
+    /// give — or nil when only JSONDecoder can say (no type, a ttl_seconds to interpret, a member
+    /// missing: JSONDecoder refuses those).
     init?(flatMembers members: [(name: String, value: String?)]) {
         var type, id, ref, to, envelope, keyID: String?
         for (name, value) in members {
@@ -82,39 +124,115 @@ extension ClientFrame {
     }
 }
 
-/// A frame the relay sends on the subscription socket.
-///
-/// - `{"type":"ready","pending":N}`: first frame; N messages are waiting.
-/// - `{"type":"message","message":{…,"envelope":…}}`: a delivery; ack it by id.
-/// - `{"type":"acked","id":…}`: the message is erased.
-/// - `{"type":"sent","ref":…,"created":true|false,"message":{…}}`: a `send` was stored (or was an identical retry).
-/// - `{"type":"error","ref"?:…,"id"?:…,"problem":{…}}`: a frame was refused; the socket stays open.
-public struct RelayFrame: Sendable, Equatable, Codable {
-    /// `ready`, `message`, `acked`, `sent` or `error`.
-    public let type: String
-    /// The number of waiting messages (`ready`).
-    public let pending: Int?
-    /// The message (`message`, `sent`).
-    public let message: MessageRecord?
-    /// The client's reference (`sent`, `error` for a `send`).
-    public let ref: String?
-    /// The message id (`acked`, `error` for an `ack`).
-    public let id: String?
-    /// True when a `send` stored a new message, false for an identical retry.
-    public let created: Bool?
-    /// What went wrong (`error`).
-    public let problem: Problem?
+/// A frame the relay sends on the subscription socket. spec/protocol.md §8.4.
+public enum RelayFrame: Sendable, Equatable {
+    /// `{"type":"ready","pending":N}`: the first frame; N messages are waiting.
+    case ready(pending: Int)
+    /// `{"type":"message","message":{…,"envelope":…}}`: a delivery; ack it by id.
+    case message(MessageRecord)
+    /// `{"type":"acked","id":…}`: the message is erased.
+    case acked(id: String)
+    /// `{"type":"sent","ref":…,"created":true|false,"message":{…}}`: a `send` was stored (or
+    /// was an identical retry, `created` false).
+    case sent(ref: String, created: Bool, message: MessageRecord)
+    /// `{"type":"error","ref"?:…,"id"?:…,"problem":{…}}`: a frame was refused (the `ref` of a
+    /// send, the `id` of an ack); the socket stays open.
+    case error(Problem, ref: String? = nil, id: String? = nil)
+    /// A type this version does not know (a newer relay's): clients skip it.
+    case unknown(type: String)
 
-    /// A frame with the given fields; the static constructors are clearer.
-    public init(type: String, pending: Int? = nil, message: MessageRecord? = nil, ref: String? = nil, id: String? = nil,
-                created: Bool? = nil, problem: Problem? = nil) {
-        self.type = type
-        self.pending = pending
-        self.message = message
-        self.ref = ref
-        self.id = id
-        self.created = created
-        self.problem = problem
+    /// The frame's type, as on the wire.
+    public var type: String {
+        switch self {
+        case .ready: "ready"
+        case .message: "message"
+        case .acked: "acked"
+        case .sent: "sent"
+        case .error: "error"
+        case .unknown(let type): type
+        }
+    }
+
+    /// The number of waiting messages of a `ready` frame.
+    public var pending: Int? {
+        if case .ready(let pending) = self { pending } else { nil }
+    }
+
+    /// Whether a `sent` frame's send stored a new message (false: an identical retry).
+    public var created: Bool? {
+        if case .sent(_, let created, _) = self { created } else { nil }
+    }
+
+    /// The message of a `message` or `sent` frame.
+    public var message: MessageRecord? {
+        switch self {
+        case .message(let record), .sent(_, _, let record): record
+        default: nil
+        }
+    }
+
+    /// The problem of an `error` frame.
+    public var problem: Problem? {
+        if case .error(let problem, _, _) = self { problem } else { nil }
+    }
+
+    /// The client's reference a `sent` or `error` frame answers.
+    public var ref: String? {
+        switch self {
+        case .sent(let ref, _, _): ref
+        case .error(_, let ref, _): ref
+        default: nil
+        }
+    }
+
+    /// The message id of an `acked` frame, or of an `error` answering an ack.
+    public var id: String? {
+        switch self {
+        case .acked(let id): id
+        case .error(_, _, let id): id
+        default: nil
+        }
+    }
+}
+
+extension RelayFrame: Codable {
+    enum CodingKeys: String, CodingKey { case type, pending, message, ref, id, created, problem }
+
+    /// Decodes a frame; a type this version does not know decodes as ``unknown(type:)``.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        switch try container.decode(String.self, forKey: .type) {
+        case "ready": self = .ready(pending: try container.decode(Int.self, forKey: .pending))
+        case "message": self = .message(try container.decode(MessageRecord.self, forKey: .message))
+        case "acked": self = .acked(id: try container.decode(String.self, forKey: .id))
+        case "sent":
+            self = .sent(ref: try container.decode(String.self, forKey: .ref), created: try container.decode(Bool.self, forKey: .created),
+                         message: try container.decode(MessageRecord.self, forKey: .message))
+        case "error":
+            self = .error(try container.decode(Problem.self, forKey: .problem), ref: try container.decodeIfPresent(String.self, forKey: .ref),
+                          id: try container.decodeIfPresent(String.self, forKey: .id))
+        case let type: self = .unknown(type: type)
+        }
+    }
+
+    /// Encodes the frame's members (with sorted keys, what ``RelayFrame`` writers compare to).
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(type, forKey: .type)
+        switch self {
+        case .ready(let pending): try container.encode(pending, forKey: .pending)
+        case .message(let record): try container.encode(record, forKey: .message)
+        case .acked(let id): try container.encode(id, forKey: .id)
+        case .sent(let ref, let created, let record):
+            try container.encode(ref, forKey: .ref)
+            try container.encode(created, forKey: .created)
+            try container.encode(record, forKey: .message)
+        case .error(let problem, let ref, let id):
+            try container.encode(problem, forKey: .problem)
+            try container.encodeIfPresent(ref, forKey: .ref)
+            try container.encodeIfPresent(id, forKey: .id)
+        case .unknown: break
+        }
     }
 }
 

@@ -181,12 +181,12 @@ enum SenderAnswer {
             return .unexpected("a delivery or ack on a sender's socket")
         case .other:
             guard let decoded = try? JSONDecoder().decode(RelayFrame.self, from: Data(raw)) else { return .unexpected("a frame that is not JSON") }
-            switch decoded.type {
-            case "ready":
+            switch decoded {
+            case .ready:
                 return .ready
-            case "error":
-                let code = decoded.problem?.code.rawValue ?? "no problem"
-                guard let ref = decoded.ref, let id = ref.utf8.withContiguousStorageIfAvailable({ BenchID.parse(UnsafeRawBufferPointer($0)) }) ?? nil,
+            case .error(let problem, let ref, _):
+                let code = problem.code.rawValue
+                guard let ref, let id = ref.utf8.withContiguousStorageIfAvailable({ BenchID.parse(UnsafeRawBufferPointer($0)) }) ?? nil,
                       id.sender == sender else { return .unexpected("an error frame without a ref: \(code)") }
                 return .refused(sequence: id.sequence, code: code)
             default:

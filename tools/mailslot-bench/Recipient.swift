@@ -181,7 +181,7 @@ enum BenchRecipient {
                     ledger.withLock { $0.note("a frame that is not JSON") }
                     return nil
                 }
-                if decoded.type == "ready" {
+                if case .ready = decoded {
                     counters.withLock { $0.ready += 1 }
                 } else {
                     let code = decoded.problem?.code.rawValue ?? "-"
@@ -226,8 +226,9 @@ enum IdleSubscriber {
     static func start(_ user: BenchUser, http: RelayHTTP, counters: Counters) -> Socket {
         Socket(url: http.subscribeURL(user.uid), session: user.session, logger: Socket.logger) { frames, _ in
             for try await frame in frames {
-                let ready = frame.withUnsafeReadableBytes { raw in
-                    (try? JSONDecoder().decode(RelayFrame.self, from: Data(raw)))?.type == "ready"
+                let ready = frame.withUnsafeReadableBytes { raw -> Bool in
+                    if case .ready = try? JSONDecoder().decode(RelayFrame.self, from: Data(raw)) { return true }
+                    return false
                 }
                 if ready { counters.withLock { $0.ready += 1 } }
             }

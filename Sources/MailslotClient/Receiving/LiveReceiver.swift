@@ -57,8 +57,7 @@ extension MailslotClient {
                     onState(.connected)
                     for try await frame in inbound.messages(maxSize: Defaults.maxRelayFrameBytes) {
                         guard case .text(let text) = frame,
-                              let relayFrame = try? JSONDecoder().decode(RelayFrame.self, from: Data(text.utf8)) else { continue }
-                        guard relayFrame.type == "message", let record = relayFrame.message else { continue }
+                              case .message(let record) = try? JSONDecoder().decode(RelayFrame.self, from: Data(text.utf8)) else { continue }
                         let accepted = try await self.accept(record, as: me)
                         if let message = accepted.message { continuation.yield(message) }
                         // Acknowledged only now, after the store: the relay erases it.

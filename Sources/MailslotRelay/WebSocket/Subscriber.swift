@@ -87,7 +87,7 @@ final class Subscriber: Sendable {
             try session.mailboxes.authorizeSubscription(principal, owner: owner)
         } catch let problem as Problem {
             // The upgrade cannot answer 401/403 itself, so the first frame says it, then the socket closes.
-            send(SubscriptionSession.text(RelayFrame(type: "error", problem: problem)))
+            send(SubscriptionSession.text(.error(problem)))
             finish(.refused(UInt16(4000 + problem.code.status), problem.code.rawValue))
             return
         } catch {
@@ -106,7 +106,7 @@ final class Subscriber: Sendable {
         }
         do {
             let pending = try await session.mailboxes.store.pendingCount(recipient: owner, now: Clock.now())
-            try await write(SubscriptionSession.text(RelayFrame(type: "ready", pending: pending)), waiting: true)
+            try await write(SubscriptionSession.text(.ready(pending: pending)), waiting: true)
         } catch {
             finish(.serverError)
             return
@@ -198,7 +198,7 @@ final class Subscriber: Sendable {
                     inFlight.add(message.id)
                     cursor = message.seq
                     let record = message.record(forOwner: true)
-                    try await write(FrameText.message(record) ?? SubscriptionSession.text(RelayFrame(type: "message", message: record)))
+                    try await write(FrameText.message(record) ?? SubscriptionSession.text(.message(record)))
                     session.metrics.messagesDelivered.increment()
                 }
             }
@@ -254,12 +254,12 @@ final class Subscriber: Sendable {
             var bytes = 0
             var garbage = false
             // A frame that is not JSON, or lacks a member its type requires, is malformed.
-            if isText, let frame = session.decode(String(buffer: data)), frame.hasRequiredMembers {
+            if isText, let frame = session.decode(String(buffer: data)) {
                 bytes = data.readableBytes
                 answer = session.start(frame, owner: owner, principal: principal, subscription: subscription, inFlight: inFlight)
             } else {
                 garbage = true
-                let error = SubscriptionSession.text(RelayFrame(type: "error", problem: Problem(.invalidJSON, "frames are JSON text: ack or send")))
+                let error = SubscriptionSession.text(.error(Problem(.invalidJSON, "frames are JSON text: ack or send")))
                 answer = { error }
             }
             guard let startWriter = await answers.append(answer, bytes: bytes) else { return }

@@ -97,9 +97,8 @@ final class SubscriptionSession: Sendable {
     /// Starts one well-formed frame's work now and returns its answer.
     func start(_ frame: ClientFrame, owner: String, principal: SessionService.Principal,
                        subscription: MailboxHub.Subscription, inFlight: InFlight) -> AnswerQueue.Answer {
-        switch frame.type {
-        case "ack":
-            let id = frame.id ?? ""
+        switch frame {
+        case .ack(let id):
             let erase = mailboxes.startDelete(principal, owner: owner, id: id, now: Clock.now())
             return {
                 defer { if inFlight.remove(id) { subscription.wake() } }
@@ -110,28 +109,27 @@ final class SubscriptionSession: Sendable {
                     return FrameText.acked(id)  // already erased (a repeated ack): acknowledged all the same
                 } catch {
                     // Not erased (a full disk, a failing store): the client is told, and may ack again.
-                    return Self.text(RelayFrame(type: "error", id: id, problem: self.problem(error)))
+                    return Self.text(.error(self.problem(error), id: id))
                 }
             }
-        case "send":
-            guard let ref = frame.ref, !ref.isEmpty, ref.utf8.count <= 64 else {
+        case .send(let send):
+            guard let ref = send.ref, !ref.isEmpty, ref.utf8.count <= 64 else {
                 // Not echoed: a reference the client cannot have meant is no reference.
-                let error = Self.text(RelayFrame(type: "error", problem: Problem(.badRequest, "a send needs a ref of 1 to 64 bytes")))
+                let error = Self.text(.error(Problem(.badRequest, "a send needs a ref of 1 to 64 bytes")))
                 return { error }
             }
-            let stored = mailboxes.startSend(principal, to: frame.to ?? "", id: frame.id ?? "", envelope: frame.envelope ?? "",
-                                             ttlSeconds: frame.ttlSeconds, keyID: frame.keyID, now: Clock.now())
+            let stored = mailboxes.startSend(principal, to: send.to, id: send.id, envelope: send.envelope,
+                                             ttlSeconds: send.ttlSeconds, keyID: send.keyID, now: Clock.now())
             return {
                 do {
                     let (record, created) = try await stored()
-                    return FrameText.sent(record, ref: ref, created: created)
-                        ?? Self.text(RelayFrame(type: "sent", message: record, ref: ref, created: created))
+                    return FrameText.sent(record, ref: ref, created: created) ?? Self.text(.sent(ref: ref, created: created, message: record))
                 } catch {
-                    return Self.text(RelayFrame(type: "error", ref: ref, problem: self.problem(error)))
+                    return Self.text(.error(self.problem(error), ref: ref))
                 }
             }
-        default:
-            let error = Self.text(RelayFrame(type: "error", problem: Problem(.badRequest, "unknown frame type")))
+        case .unknown:
+            let error = Self.text(.error(Problem(.badRequest, "unknown frame type")))
             return { error }
         }
     }

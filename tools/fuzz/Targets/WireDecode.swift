@@ -3,7 +3,7 @@
 // with the relay's default depth limit, followed by what the relay (or, for deliveries, the
 // client) then does with the fields. The first byte picks the type; the rest is the JSON text:
 //
-//   0  ClientFrame (subscription socket): required members; for a send the ref, then the relay's
+//   0  ClientFrame (subscription socket): the members its type requires; for a send the ref, then the relay's
 //      SendValidation (uid, message id, ttl, envelope base64url and size class, key id), then
 //      opening the envelope as its recipient would.
 //   1  SignInRequest (POST /v1/sessions): the token through TokenVerifier.
@@ -41,10 +41,10 @@ public func wireDecodeOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
             let direct = try? WireDecoding.decode(ClientFrame.self, from: body, maxDepth: Fixed.relayMaxJSONDepth)
             expect(direct == (try? JSONDecoder().decode(ClientFrame.self, from: body)), "a frame decodes differently than with JSONDecoder")
         }
-        guard let frame = decodeAndRoundTrip(ClientFrame.self, body), frame.hasRequiredMembers else { return 0 }
         // An ack only names an id, checked by the grammar alone; a send goes through the full path.
-        guard frame.type == "send", let ref = frame.ref, !ref.isEmpty, ref.utf8.count <= 64 else { return 0 }
-        relaySend(to: frame.to ?? "", id: frame.id ?? "", envelope: frame.envelope ?? "", ttlSeconds: frame.ttlSeconds, keyID: frame.keyID)
+        guard case .send(let send) = decodeAndRoundTrip(ClientFrame.self, body), let ref = send.ref, !ref.isEmpty,
+              ref.utf8.count <= 64 else { return 0 }
+        relaySend(to: send.to, id: send.id, envelope: send.envelope, ttlSeconds: send.ttlSeconds, keyID: send.keyID)
     case 1:
         guard let request = decodeAndRoundTrip(SignInRequest.self, body) else { return 0 }
         _ = try? Fixed.verifier.verify(request.token, now: Fixed.now)
@@ -127,7 +127,7 @@ func fuzzSeeds(root: String) -> [(name: String, bytes: [UInt8])] {
         let record = MessageRecord(id: Fixed.messageID, author: "alice", createdAt: "2027-01-15T08:00:00+00:00",
                                    expiresAt: "2027-01-22T08:00:00+00:00", size: envelope.count, seq: Int64(index),
                                    leaseUntil: nil, leaseHolder: nil, envelope: text)
-        add("relay-message-\(index)", 6, RelayFrame(type: "message", message: record))
+        add("relay-message-\(index)", 6, RelayFrame.message(record))
     }
     for (index, vector) in envelopes.enumerated() {
         if let body = vector["body"] as? String { add("body-\(index)", 7, text: body) }
@@ -147,9 +147,9 @@ func fuzzSeeds(root: String) -> [(name: String, bytes: [UInt8])] {
     for (index, vector) in Seeds.list(Seeds.json(root, "spec/vectors/bundles.json"), "cases").enumerated() {
         if let bundle = vector["bundle"] as? String { add("bundle-\(index)", 5, text: bundle) }
     }
-    add("relay-ready", 6, RelayFrame(type: "ready", pending: 3))
+    add("relay-ready", 6, RelayFrame.ready(pending: 3))
     add("relay-sent", 6, text: #"{"type":"sent","ref":"r","created":true,"message":{"id":"01KF0000000000000000000000","author":"alice","created_at":"x","expires_at":"y","size":512,"seq":null}}"#)
-    add("relay-error", 6, RelayFrame(type: "error", ref: "r", problem: Problem(.rateLimited, "slow down", retryAfter: 2)))
-    add("relay-acked", 6, RelayFrame(type: "acked", id: Fixed.messageID))
+    add("relay-error", 6, RelayFrame.error(Problem(.rateLimited, "slow down", retryAfter: 2), ref: "r"))
+    add("relay-acked", 6, RelayFrame.acked(id: Fixed.messageID))
     return seeds
 }
