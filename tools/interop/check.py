@@ -872,6 +872,51 @@ def check_bundle_vectors(path):
         expect_outcome(f"bundle '{c['name']}' → {c['expect']}", got, c["expect"])
 
 
+# ---------------------------------------------------------------- key ids (envelope.md §4.1)
+
+def key_id(identity_key, mailbox_key):
+    """Unpadded base64url of BLAKE2b-128 over PAE("mailslot-key-id-v1", identity_key, mailbox_key)."""
+    return b64e(hashlib.blake2b(pae(b"mailslot-key-id-v1", identity_key, mailbox_key), digest_size=16).digest())
+
+
+def is_key_id(text):
+    """22 characters of strict unpadded base64url (16 bytes)."""
+    try:
+        return isinstance(text, str) and len(text) == 22 and len(b64d(text)) == 16
+    except ValueError:
+        return False
+
+
+def check_key_id_vectors(path):
+    v = json.load(open(path))
+    ids = {}
+    for c in v["cases"]:
+        name = f"key id '{c['name']}'"
+        ik = nacl.bindings.crypto_sign_seed_keypair(b64d(c["identity_seed"]))[0]
+        mk = nacl.bindings.crypto_box_seed_keypair(b64d(c["mailbox_seed"]))[0]
+        check(f"{name}: keys from the seeds", (b64e(ik), b64e(mk)) == (c["identity_key"], c["mailbox_key"]), "mismatch")
+        check(f"{name}: PAE input", pae(b"mailslot-key-id-v1", ik, mk).hex() == c["pae_hex"], "mismatch")
+        got = key_id(ik, mk)
+        # libsodium's crypto_generichash with a 16-byte output is BLAKE2b with digest_size 16.
+        other = b64e(nacl.bindings.crypto_generichash_blake2b_salt_personal(
+            pae(b"mailslot-key-id-v1", ik, mk), digest_size=16))
+        check(f"{name}: BLAKE2b-128 (hashlib and libsodium)", got == other == c["key_id"] and is_key_id(got),
+              f"got {got} / {other}, expected {c['key_id']}")
+        try:
+            b = decode_bundle(c["bundle"], c["uid"])
+            ok = (b["identity_key"], b["mailbox_key"]) == (c["identity_key"], c["mailbox_key"]) and \
+                key_id(b64d(b["identity_key"]), b64d(b["mailbox_key"])) == c["key_id"]
+            check(f"{name}: the bundle verifies and has this key id", ok, "other keys")
+        except FormatError as e:
+            check(f"{name}: the bundle verifies and has this key id", False, e.code)
+        ids.setdefault(c["key_id"], set()).add((c["identity_key"], c["mailbox_key"]))
+    check("key ids: one per pair of keys, distinct pairs distinct",
+          len(ids) >= 4 and all(len(pairs) == 1 for pairs in ids.values()) and
+          len({p for pairs in ids.values() for p in pairs}) == len(ids), repr(ids))
+    for m in v["malformed"]:
+        check(f"not a key id: {m['why']}", not is_key_id(m["key_id"]), repr(m["key_id"]))
+
+
 # ---------------------------------------------------------------- safety numbers (envelope.md §5)
 
 def fingerprint(uid, key):
@@ -1377,6 +1422,7 @@ def main():
     check_envelope_vectors(os.path.join(VECTORS, "envelopes.json"), "envelopes")
     check_bundle_vectors(os.path.join(VECTORS, "bundles.json"))
     check_safety_vectors(os.path.join(VECTORS, "safety-numbers.json"))
+    check_key_id_vectors(os.path.join(VECTORS, "key-ids.json"))
     if os.path.exists(os.path.join(ind, "tokens.json")):
         check_token_vectors(os.path.join(ind, "tokens.json"), "independent tokens")
     if os.path.exists(os.path.join(ind, "envelopes.json")):

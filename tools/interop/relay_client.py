@@ -20,6 +20,9 @@ temporary data folder, and then, as clients:
     (owner, author, another signed-in user, no session, a signed-out session);
   * limits: envelope size and size classes, strict JSON, Content-Type, rate limit (the relay runs
     with a small --create-burst/--create-rate), mailbox full (--max-pending), bad frames;
+  * key ids (envelope.md §4.1): creates naming the recipient's keys, 409 stale_keys after the
+    recipient publishes a new mailbox key, re-sealing under the same id, identical retries,
+    malformed key ids, the WebSocket `send` frame;
   * erasure (§6): erased ciphertext is in neither database file shortly after;
   * `serve` refusing unusable settings (§11).
 
@@ -1293,8 +1296,110 @@ def usage_errors(binary, tmp):
 
 # ---------------------------------------------------------------- main
 
+def scenario_key_ids(c):
+    """protocol.md §4.7, §5.1, §8.3; envelope.md §4.1: a create names the recipient keys it was
+    sealed to; keys the recipient no longer publishes are 409 stale_keys, and nothing is stored."""
+    rel, kim, ken = c.relay, c.users["kim"], c.users["ken"]
+    base = "/v1/users/ken/messages/"
+
+    def key_id_of(r):                                    # envelope.md §4.1, from the verified bundle
+        b = fmt.decode_bundle(r.body.decode(), "ken")
+        return fmt.key_id(fmt.b64d(b["identity_key"]), fmt.b64d(b["mailbox_key"]))
+
+    def text(mid, words):
+        return fmt.b64e(kim.seal("ken", mid, kim.body("text", {"text": words})))
+
+    expect("ken publishes his keys → 204", request(rel, "PUT", "/v1/users/ken/keys", ken.bundle(), ken.session), 204)
+    old_kid = key_id_of(fetch_bundle(rel, kim, "ken"))
+    ok("the key id is 22 characters of base64url (envelope.md §4.1)", fmt.is_key_id(old_kid), old_kid)
+    m1 = new_id()
+    env1 = text(m1, "sealed to ken's first keys")
+    r = request(rel, "PUT", base + m1, {"envelope": env1, "key_id": old_kid}, kim.session)
+    ok("kim sends with the key id of ken's published bundle → 201 (§4.7)",
+       r.status == 201 and record_shape(r, "kim", m1, False) == "", repr(r))
+    first = r.json
+    # ken replaces his mailbox key (same identity) and publishes the new bundle; he keeps the old
+    # secret key, as envelope.md §4.2 says, for messages already sealed to it.
+    old_mailbox = ken.mailbox
+    ken.mailbox = nacl.public.PrivateKey.generate()
+    expect("ken publishes a bundle with a new mailbox key → 204 (§4.6)",
+           request(rel, "PUT", "/v1/users/ken/keys", ken.bundle(), ken.session), 204)
+    m2 = new_id()
+    r = request(rel, "PUT", base + m2, {"envelope": text(m2, "sealed to the old key"), "key_id": old_kid}, kim.session)
+    expect("kim sends another message sealed to the old keys, with the old key id → 409 stale_keys (§4.7)", r, 409, "stale_keys")
+    expect("… and nothing was stored: ken's GET of that id → 404 (§4.7)",
+           request(rel, "GET", base + m2, session=ken.session), 404, "not_found")
+    r2 = request(rel, "PUT", base + m1, {"envelope": env1, "key_id": old_kid}, kim.session)
+    ok("identical retry of the message stored under the old key id → 200, the stored record (§5.1)",
+       r2.status == 200 and r2.json == first, f"{r2!r} vs {first}")
+    expect("identical retry without key_id → 200 (§5.1)", request(rel, "PUT", base + m1, {"envelope": env1}, kim.session), 200)
+    expect("identical retry with a malformed key_id → 400 invalid_key_id (its form is checked first, §5.1, §9)",
+           request(rel, "PUT", base + m1, {"envelope": env1, "key_id": old_kid[:-1]}, kim.session), 400, "invalid_key_id")
+    expect("the same id with another envelope and the old key id → 409 conflict (id taken before the keys, §9)",
+           request(rel, "PUT", base + m1, {"envelope": text(m1, "other"), "key_id": old_kid}, kim.session), 409, "conflict")
+    new_kid = key_id_of(fetch_bundle(rel, kim, "ken"))     # same identity key: the pin holds
+    ok("after the re-fetch: a new key id (envelope.md §4.1)", fmt.is_key_id(new_kid) and new_kid != old_kid, f"{old_kid} {new_kid}")
+    env2 = text(m2, "sealed again to the new key, same id")
+    r = request(rel, "PUT", base + m2, {"envelope": env2, "key_id": new_kid}, kim.session)
+    ok("sealed again under the same id, with the new key id → 201 (envelope.md §4.2)",
+       r.status == 201 and record_shape(r, "kim", m2, False) == "", repr(r))
+    # Malformed key ids (the `malformed` list of spec/vectors/key-ids.json), refused before anything else is looked at.
+    for m in json.load(open(os.path.join(fmt.VECTORS, "key-ids.json")))["malformed"]:
+        expect(f"key_id {m['why']} → 400 invalid_key_id (§4.7)",
+               request(rel, "PUT", base + new_id(), {"envelope": rand_envelope(), "key_id": m["key_id"]}, kim.session),
+               400, "invalid_key_id")
+    expect("key_id a number → 400 invalid_json (§1)",
+           request(rel, "PUT", base + new_id(), {"envelope": env2, "key_id": 7}, kim.session), 400, "invalid_json")
+    expect("a malformed key_id and an envelope that is no size class → 400 invalid_envelope (envelope first, §9)",
+           request(rel, "PUT", base + new_id(), {"envelope": fmt.b64e(os.urandom(600)), "key_id": "short"}, kim.session),
+           400, "invalid_envelope")
+    expect("key_id of a user who publishes no keys → 409 stale_keys (§4.7)",
+           request(rel, "PUT", f"/v1/users/nobody-keys/messages/{new_id()}", {"envelope": rand_envelope(), "key_id": new_kid},
+                   kim.session), 409, "stale_keys")
+    m3 = new_id()
+    r = request(rel, "PUT", base + m3, {"envelope": text(m3, "no key id"), "key_id": None}, kim.session)
+    expect("key_id null (absent): not checked → 201 (§1, §4.7)", r, 201)
+    # The socket's send frame: the same check, answered with an error frame carrying the ref.
+    wk = WS(rel, "kim", kim.session)
+    c.sockets.append(wk)
+    wk.frame()
+    m4 = new_id()
+    wk.send({"type": "send", "ref": "stale", "to": "ken", "id": m4, "envelope": text(m4, "over the socket"), "key_id": old_kid})
+    f = wk.of("error", ref="stale")
+    ok("WS send with a stale key id → error frame stale_keys (409) with the ref (§8.3)",
+       f.get("problem", {}).get("code") == "stale_keys" and f["problem"].get("status") == 409
+       and f["problem"].get("title") == "stale keys", f)
+    wk.send({"type": "send", "ref": "bad-kid", "to": "ken", "id": m4, "envelope": text(m4, "over the socket"), "key_id": "AAAA"})
+    f = wk.of("error", ref="bad-kid")
+    ok("WS send with a malformed key id → error frame invalid_key_id (400) with the ref (§8.3)",
+       f.get("problem", {}).get("code") == "invalid_key_id" and f["problem"].get("status") == 400, f)
+    wk.send({"type": "send", "ref": "fresh", "to": "ken", "id": m4, "envelope": text(m4, "over the socket"), "key_id": new_kid})
+    f = wk.of("sent", ref="fresh")
+    ok("WS send with the current key id → sent, created true (§8.3)", f.get("created") is True, f)
+    # ken reads his mailbox: the message sealed before the change opens with the key he kept.
+    r = request(rel, "GET", "/v1/users/ken/messages?limit=100", session=ken.session)
+    got = {m["id"]: m for m in (r.json or {}).get("messages", [])}
+    ok("ken's mailbox holds exactly the four stored messages (§4.9)", set(got) == {m1, m2, m3, m4}, sorted(got))
+    opened = {}
+    for mid, key in ((m1, old_mailbox), (m2, ken.mailbox), (m4, ken.mailbox)):
+        try:
+            opened[mid] = fmt.open_envelope(fmt.b64d(got[mid]["envelope"]), mid, "ken", bytes(key))[0] == "kim"
+        except Exception as e:
+            opened[mid] = repr(e)
+    ok("ken opens the first message with his replaced mailbox key, the resent ones with the new key (envelope.md §4.2)",
+       all(v is True for v in opened.values()), opened)
+    try:
+        fmt.open_envelope(fmt.b64d(got[m1]["envelope"]), m1, "ken", bytes(ken.mailbox))
+        ok("… and not with the new key alone (envelope_cannot_decrypt)", False, "opened")
+    except fmt.FormatError as e:
+        ok("… and not with the new key alone (envelope_cannot_decrypt)", e.code == "envelope_cannot_decrypt", e.code)
+    for mid in got:
+        request(rel, "DELETE", base + mid, session=ken.session)
+    wk.close()
+
+
 SCENARIOS = [("start", scenario_start, None), ("sign in", scenario_sign_in, None), ("keys", scenario_keys, "sign in"),
-             ("chat", scenario_chat, "keys"), ("sessions", scenario_sessions, None), ("rules", scenario_rules, "keys"),
+             ("chat", scenario_chat, "keys"), ("key ids", scenario_key_ids, "sign in"), ("sessions", scenario_sessions, None), ("rules", scenario_rules, "keys"),
              ("json, sizes, media types", scenario_json_and_sizes, "sign in"), ("paging", scenario_paging, "sign in"),
              ("leases", scenario_leases, "sign in"), ("expiry", scenario_expiry, "sign in"),
              ("mailbox full", scenario_mailbox_full, "sign in"), ("window", scenario_window, "sign in"),
@@ -1317,7 +1422,7 @@ def main():
     c.issuer = Issuer()
     c.relay = Relay(binary, tmp, c.issuer.public)
     c.sockets, c.erased, c.broken = [], [], set()
-    c.users = {u: User(u) for u in ("alice", "bob", "carol", "lim", "dora", "filler", "flood", "gina", "hana", "winnie")}
+    c.users = {u: User(u) for u in ("alice", "bob", "carol", "lim", "dora", "filler", "flood", "gina", "hana", "winnie", "kim", "ken")}
     try:
         usage_errors(binary, tmp)
         try:
