@@ -1,5 +1,6 @@
 import Foundation
 import MailslotAudit
+import MailslotTestSupport
 import Testing
 @testable import MailslotRelay
 import MailslotWire
@@ -8,7 +9,7 @@ import MailslotWire
 /// uid, block-list entries; and what one read can make it hold.
 @Suite struct BoundedStorageTests {
     @Test func anAuthorsWaitingBytesAreBoundedAcrossMailboxesAndFreedByAcks() async throws {
-        try await withTestRelay({ $0.maxAuthorBytes = 3 * 512 }) { relay in
+        try await withTestRelay(configure: { $0.maxAuthorBytes = 3 * 512 }) { relay in
             let alice = try await relay.signIn("alice"), bob = try await relay.signIn("bob")
             for (n, recipient) in ["bob", "carol", "dave"].enumerated() {
                 #expect(try await relay.send(alice.session, to: recipient, id: messageID(n)).status == 201)
@@ -24,7 +25,7 @@ import MailslotWire
     }
 
     @Test func signInsOfOneUidAreCappedAndTheLeastRecentlyRefreshedIsRevoked() async throws {
-        try await withTestRelay({ $0.maxSessionFamilies = 3 }) { relay in
+        try await withTestRelay(configure: { $0.maxSessionFamilies = 3 }) { relay in
             let first = try await relay.signIn("alice")
             let second = try await relay.signIn("alice")
             // The first refreshes: now the second is the least recently refreshed.
@@ -67,7 +68,7 @@ import MailslotWire
     }
 
     @Test func theBlockListIsPagedAndCapped() async throws {
-        try await withTestRelay({ $0.maxBlockedPerOwner = 5 }) { relay in
+        try await withTestRelay(configure: { $0.maxBlockedPerOwner = 5 }) { relay in
             let bob = try await relay.signIn("bob")
             for n in 0..<5 {
                 #expect(try await relay.call("PUT", "/v1/users/bob/blocked/spammer\(n)", session: bob.session).status == 204)
@@ -90,7 +91,7 @@ import MailslotWire
     }
 
     @Test func aPageStopsAtItsByteBoundAndGivesNext() async throws {
-        try await withTestRelay({ $0.maxPageBytes = 3 * 700; $0.createBurst = 1000; $0.createRate = 1000 }) { relay in
+        try await withTestRelay(configure: { $0.maxPageBytes = 3 * 700; $0.createBurst = 1000; $0.createRate = 1000 }) { relay in
             let alice = try await relay.signIn("alice"), bob = try await relay.signIn("bob")
             for n in 0..<7 { try await relay.send(alice.session, to: "bob", id: messageID(n)) }  // 683 bytes of text each
             var pages: [Int] = []
@@ -107,7 +108,7 @@ import MailslotWire
     /// An owner who asks for pages and never reads them: each held page counts against the
     /// mailbox's reads, so the relay holds a few pages, not one per request.
     @Test func unreadPagesAreBoundedPerMailbox() async throws {
-        try await withTestRelay({ configuration in
+        try await withTestRelay(configure: { configuration in
             configuration.maxEnvelopeBytes = 256 * 1024
             configuration.maxFrameBytes = 256 * 1024 * 4 / 3 + 4096
             configuration.maxBodyBytes = 256 * 1024 * 4 / 3 + 4096
@@ -153,7 +154,7 @@ import MailslotWire
     /// A client that stops reading its answer is disconnected after the idle timeout: it does
     /// not keep the page, the read or the connection for as long as it likes.
     @Test func aReaderThatStopsReadingIsDisconnectedAfterTheIdleTimeout() async throws {
-        try await withTestRelay({ configuration in
+        try await withTestRelay(configure: { configuration in
             configuration.idleTimeout = 1
             configuration.maxEnvelopeBytes = 256 * 1024
             configuration.maxBodyBytes = 256 * 1024 * 4 / 3 + 4096

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import MailslotTestSupport
 import Testing
 @testable import MailslotRelay
 import MailslotWire
@@ -46,7 +47,7 @@ import MailslotWire
     @Test func aFullDiskRefusesCreatesKeepsAcksAndSignInsAndLosesNothing() async throws {
         let ran: Void? = try await Self.withSmallDisk(megabytes: 24) { disk in
             let data = (disk as NSString).appendingPathComponent("data")
-            try await withTestRelay(dataDirectory: data, { configuration in
+            try await withTestRelay(dataDirectory: data, configure: { configuration in
                 configuration.minFreeBytes = 4 * 1024 * 1024
                 configuration.reserveBytes = 2 * 1024 * 1024
                 configuration.createRate = 10_000
@@ -123,7 +124,7 @@ import MailslotWire
     @Test func belowTheWatermarkCreatesAreRefusedAndTheRelayIsNotReadyUntilSpaceReturns() async throws {
         do {
             let free = Atomic<Int64>(1 << 40)
-            try await withTestRelay({ configuration in
+            try await withTestRelay(configure: { configuration in
                 configuration.minFreeBytes = 1 << 20
                 configuration.reserveBytes = 0
                 configuration.diskSpaceProbe = { _ in free.load(ordering: .relaxed) }
