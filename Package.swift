@@ -152,7 +152,7 @@ let package = Package(
             dependencies: ["MailslotRelay", "MailslotAudit", "MailslotWire", .product(name: "Logging", package: "swift-log")],
             path: "Tests/Support"
         ),
-        .testTarget(name: "mailslot-relayTests", dependencies: ["mailslot-relay", "MailslotCrypto", "MailslotTestSupport"]),
+        .testTarget(name: "mailslot-relayTests", dependencies: ["mailslot-relay", "MailslotCrypto", "MailslotRelay", "MailslotTestSupport"]),
         .testTarget(name: "mailslot-benchTests", dependencies: ["mailslot-bench", "mailslot-relay", "MailslotTestSupport"]),
     ],
     swiftLanguageModes: [.v6]

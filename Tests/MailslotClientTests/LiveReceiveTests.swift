@@ -36,8 +36,6 @@ import Testing
     @Test func theLargestEnvelopeAnyRelayTakesArrivesLive() async throws {
         try await withTestRelay(configure: { configuration in
             configuration.maxEnvelopeBytes = Envelope.maximumSize
-            configuration.maxBodyBytes = Envelope.maximumSize * 4 / 3 + 4096
-            configuration.maxFrameBytes = Envelope.maximumSize * 4 / 3 + 4096
         }) { relay in
             let alice = try relay.client("alice"), bob = try relay.client("bob")
             try await alice.signIn()

@@ -9,7 +9,7 @@ import MailslotWire
 /// uid, block-list entries; and what one read can make it hold.
 @Suite struct BoundedStorageTests {
     @Test func anAuthorsWaitingBytesAreBoundedAcrossMailboxesAndFreedByAcks() async throws {
-        try await withTestRelay(configure: { $0.maxAuthorBytes = 3 * 512 }) { relay in
+        try await withTestRelay(configure: { $0.maxEnvelopeBytes = 512; $0.maxAuthorBytes = 3 * 512 }) { relay in
             let alice = try await relay.signIn("alice"), bob = try await relay.signIn("bob")
             for (n, recipient) in ["bob", "carol", "dave"].enumerated() {
                 #expect(try await relay.send(alice.session, to: recipient, id: messageID(n)).status == 201)
@@ -110,8 +110,6 @@ import MailslotWire
     @Test func unreadPagesAreBoundedPerMailbox() async throws {
         try await withTestRelay(configure: { configuration in
             configuration.maxEnvelopeBytes = 256 * 1024
-            configuration.maxFrameBytes = 256 * 1024 * 4 / 3 + 4096
-            configuration.maxBodyBytes = 256 * 1024 * 4 / 3 + 4096
             configuration.maxPageBytes = 16 * 1024 * 1024
             configuration.createBurst = 1000
             configuration.createRate = 1000
@@ -157,7 +155,6 @@ import MailslotWire
         try await withTestRelay(configure: { configuration in
             configuration.idleTimeout = 1
             configuration.maxEnvelopeBytes = 256 * 1024
-            configuration.maxBodyBytes = 256 * 1024 * 4 / 3 + 4096
             configuration.maxPageBytes = 16 * 1024 * 1024
             configuration.createBurst = 1000
             configuration.createRate = 1000

@@ -242,7 +242,8 @@ import MailslotWire
     }
 
     @Test func anOversizedFrameClosesTheSocketAndLosesNothing() async throws {
-        try await withTestRelay(configure: { $0.maxFrameBytes = 4096 }) { relay in
+        try await withTestRelay(configure: { $0.maxEnvelopeBytes = 512 }) { relay in  // frames up to 512 × 4/3 + 4096 = 4778 bytes
+            #expect(relay.relay.configuration.maxFrameBytes == 4778)
             let bob = try await relay.signIn("bob").session
             let alice = try await relay.signIn("alice").session
             try await relay.send(alice, to: "bob", id: messageID(1))
