@@ -80,7 +80,7 @@ import MailslotWire
                 let what = "\(cell.method) \(cell.path)"
                 let anonymous = try await relay.call(cell.method, cell.path, body: cell.body)
                 #expect(anonymous.status == 401, "\(what) without a session")
-                #expect(anonymous.code == "unauthenticated", "\(what)")
+                #expect(anonymous.problem == .unauthenticated, "\(what)")
                 #expect(try await relay.call(cell.method, cell.path, session: gone, body: cell.body).status == 401, "\(what) signed out")
                 // Denied roles first, so that a wrongly allowed write would show in the owner's result too.
                 #expect(try await relay.call(cell.method, cell.path, session: carol, body: cell.body).status == cell.other, "\(what) as another user")

@@ -15,7 +15,7 @@ import MailslotWire
                 #expect(try await relay.send(alice.session, to: recipient, id: messageID(n)).status == 201)
             }
             let refused = try await relay.send(alice.session, to: "erin", id: messageID(9))
-            #expect(refused.status == 429 && refused.code == "author_quota")
+            #expect(refused.status == 429 && refused.problem == .authorQuota)
             #expect(Int(refused.headers["retry-after"] ?? "") ?? 0 >= 1)
             #expect(try await relay.send(bob.session, to: "erin", id: messageID(8)).status == 201, "another author's quota is his own")
             // bob acknowledges alice's message: her bytes are free again.
@@ -36,7 +36,7 @@ import MailslotWire
             _ = try await relay.signIn("alice")
             #expect(try await relay.call("GET", "/v1/users/alice/blocked", session: second.session).status == 401, "evicted")
             let stale = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": second.refresh])
-            #expect(stale.status == 401 && stale.code == "refresh_invalid")
+            #expect(stale.status == 401 && stale.problem == .refreshInvalid)
             #expect(try await relay.call("GET", "/v1/users/alice/blocked", session: firstSession).status == 200, "kept")
             _ = try await relay.signIn("bob")  // another uid's sign-ins are not alice's
             let rows = try await relay.relay.store.read("test") { db in
@@ -60,9 +60,9 @@ import MailslotWire
             }
             #expect(rows == Store.spentRefreshTokensKept)
             let forgotten = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": spent[0]])
-            #expect(forgotten.code == "refresh_invalid", "spent before the latest 16: unknown")
+            #expect(forgotten.problem == .refreshInvalid, "spent before the latest 16: unknown")
             let reused = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": spent[19]])
-            #expect(reused.code == "refresh_reused", "among the latest 16: its reuse revokes the family")
+            #expect(reused.problem == .refreshReused, "among the latest 16: its reuse revokes the family")
             #expect(try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": refresh]).status == 401)
         }
     }
@@ -74,7 +74,7 @@ import MailslotWire
                 #expect(try await relay.call("PUT", "/v1/users/bob/blocked/spammer\(n)", session: bob.session).status == 204)
             }
             let full = try await relay.call("PUT", "/v1/users/bob/blocked/spammer5", session: bob.session)
-            #expect(full.status == 409 && full.code == "block_list_full")
+            #expect(full.status == 409 && full.problem == .blockListFull)
             #expect(try await relay.call("PUT", "/v1/users/bob/blocked/spammer4", session: bob.session).status == 204, "again: fine")
             var authors: [String] = []
             var after: String?
@@ -86,7 +86,7 @@ import MailslotWire
             }
             #expect(authors == (0..<5).map { "spammer\($0)" })
             #expect(try await relay.call("GET", "/v1/users/bob/blocked?limit=0", session: bob.session).status == 400)
-            #expect(try await relay.call("GET", "/v1/users/bob/blocked?after=..", session: bob.session).code == "invalid_uid")
+            #expect(try await relay.call("GET", "/v1/users/bob/blocked?after=..", session: bob.session).problem == .invalidUID)
         }
     }
 

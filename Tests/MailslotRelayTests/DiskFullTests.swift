@@ -60,7 +60,7 @@ import MailslotWire
                     let answer = try await relay.send(alice.session, to: "bob", id: messageID(n), envelope: randomBytes(64 * 1024))
                     if answer.status == 201 { stored.append(messageID(n)) } else { refusal = answer }
                 }
-                #expect(refusal?.status == 507 && refusal?.code == "storage_full", "\(refusal.map { "\($0.status) \($0.code ?? "")" } ?? "none")")
+                #expect(refusal?.status == 507 && refusal?.problem == .storageFull, "\(refusal.map { "\($0.status) \($0.code ?? "")" } ?? "none")")
                 #expect(Int(refusal?.headers["retry-after"] ?? "") ?? 0 >= 1)
                 #expect(stored.count > 50, "the 24 MiB disk took \(stored.count) envelopes of 64 KiB")
                 let ready = try await relay.call("GET", "/readyz")
@@ -133,7 +133,7 @@ import MailslotWire
                 #expect(try await relay.send(alice.session, to: "bob", id: messageID(1)).status == 201)
                 free.store(1000, ordering: .relaxed)
                 try await Task.sleep(for: .milliseconds(300))
-                #expect(try await relay.send(alice.session, to: "bob", id: messageID(2)).code == "storage_full")
+                #expect(try await relay.send(alice.session, to: "bob", id: messageID(2)).problem == .storageFull)
                 #expect(try await relay.call("GET", "/readyz").status == 503)
                 #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(messageID(1))", session: bob.session).status == 204)
                 free.store(1 << 40, ordering: .relaxed)

@@ -21,7 +21,7 @@ import MailslotWire
             #expect(retry.json["created_at"] as? String == first.json["created_at"] as? String)
             let otherBody = try await relay.send(alice, to: "bob", id: messageID(1), envelope: randomBytes(512))
             #expect(otherBody.status == 409)
-            #expect(otherBody.code == "conflict")
+            #expect(otherBody.problem == .conflict)
             #expect(try await relay.send(carol, to: "bob", id: messageID(1), envelope: envelope).status == 409, "same bytes, other author")
             // The same id in another mailbox is another message.
             #expect(try await relay.send(alice, to: "carol", id: messageID(1), envelope: envelope).status == 201)
@@ -61,10 +61,10 @@ import MailslotWire
             }
             let xml = try await relay.call("PUT", path, session: alice, body: "<envelope/>", headers: ["Content-Type": "application/xml"])
             #expect(xml.status == 415)
-            #expect(xml.code == "unsupported_media_type")
+            #expect(xml.problem == .unsupportedMediaType)
             let huge = try await relay.call("PUT", path, session: alice, body: Data(repeating: 0x41, count: 200 * 1024))
             #expect(huge.status == 413)
-            #expect(huge.code == "body_too_large")
+            #expect(huge.problem == .bodyTooLarge)
             let bob = try await relay.signIn("bob").session
             let list = try await relay.call("GET", "/v1/users/bob/messages", session: bob)
             #expect((list.json["messages"] as? [Any])?.isEmpty == true, "no refused request stored anything")
@@ -90,9 +90,9 @@ import MailslotWire
             #expect(ids == (0..<7).map { messageID(100 - $0) }, "in the order they were stored")
             let last = try await relay.call("GET", "/v1/users/bob/messages?limit=100", session: bob)
             #expect(last.json.keys.contains("next") && last.json["next"] is NSNull, "next is null at the end")
-            #expect(try await relay.call("GET", "/v1/users/bob/messages?after=x", session: bob).code == "invalid_cursor")
-            #expect(try await relay.call("GET", "/v1/users/bob/messages?limit=0", session: bob).code == "bad_request")
-            #expect(try await relay.call("GET", "/v1/users/bob/messages?limit=501", session: bob).code == "bad_request")
+            #expect(try await relay.call("GET", "/v1/users/bob/messages?after=x", session: bob).problem == .invalidCursor)
+            #expect(try await relay.call("GET", "/v1/users/bob/messages?limit=0", session: bob).problem == .badRequest)
+            #expect(try await relay.call("GET", "/v1/users/bob/messages?limit=501", session: bob).problem == .badRequest)
         }
     }
 
@@ -110,13 +110,13 @@ import MailslotWire
             #expect(leased.json["envelope"] as? String == Base64URL.encode(envelope))
             let taken = try await relay.call("PATCH", path, session: bob, body: ["lease_seconds": 60, "lease_holder": "worker-2"])
             #expect(taken.status == 409, "another worker cannot take a running lease")
-            #expect(taken.code == "conflict")
+            #expect(taken.problem == .conflict)
             let released = try await relay.call("PATCH", path, session: bob, body: ["lease_seconds": 0, "lease_holder": "worker-1"])
             #expect(released.json["lease_until"] == nil)
             #expect(try await relay.call("PATCH", path, session: bob, body: ["lease_seconds": 60, "lease_holder": "worker-2"]).status == 200,
                     "free again once released")
-            #expect(try await relay.call("PATCH", path, session: bob, body: ["lease_seconds": 7200]).code == "invalid_lease")
-            #expect(try await relay.call("PATCH", path, session: bob, body: ["envelope": "AAAA"]).code == "invalid_lease")
+            #expect(try await relay.call("PATCH", path, session: bob, body: ["lease_seconds": 7200]).problem == .invalidLease)
+            #expect(try await relay.call("PATCH", path, session: bob, body: ["envelope": "AAAA"]).problem == .invalidLease)
             #expect(try await relay.call("PATCH", "/v1/users/bob/messages/\(messageID(2))", session: bob, body: ["lease_seconds": 5]).status == 404)
         }
     }
@@ -150,7 +150,7 @@ import MailslotWire
             for n in 0..<3 { #expect(try await relay.send(alice, to: "bob", id: messageID(n)).status == 201) }
             let full = try await relay.send(alice, to: "bob", id: messageID(3))
             #expect(full.status == 429)
-            #expect(full.code == "mailbox_full")
+            #expect(full.problem == .mailboxFull)
             #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(messageID(0))", session: bob).status == 204)
             #expect(try await relay.send(alice, to: "bob", id: messageID(3)).status == 201)
             #expect(try await relay.call("GET", "/v1/users/bob/messages", session: bob).json["messages"].map { ($0 as! [Any]).count } == 3)
@@ -192,7 +192,7 @@ import MailslotWire
             #expect(try await relay.call("PUT", "/v1/users/bob/blocked/alice", session: bob).status == 204)
             let refused = try await relay.send(alice, to: "bob", id: messageID(2))
             #expect(refused.status == 403)
-            #expect(refused.code == "blocked")
+            #expect(refused.problem == .blocked)
             #expect(try await relay.call("GET", "/v1/users/bob/messages/\(messageID(1))", session: bob).status == 200, "earlier messages stay")
             #expect(try await relay.call("GET", "/v1/users/bob/blocked", session: bob).json["blocked"] as? [String] == ["alice"])
             #expect(try await relay.call("GET", "/v1/users/bob/blocked", session: alice).status == 403)
@@ -207,8 +207,8 @@ import MailslotWire
             let bob = try await relay.signIn("bob").session
             let alice = try await relay.signIn("alice").session
             #expect(try await relay.call("GET", "/v1/users/bob", session: bob).status == 404)
-            #expect(try await relay.call("PUT", "/v1/users/bob", session: bob, body: "[1]").code == "invalid_document")
-            #expect(try await relay.call("PUT", "/v1/users/bob", session: bob, body: Data(repeating: 0x20, count: 20_000)).code == "body_too_large")
+            #expect(try await relay.call("PUT", "/v1/users/bob", session: bob, body: "[1]").problem == .invalidDocument)
+            #expect(try await relay.call("PUT", "/v1/users/bob", session: bob, body: Data(repeating: 0x20, count: 20_000)).problem == .bodyTooLarge)
             #expect(try await relay.call("PUT", "/v1/users/bob", session: bob, body: #"{"b":1,"a":[true]}"#).status == 204)
             #expect(String(decoding: try await relay.call("GET", "/v1/users/bob", session: bob).body, as: UTF8.self) == #"{"b":1,"a":[true]}"#)
 
@@ -216,11 +216,11 @@ import MailslotWire
             let identity = IdentityKeyPair()
             let forAlice = KeyBundle(uid: "alice", identity: identity, mailboxKey: MailboxKeyPair().publicKey)
             let wrongUser = try await relay.call("PUT", "/v1/users/bob/keys", session: bob, body: Data(forAlice.encoded()))
-            #expect(wrongUser.code == "invalid_key_bundle")
+            #expect(wrongUser.problem == .invalidKeyBundle)
             #expect((wrongUser.json["detail"] as? String)?.contains("bundle_wrong_user") == true)
             var tampered = try JSONSerialization.jsonObject(with: Data(KeyBundle(uid: "bob", identity: identity, mailboxKey: MailboxKeyPair().publicKey).encoded())) as! [String: Any]
             tampered["mailbox_key"] = Base64URL.encode(MailboxKeyPair().publicKey.bytes)
-            #expect(try await relay.call("PUT", "/v1/users/bob/keys", session: bob, body: tampered).code == "invalid_key_bundle")
+            #expect(try await relay.call("PUT", "/v1/users/bob/keys", session: bob, body: tampered).problem == .invalidKeyBundle)
             let bundle = KeyBundle(uid: "bob", identity: identity, mailboxKey: MailboxKeyPair().publicKey)
             #expect(try await relay.call("PUT", "/v1/users/bob/keys", session: bob, body: Data(bundle.encoded())).status == 204)
             let fetched = try await relay.call("GET", "/v1/users/bob/keys", session: alice)

@@ -33,7 +33,7 @@ import MailslotWire
             #expect(try await relay.call("GET", "/v1/users/alice/messages", session: newSession).status == 401)
             let afterSignOut = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": newRefresh])
             #expect(afterSignOut.status == 401)
-            #expect(afterSignOut.code == "refresh_invalid")
+            #expect(afterSignOut.problem == .refreshInvalid)
         }
     }
 
@@ -47,7 +47,7 @@ import MailslotWire
 
             let replay = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": stolen])
             #expect(replay.status == 401)
-            #expect(replay.code == "refresh_reused")
+            #expect(replay.problem == .refreshReused)
             #expect(try await relay.call("GET", "/v1/users/alice/messages", session: legitSession).status == 401, "the family is revoked")
             #expect(try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": legitRefresh]).status == 401)
             #expect(try await relay.call("GET", "/v1/users/alice/messages", session: otherSignIn).status == 200, "other sign-ins are untouched")
@@ -72,12 +72,12 @@ import MailslotWire
             for (token, reason) in cases {
                 let answer = try await relay.call("POST", "/v1/sessions", body: ["token": token])
                 #expect(answer.status == 401, "\(reason)")
-                #expect(answer.code == "invalid_token", "\(reason)")
+                #expect(answer.problem == .invalidToken, "\(reason)")
                 #expect((answer.json["detail"] as? String)?.contains(reason) == true, "\(reason): \(answer.json)")
                 #expect(!String(decoding: answer.body, as: UTF8.self).contains(token.prefix(40)), "the answer never echoes the token")
             }
-            #expect(try await relay.call("POST", "/v1/sessions", body: ["tok": "x"]).code == "invalid_json")
-            #expect(try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": "msr_nope"]).code == "refresh_invalid")
+            #expect(try await relay.call("POST", "/v1/sessions", body: ["tok": "x"]).problem == .invalidJSON)
+            #expect(try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": "msr_nope"]).problem == .refreshInvalid)
         }
     }
 
@@ -98,7 +98,7 @@ import MailslotWire
             try await Task.sleep(for: .milliseconds(3100))
             let expired = try await relay.call("GET", "/v1/users/alice/messages", session: session)
             #expect(expired.status == 401)
-            #expect(expired.code == "session_expired")
+            #expect(expired.problem == .sessionExpired)
             #expect(try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": refresh]).status == 201, "refresh still works")
         }
     }
@@ -108,7 +108,7 @@ import MailslotWire
         try await withTestRelay { relay in
             let answer = try await relay.call("GET", "/v1/users/alice/messages", headers: ["Authorization": header])
             #expect(answer.status == 401)
-            #expect(answer.code == "unauthenticated")
+            #expect(answer.problem == .unauthenticated)
         }
     }
 }
