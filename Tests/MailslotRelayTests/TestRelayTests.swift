@@ -34,4 +34,14 @@ import Testing
         let (port, folders) = try #require(seen)
         expectTornDown(port: port, folders: folders)
     }
+
+    /// The body runs where the test does: a main-actor test hands it state that is not Sendable.
+    @MainActor @Test func theBodyRunsInTheCallersIsolation() async throws {
+        final class Seen { var status = 0 }
+        let seen = Seen()
+        try await withTestRelay { relay in
+            seen.status = try await relay.call("GET", "/healthz").status
+        }
+        #expect(seen.status == 200)
+    }
 }

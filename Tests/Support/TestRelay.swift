@@ -48,26 +48,22 @@ public final class TestRelay: Sendable {
         return configuration
     }
 
-    fileprivate init(issuer: IdentityKeyPair, dataDirectory: String?, logger: Logger,
-                     configure: (inout RelayConfiguration) throws -> Void) async throws {
-        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("mailslot-test-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+    /// Starts a relay with `configuration`; on failure, removes `folder` and the data folder.
+    fileprivate init(issuer: IdentityKeyPair, folder: String, configuration: RelayConfiguration, logger: Logger) async throws {
         do {
-            var configuration = Self.configuration(issuer: issuer, dataDirectory: dataDirectory ?? folder + "/relay")
-            try configure(&configuration)
             let relay = try Relay(configuration: configuration, logger: logger)
             running = try await relay.start()
             self.relay = relay
-            self.dataDirectory = configuration.dataDirectory
-            audience = configuration.audience
         } catch {
             // Nothing listens: only the folders are left to remove.
             try? FileManager.default.removeItem(atPath: folder)
-            if let dataDirectory { try? FileManager.default.removeItem(atPath: dataDirectory) }
+            try? FileManager.default.removeItem(atPath: configuration.dataDirectory)
             throw error
         }
         self.folder = folder
         self.issuer = issuer
+        dataDirectory = configuration.dataDirectory
+        audience = configuration.audience
         port = running.port
         http = AuditHTTP(base: URL(string: "http://127.0.0.1:\(running.port)")!)
     }
@@ -95,12 +91,23 @@ public final class TestRelay: Sendable {
 /// Runs `body` with a relay started for it, and awaits the relay's stop and the removal of its
 /// folders before returning — whether `body` returned or threw. `configure` adjusts
 /// ``TestRelay/configuration(issuer:dataDirectory:)``; `dataDirectory` reuses a database folder
-/// (a restart), which is removed afterwards too.
+/// (a restart), which is removed afterwards too. `body` runs in the caller's isolation.
+///
+/// A body whose only `try`s are inside `#expect` is written `{ relay async throws in … }`: the
+/// compiler decides whether a closure throws before it expands the macros.
 public func withTestRelay<T>(issuer: IdentityKeyPair = IdentityKeyPair(), dataDirectory: String? = nil,
                              logger: Logger = TestRelay.logger,
                              configure: (inout RelayConfiguration) throws -> Void = { _ in },
+                             isolation: isolated (any Actor)? = #isolation,
                              _ body: (TestRelay) async throws -> T) async throws -> T {
-    let relay = try await TestRelay(issuer: issuer, dataDirectory: dataDirectory, logger: logger, configure: configure)
+    let folder = FileManager.default.temporaryDirectory.appendingPathComponent("mailslot-test-\(UUID().uuidString)").path
+    try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+    var configuration = TestRelay.configuration(issuer: issuer, dataDirectory: dataDirectory ?? folder + "/relay")
+    do { try configure(&configuration) } catch {
+        try? FileManager.default.removeItem(atPath: folder)
+        throw error
+    }
+    let relay = try await TestRelay(issuer: issuer, folder: folder, configuration: configuration, logger: logger)
     let value: T
     do {
         value = try await body(relay)
