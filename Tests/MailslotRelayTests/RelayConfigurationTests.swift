@@ -71,6 +71,8 @@ import Testing
             (["listen": "127.0.0.1:70000"], "HOST:PORT"),
             (["max-pending": "many"], "--max-pending (MAILSLOT_MAX_PENDING) takes a number"),
             (["max-pending": "0"], "--max-pending (MAILSLOT_MAX_PENDING) must be at least 1"),
+            (["header-timeout": "inf"], "--header-timeout (MAILSLOT_HEADER_TIMEOUT) takes a number, not 'inf'"),
+            (["create-rate": "nan"], "--create-rate (MAILSLOT_CREATE_RATE) takes a number"),
             (["session-ttl": "30"], "--session-ttl (MAILSLOT_SESSION_TTL) must be at least 60"),
             (["issuer-public-key": "k4.public.nonsense"], "PASERK"),
             (["no-such-setting": "1"], "there is no setting --no-such-setting"),
@@ -93,9 +95,11 @@ import Testing
         configuration.maxEnvelopeBytes = 1000
         configuration.sessionLifetime = 10
         configuration.refreshLifetime = 5
+        configuration.idleTimeout = .infinity
         let error = #expect(throws: RelayConfigurationError.self) { _ = try Relay(configuration: configuration, logger: TestRelay.logger) }
-        #expect(error?.description.contains("power of two") == true && error?.description.contains("refresh lifetime") == true,
-                "every problem at once: \(error?.description ?? "")")
+        for problem in ["power of two", "refresh lifetime", "idle timeout"] {
+            #expect(error?.description.contains(problem) == true, "every problem at once: \(error?.description ?? "")")
+        }
         #expect(!FileManager.default.fileExists(atPath: "/nonexistent/never-created"), "refused before touching the disk")
     }
 }

@@ -117,7 +117,8 @@ public struct RelayConfiguration: Sendable {
         require(defaultMessageTTL >= 1 && maxMessageTTL >= 1, "the message lifetimes must be at least 1 s.")
         require(defaultMessageTTL <= maxMessageTTL,
                 "the default message lifetime (\(defaultMessageTTL) s) is longer than the maximum (\(maxMessageTTL) s).")
-        require(createRate > 0 && createBurst >= 1, "the create rate must be above 0 and the burst at least 1.")
+        require(createRate > 0 && createRate.isFinite && createBurst >= 1 && createBurst.isFinite,
+                "the create rate must be a number above 0 and the burst at least 1.")
         for (name, value) in [("pending messages per mailbox", maxPendingPerMailbox), ("delivery window", deliveryWindow),
                               ("connection limit", maxConnections), ("JSON depth", maxJSONDepth), ("frame fragments", maxFrameFragments),
                               ("sign-ins per user", maxSessionFamilies), ("block list", maxBlockedPerOwner),
@@ -127,9 +128,9 @@ public struct RelayConfiguration: Sendable {
         require(maxDocumentBytes >= 2, "the largest document must be at least 2 bytes ({}), not \(maxDocumentBytes).")
         for (name, value) in [("header timeout", headerTimeout), ("idle timeout", idleTimeout),
                               ("session check interval", sessionCheckInterval), ("sweep interval", sweepInterval)] {
-            require(value > 0, "the \(name) must be above 0 s, not \(value).")
+            require(value > 0 && value.isFinite, "the \(name) must be a number of seconds above 0, not \(value).")
         }
-        require(erasureDelay >= 0, "the erasure delay must not be negative.")
+        require(erasureDelay >= 0 && erasureDelay.isFinite, "the erasure delay must be a number of seconds, not \(erasureDelay).")
         require(minFreeBytes >= 0 && reserveBytes >= 0, "the free-space watermark and the disk reserve must not be negative.")
         return problems
     }

@@ -26,15 +26,18 @@ public struct RelaySetting: Sendable {
     static func number<T: LosslessStringConvertible & Comparable & Sendable>(
         _ flag: String, _ variable: String, _ keyPath: WritableKeyPath<RelayConfiguration, T> & Sendable, atLeast minimum: T
     ) -> RelaySetting {
-        RelaySetting(flag, variable, value: { number($0[keyPath: keyPath]) }) { configuration, text in
-            guard let value = T(text) else { throw RelayConfigurationError("--\(flag) (\(variable)) takes a number, not '\(text)'") }
-            guard value >= minimum else { throw RelayConfigurationError("--\(flag) (\(variable)) must be at least \(number(minimum))") }
+        RelaySetting(flag, variable, value: { written($0[keyPath: keyPath]) }) { configuration, text in
+            // Double reads "inf" and "nan" too; neither is a number of seconds or a rate.
+            guard let value = T(text), (value as? Double)?.isFinite ?? true else {
+                throw RelayConfigurationError("--\(flag) (\(variable)) takes a number, not '\(text)'")
+            }
+            guard value >= minimum else { throw RelayConfigurationError("--\(flag) (\(variable)) must be at least \(written(minimum))") }
             configuration[keyPath: keyPath] = value
         }
     }
 
     /// `100` for 100.0: numbers as an operator types them.
-    static func number<T: LosslessStringConvertible>(_ value: T) -> String {
+    static func written<T: LosslessStringConvertible>(_ value: T) -> String {
         if let double = value as? Double, double == double.rounded(), abs(double) < 1e15 { return String(Int64(double)) }
         return String(value)
     }
