@@ -135,7 +135,7 @@ let package = Package(
                 .product(name: "NIOEmbedded", package: "swift-nio"),
             ]
         ),
-        .testTarget(name: "MailslotClientTests", dependencies: ["MailslotClient", "MailslotRelay"]),
+        .testTarget(name: "MailslotClientTests", dependencies: ["MailslotClient", "MailslotRelay", "MailslotTestSupport"]),
         // The attack catalogue, against in-process relays.
         .testTarget(
             name: "SecurityTests",
@@ -145,9 +145,14 @@ let package = Package(
             ]
         ),
         .testTarget(name: "mailslotTests", dependencies: ["mailslot", "MailslotRelay", "MailslotTestSupport"]),
-        // Shared by the tests that run the executables.
-        .target(name: "MailslotTestSupport", dependencies: [.product(name: "Logging", package: "swift-log")], path: "Tests/Support"),
-        .testTarget(name: "mailslot-relayTests", dependencies: ["mailslot-relay", "MailslotCrypto", "MailslotTestSupport"]),
+        // The testing module: `withTestRelay` (a relay on port 0, torn down when its test ends) with
+        // typed HTTP and WebSocket clients for it, and the runner of the project's executables.
+        .target(
+            name: "MailslotTestSupport",
+            dependencies: ["MailslotRelay", "MailslotAudit", "MailslotWire", .product(name: "Logging", package: "swift-log")],
+            path: "Tests/Support"
+        ),
+        .testTarget(name: "mailslot-relayTests", dependencies: ["mailslot-relay", "MailslotCrypto", "MailslotRelay", "MailslotTestSupport"]),
         .testTarget(name: "mailslot-benchTests", dependencies: ["mailslot-bench", "mailslot-relay", "MailslotTestSupport"]),
     ],
     swiftLanguageModes: [.v6]

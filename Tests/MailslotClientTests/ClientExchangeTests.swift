@@ -2,222 +2,156 @@ import Foundation
 import Logging
 import MailslotClient
 import MailslotRelay
+import MailslotTestSupport
 import MailslotWire
 import Testing
 
 /// Two or more clients against a real relay on 127.0.0.1.
-final class Harness: Sendable {
-    let issuer = IdentityKeyPair()
-    let folder = FileManager.default.temporaryDirectory.appendingPathComponent("mailslot-client-\(UUID().uuidString)").path
-    let running: RunningRelay
-    let relay: Relay
-
-    init(_ configure: (inout RelayConfiguration) -> Void = { _ in }) async throws {
-        var configuration = RelayConfiguration()
-        configuration.port = 0
-        configuration.dataDirectory = folder + "/relay"
-        configuration.issuerKeys = [issuer.publicKey]
-        configuration.audience = "client.test"
-        // A test relay keeps no disk reserve and refuses no creates for lack of space (DiskFullTests covers those).
-        configuration.minFreeBytes = 0
-        configuration.reserveBytes = 0
-        configure(&configuration)
-        var logger = Logger(label: "client-test-relay")
-        logger.logLevel = .error
-        relay = try Relay(configuration: configuration, logger: logger)
-        running = try await relay.start()
-    }
-
-    var url: URL { URL(string: "http://127.0.0.1:\(running.port)")! }
-
-    /// A client for `uid` with its own database; its token provider mints from the test issuer.
-    func client(_ uid: String, profile: String? = nil, url: URL? = nil) throws -> MailslotClient {
-        let issuer = self.issuer
-        return try MailslotClient(relay: url ?? self.url, databasePath: "\(folder)/\(profile ?? uid)/client.sqlite") {
-            try TokenIssuer(key: issuer, audience: "client.test").mint(uid: uid)
-        }
-    }
-
-    func finish() async {
-        try? await running.stop()
-        try? FileManager.default.removeItem(atPath: folder)
-    }
-}
-
 @Suite struct ClientExchangeTests {
     @Test func deliveryBothWaysLeavesNothingOnTheRelay() async throws {
-        let harness = try await Harness()
-        let alice = try harness.client("alice"), bob = try harness.client("bob")
-        #expect(try await alice.signIn() == "alice")
-        #expect(try await bob.signIn() == "bob")
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            #expect(try await alice.signIn() == "alice")
+            #expect(try await bob.signIn() == "bob")
 
-        guard case .sent(let first) = try await alice.send(text: "hello bob", to: "bob") else { Issue.record("not sent"); return }
-        try await alice.send(Payload(location: Location(latitude: 52.52, longitude: 13.405)), type: .location, to: "bob")
-        let inbox = try await bob.receive()
-        #expect(inbox.map(\.id).first == first)
-        #expect(inbox.first?.message.payload.text == "hello bob")
-        #expect(inbox.first?.sender == "alice")
-        #expect(inbox.last?.message.payload.location?.latitude == 52.52)
-        #expect(try await bob.history(from: "alice").count == 2, "stored locally")
+            guard case .sent(let first) = try await alice.send(text: "hello bob", to: "bob") else { Issue.record("not sent"); return }
+            try await alice.send(Payload(location: Location(latitude: 52.52, longitude: 13.405)), type: .location, to: "bob")
+            let inbox = try await bob.receive()
+            #expect(inbox.map(\.id).first == first)
+            #expect(inbox.first?.message.payload.text == "hello bob")
+            #expect(inbox.first?.sender == "alice")
+            #expect(inbox.last?.message.payload.location?.latitude == 52.52)
+            #expect(try await bob.history(from: "alice").count == 2, "stored locally")
 
-        try await bob.send(Payload(receipt: Receipt(kind: .read, messageIDs: [first])), type: .receipt, to: "alice")
-        try await bob.send(text: "hi alice", to: "alice")
-        let back = try await alice.receive()
-        #expect(back.map(\.message.type) == [.receipt, .text])
-        #expect(back.first?.message.payload.receipt?.messageIDs == [first])
+            try await bob.send(Payload(receipt: Receipt(kind: .read, messageIDs: [first])), type: .receipt, to: "alice")
+            try await bob.send(text: "hi alice", to: "alice")
+            let back = try await alice.receive()
+            #expect(back.map(\.message.type) == [.receipt, .text])
+            #expect(back.first?.message.payload.receipt?.messageIDs == [first])
 
-        // Nothing is left on the relay, and the safety numbers agree.
-        #expect(try await bob.receive().isEmpty)
-        #expect(try await alice.receive().isEmpty)
-        #expect(try await alice.safetyNumber(with: "bob") == (try await bob.safetyNumber(with: "alice")))
-        await harness.finish()
+            // Nothing is left on the relay, and the safety numbers agree.
+            #expect(try await bob.receive().isEmpty)
+            #expect(try await alice.receive().isEmpty)
+            #expect(try await alice.safetyNumber(with: "bob") == (try await bob.safetyNumber(with: "alice")))
+        }
     }
 
     @Test func aRelayThatIsDownLeavesMessagesQueuedUntilFlush() async throws {
-        let harness = try await Harness()
-        let alice = try harness.client("alice"), bob = try harness.client("bob")
-        try await alice.signIn()
-        try await bob.signIn()
-        _ = try await alice.contact("bob")  // keys pinned while the relay is up
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            _ = try await alice.contact("bob")  // keys pinned while the relay is up
 
-        // The same client state, pointed at a port where nothing listens.
-        let offline = try harness.client("alice", url: URL(string: "http://127.0.0.1:1")!)
-        guard case .queued(let id, let reason) = try await offline.send(text: "are you there?", to: "bob") else {
-            Issue.record("should be queued"); return
+            // The same client state, pointed at a port where nothing listens.
+            let offline = try relay.client("alice", url: URL(string: "http://127.0.0.1:1")!)
+            guard case .queued(let id, let reason) = try await offline.send(text: "are you there?", to: "bob") else {
+                Issue.record("should be queued"); return
+            }
+            #expect(reason.hasPrefix("unreachable"))
+            #expect(try await offline.outgoing().first?.state == .queued)
+            #expect(try await bob.receive().isEmpty)
+
+            // Back online: the flush sends the same id with the same envelope, once.
+            #expect(try await alice.flush(now: Date().addingTimeInterval(3600)) == 0)
+            #expect(try await alice.flush(now: Date().addingTimeInterval(3600)) == 0, "a second flush sends nothing twice")
+            let received = try await bob.receive()
+            #expect(received.map(\.id) == [id])
+            #expect(try await alice.outgoing().first?.state == .sent)
         }
-        #expect(reason.hasPrefix("unreachable"))
-        #expect(try await offline.outgoing().first?.state == .queued)
-        #expect(try await bob.receive().isEmpty)
-
-        // Back online: the flush sends the same id with the same envelope, once.
-        #expect(try await alice.flush(now: Date().addingTimeInterval(3600)) == 0)
-        #expect(try await alice.flush(now: Date().addingTimeInterval(3600)) == 0, "a second flush sends nothing twice")
-        let received = try await bob.receive()
-        #expect(received.map(\.id) == [id])
-        #expect(try await alice.outgoing().first?.state == .sent)
-        await harness.finish()
     }
 
     @Test func aChangedKeyIsRefusedUntilTrusted() async throws {
-        let harness = try await Harness()
-        let alice = try harness.client("alice"), bob = try harness.client("bob")
-        try await alice.signIn()
-        try await bob.signIn()
-        try await alice.send(text: "one", to: "bob")
-        #expect(try await bob.receive().count == 1)  // bob pinned alice
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            try await alice.send(text: "one", to: "bob")
+            #expect(try await bob.receive().count == 1)  // bob pinned alice
 
-        // Alice reinstalls: same uid, new keys, published over the old ones.
-        let reinstalled = try harness.client("alice", profile: "alice-2")
-        try await reinstalled.signIn()
-        try await reinstalled.send(text: "new phone", to: "bob")
-        #expect(try await bob.receive().isEmpty, "held back")
-        #expect(try await bob.rejected().map(\.reason) == ["key_changed"])
-        await #expect(throws: ClientError.keyChanged("alice")) { try await bob.send(text: "hello?", to: "alice") }
+            // Alice reinstalls: same uid, new keys, published over the old ones.
+            let reinstalled = try relay.client("alice", profile: "alice-2")
+            try await reinstalled.signIn()
+            try await reinstalled.send(text: "new phone", to: "bob")
+            #expect(try await bob.receive().isEmpty, "held back")
+            #expect(try await bob.rejected().map(\.reason) == ["key_changed"])
+            await #expect(throws: ClientError.keyChanged("alice")) { try await bob.send(text: "hello?", to: "alice") }
 
-        // After comparing safety numbers, bob trusts the new key; new messages flow again.
-        try await bob.trust("alice")
-        #expect(try await bob.contacts().first?.trust == .verified)
-        try await reinstalled.send(text: "again", to: "bob")
-        #expect(try await bob.receive().map(\.message.payload.text) == ["again"])
-        guard case .sent = try await bob.send(text: "welcome back", to: "alice") else { Issue.record("not sent"); return }
-        // The message refused before the trust was held, and went out with it.
-        #expect(try await reinstalled.receive().map(\.message.payload.text) == ["hello?", "welcome back"])
-        await harness.finish()
+            // After comparing safety numbers, bob trusts the new key; new messages flow again.
+            try await bob.trust("alice")
+            #expect(try await bob.contacts().first?.trust == .verified)
+            try await reinstalled.send(text: "again", to: "bob")
+            #expect(try await bob.receive().map(\.message.payload.text) == ["again"])
+            guard case .sent = try await bob.send(text: "welcome back", to: "alice") else { Issue.record("not sent"); return }
+            // The message refused before the trust was held, and went out with it.
+            #expect(try await reinstalled.receive().map(\.message.payload.text) == ["hello?", "welcome back"])
+        }
     }
 
     @Test func forgedAndTamperedEnvelopesAreRejectedWithoutBlockingTheMailbox() async throws {
-        let harness = try await Harness()
-        let alice = try harness.client("alice"), bob = try harness.client("bob"), mallory = try harness.client("mallory")
-        try await alice.signIn()
-        try await bob.signIn()
-        try await mallory.signIn()
-        try await alice.send(text: "first", to: "bob")
-        _ = try await bob.receive()
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob"), mallory = try relay.client("mallory")
+            try await alice.signIn()
+            try await bob.signIn()
+            try await mallory.signIn()
+            try await alice.send(text: "first", to: "bob")
+            _ = try await bob.receive()
 
-        // Mallory drops a random "envelope" and one that claims to be from alice.
-        let session = try await harness.session("mallory")
-        try await harness.put(session, to: "bob", id: MessageID.generate(), envelope: randomBytes(512))
-        let forged = try Envelope.seal(ChatMessage(type: .text, sender: Sender(id: "alice"), payload: Payload(text: "send money"), timestamp: 1),
-                                       id: "01KF00000000000000000FORGE", from: "alice", identity: IdentityKeyPair(), to: "bob",
-                                       mailboxKey: try await bobMailboxKey(harness))
-        try await harness.put(session, to: "bob", id: "01KF00000000000000000FORGE", envelope: forged)
-        try await alice.send(text: "second", to: "bob")
+            // Mallory drops a random "envelope" and one that claims to be from alice.
+            let session = try await relay.signIn("mallory").session
+            #expect(try await relay.send(session, to: "bob", id: MessageID.generate(), envelope: randomBytes(512)).status == 201)
+            let forged = try Envelope.seal(ChatMessage(type: .text, sender: Sender(id: "alice"), payload: Payload(text: "send money"), timestamp: 1),
+                                           id: "01KF00000000000000000FORGE", from: "alice", identity: IdentityKeyPair(), to: "bob",
+                                           mailboxKey: try await bobMailboxKey(relay))
+            #expect(try await relay.send(session, to: "bob", id: "01KF00000000000000000FORGE", envelope: forged).status == 201)
+            try await alice.send(text: "second", to: "bob")
 
-        let received = try await bob.receive()
-        #expect(received.map(\.message.payload.text) == ["second"], "the genuine message still arrives")
-        #expect(Set(try await bob.rejected().map(\.reason)) == ["envelope_cannot_decrypt", "author_mismatch"])
-        #expect(try await bob.receive().isEmpty, "rejected ones were acked too: nothing blocks the mailbox")
-        await harness.finish()
+            let received = try await bob.receive()
+            #expect(received.map(\.message.payload.text) == ["second"], "the genuine message still arrives")
+            #expect(Set(try await bob.rejected().map(\.reason)) == ["envelope_cannot_decrypt", "author_mismatch"])
+            #expect(try await bob.receive().isEmpty, "rejected ones were acked too: nothing blocks the mailbox")
+        }
     }
 
     @Test func unsendTakesBackAPendingMessageAndBlockingRefusesAnAuthor() async throws {
-        let harness = try await Harness()
-        let alice = try harness.client("alice"), bob = try harness.client("bob")
-        try await alice.signIn()
-        try await bob.signIn()
-        guard case .sent(let regret) = try await alice.send(text: "oops", to: "bob") else { Issue.record("not sent"); return }
-        try await alice.unsend(regret, to: "bob")
-        #expect(try await bob.receive().isEmpty, "gone before bob received it")
-        await #expect(throws: ClientError.self) { try await alice.unsend(regret, to: "bob") }
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            guard case .sent(let regret) = try await alice.send(text: "oops", to: "bob") else { Issue.record("not sent"); return }
+            try await alice.unsend(regret, to: "bob")
+            #expect(try await bob.receive().isEmpty, "gone before bob received it")
+            await #expect(throws: ClientError.self) { try await alice.unsend(regret, to: "bob") }
 
-        try await bob.block("alice")
-        guard case .refused(_, let reason) = try await alice.send(text: "let me in", to: "bob") else {
-            Issue.record("a blocked send is refused for good"); return
+            try await bob.block("alice")
+            guard case .refused(_, let reason) = try await alice.send(text: "let me in", to: "bob") else {
+                Issue.record("a blocked send is refused for good"); return
+            }
+            #expect(reason == "blocked")
+            #expect(try await alice.flush(now: Date().addingTimeInterval(3600)) == 0, "not retried")
+            #expect(try await alice.outgoing().last?.state == .refused)
+            #expect(try await bob.receive().isEmpty)
         }
-        #expect(reason == "blocked")
-        #expect(try await alice.flush(now: Date().addingTimeInterval(3600)) == 0, "not retried")
-        #expect(try await alice.outgoing().last?.state == .refused)
-        #expect(try await bob.receive().isEmpty)
-        await harness.finish()
     }
 
-    func bobMailboxKey(_ harness: Harness) async throws -> MailboxPublicKey {
-        let session = try await harness.session("carol")
-        var request = URLRequest(url: harness.url.appendingPathComponent("v1/users/bob/keys"))
-        request.setValue("Bearer \(session)", forHTTPHeaderField: "Authorization")
-        let (data, _) = try await URLSession.shared.data(for: request)
-        return try KeyBundle.decode(Array(data), for: "bob").mailboxKey
-    }
-}
-
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
-
-extension Harness {
-    /// A raw session for `uid`, for what a well-behaved client would never send.
-    func session(_ uid: String) async throws -> String {
-        var request = URLRequest(url: url.appendingPathComponent("v1/sessions"))
-        request.httpMethod = "POST"
-        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        request.httpBody = try JSONEncoder().encode(SignInRequest(token: try TokenIssuer(key: issuer, audience: "client.test").mint(uid: uid)))
-        let (data, _) = try await URLSession.shared.data(for: request)
-        return try JSONDecoder().decode(SessionGrant.self, from: data).session
-    }
-
-    func put(_ session: String, to recipient: String, id: String, envelope: [UInt8]) async throws {
-        var request = URLRequest(url: url.appendingPathComponent("v1/users/\(recipient)/messages/\(id)"))
-        request.httpMethod = "PUT"
-        request.setValue("Bearer \(session)", forHTTPHeaderField: "Authorization")
-        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        request.httpBody = try JSONEncoder().encode(SendRequest(envelope: envelope))
-        let (_, response) = try await URLSession.shared.data(for: request)
-        #expect((response as? HTTPURLResponse)?.statusCode == 201)
+    func bobMailboxKey(_ relay: TestRelay) async throws -> MailboxPublicKey {
+        let carol = try await relay.signIn("carol").session
+        return try KeyBundle.decode(Array(try await relay.call("GET", "/v1/users/bob/keys", session: carol).body), for: "bob").mailboxKey
     }
 }
 
 /// Errors the client makes itself are its own, not the relay's.
 @Suite struct ClientErrorTests {
     @Test func aBadUIDAndAnotherUsersStoreAreTheClientsErrors() async throws {
-        let harness = try await Harness()
-        let alice = try harness.client("alice", profile: "shared")
-        try await alice.signIn()
-        await #expect(throws: ClientError.invalidUID("b/ob")) { _ = try await alice.contact("b/ob") }
-        // The same store, signed in as someone else: refused, and alice's keys stay hers.
-        let bob = try harness.client("bob", profile: "shared")
-        await #expect(throws: ClientError.profileMismatch(owner: "alice", requested: "bob")) { _ = try await bob.signIn() }
-        let me = try harness.client("alice", profile: "shared")
-        #expect(try await me.receive().isEmpty, "the store still signs in as alice: bob's session was not kept")
-        await harness.finish()
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice", profile: "shared")
+            try await alice.signIn()
+            await #expect(throws: ClientError.invalidUID("b/ob")) { _ = try await alice.contact("b/ob") }
+            // The same store, signed in as someone else: refused, and alice's keys stay hers.
+            let bob = try relay.client("bob", profile: "shared")
+            await #expect(throws: ClientError.profileMismatch(owner: "alice", requested: "bob")) { _ = try await bob.signIn() }
+            let me = try relay.client("alice", profile: "shared")
+            #expect(try await me.receive().isEmpty, "the store still signs in as alice: bob's session was not kept")
+        }
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 @testable import MailslotClient
 import MailslotRelay
+import MailslotTestSupport
 import MailslotWire
 import Testing
 
@@ -9,173 +10,164 @@ import Testing
 /// by its recipient or shown to its sender as undelivered (or held).
 @Suite struct KeyChangeTests {
     @Test func aReinstalledRecipientGetsTheMessageOnceTrustedAndNothingIsLost() async throws {
-        let harness = try await Harness()
-        let alice = try harness.client("alice"), bob = try harness.client("bob")
-        try await alice.signIn()
-        try await bob.signIn()
-        try await alice.send(text: "before", to: "bob")
-        #expect(try await bob.receive().map(\.message.payload.text) == ["before"])
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            try await alice.send(text: "before", to: "bob")
+            #expect(try await bob.receive().map(\.message.payload.text) == ["before"])
 
-        // Bob reinstalls: a new profile, new keys, the same uid.
-        let newBob = try harness.client("bob", profile: "bob-2")
-        try await newBob.signIn()
+            // Bob reinstalls: a new profile, new keys, the same uid.
+            let newBob = try relay.client("bob", profile: "bob-2")
+            try await newBob.signIn()
 
-        // Alice's pinned keys are stale: the relay refuses the send, her client fetches the new
-        // bundle, sees another identity key and holds the message instead of losing it.
-        await #expect(throws: ClientError.keyChanged("bob")) { try await alice.send(text: "are you there?", to: "bob") }
-        let held = try #require(try await alice.outgoing().last)
-        #expect(held.state == .held)
-        #expect(held.message?.payload.text == "are you there?")
-        #expect(try await alice.contacts().first { $0.uid == "bob" }?.trust == .changed)
-        #expect(try await newBob.receive().isEmpty, "nothing sealed to a key bob no longer has")
+            // Alice's pinned keys are stale: the relay refuses the send, her client fetches the new
+            // bundle, sees another identity key and holds the message instead of losing it.
+            await #expect(throws: ClientError.keyChanged("bob")) { try await alice.send(text: "are you there?", to: "bob") }
+            let held = try #require(try await alice.outgoing().last)
+            #expect(held.state == .held)
+            #expect(held.message?.payload.text == "are you there?")
+            #expect(try await alice.contacts().first { $0.uid == "bob" }?.trust == .changed)
+            #expect(try await newBob.receive().isEmpty, "nothing sealed to a key bob no longer has")
 
-        // After comparing fingerprints alice trusts the new key: the held message goes out.
-        try await alice.trust("bob")
-        #expect(try await alice.outgoing().first { $0.id == held.id }?.state == .sent)
-        let received = try await newBob.receive()
-        #expect(received.map(\.id) == [held.id])
-        #expect(received.map(\.message.payload.text) == ["are you there?"])
-        #expect(try await harness.pending("bob") == 0)
-        await harness.finish()
+            // After comparing fingerprints alice trusts the new key: the held message goes out.
+            try await alice.trust("bob")
+            #expect(try await alice.outgoing().first { $0.id == held.id }?.state == .sent)
+            let received = try await newBob.receive()
+            #expect(received.map(\.id) == [held.id])
+            #expect(received.map(\.message.payload.text) == ["are you there?"])
+            #expect(try await relay.pending("bob") == 0)
+        }
     }
 
     @Test func aMessageInFlightToAReinstalledDeviceComesBackAsUndeliveredAndCanBeResent() async throws {
-        let harness = try await Harness()
-        let alice = try harness.client("alice"), bob = try harness.client("bob")
-        try await alice.signIn()
-        try await bob.signIn()
-        // Sealed to bob's old keys, and still waiting on the relay when bob reinstalls.
-        guard case .sent(let id) = try await alice.send(text: "in flight", to: "bob") else { Issue.record("not sent"); return }
-        let newBob = try harness.client("bob", profile: "bob-2")
-        try await newBob.signIn()
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            // Sealed to bob's old keys, and still waiting on the relay when bob reinstalls.
+            guard case .sent(let id) = try await alice.send(text: "in flight", to: "bob") else { Issue.record("not sent"); return }
+            let newBob = try relay.client("bob", profile: "bob-2")
+            try await newBob.signIn()
 
-        // Bob's new device cannot open it: it keeps why, acknowledges it, and tells alice.
-        #expect(try await newBob.receive().isEmpty)
-        #expect(try await newBob.rejected().map(\.reason) == ["envelope_cannot_decrypt"])
-        #expect(try await harness.pending("bob") == 0, "acknowledged: it does not block the mailbox")
+            // Bob's new device cannot open it: it keeps why, acknowledges it, and tells alice.
+            #expect(try await newBob.receive().isEmpty)
+            #expect(try await newBob.rejected().map(\.reason) == ["envelope_cannot_decrypt"])
+            #expect(try await relay.pending("bob") == 0, "acknowledged: it does not block the mailbox")
 
-        // Alice's client marks it undelivered (the notice is signed by bob's new, untrusted key:
-        // it only marks what alice sent to bob, and the resend waits for her trust).
-        #expect(try await alice.receive().isEmpty, "the notice is not a chat message to show")
-        let undelivered = try #require(try await alice.outgoing().first { $0.id == id })
-        #expect(undelivered.state == .undelivered)
-        await #expect(throws: ClientError.keyChanged("bob")) { try await alice.resend(id) }
+            // Alice's client marks it undelivered (the notice is signed by bob's new, untrusted key:
+            // it only marks what alice sent to bob, and the resend waits for her trust).
+            #expect(try await alice.receive().isEmpty, "the notice is not a chat message to show")
+            let undelivered = try #require(try await alice.outgoing().first { $0.id == id })
+            #expect(undelivered.state == .undelivered)
+            await #expect(throws: ClientError.keyChanged("bob")) { try await alice.resend(id) }
 
-        try await alice.trust("bob")
-        guard case .sent(let again) = try await alice.resend(id) else { Issue.record("not resent"); return }
-        #expect(again == id, "the same message, the same id")
-        let received = try await newBob.receive()
-        #expect(received.map(\.message.payload.text) == ["in flight"])
-        #expect(received.map(\.id) == [id])
-        #expect(try await newBob.rejected().isEmpty, "the copy that did not open is forgotten once one did")
-        await #expect(throws: ClientError.notResendable(id)) { try await alice.resend(id) }
-        await harness.finish()
+            try await alice.trust("bob")
+            guard case .sent(let again) = try await alice.resend(id) else { Issue.record("not resent"); return }
+            #expect(again == id, "the same message, the same id")
+            let received = try await newBob.receive()
+            #expect(received.map(\.message.payload.text) == ["in flight"])
+            #expect(received.map(\.id) == [id])
+            #expect(try await newBob.rejected().isEmpty, "the copy that did not open is forgotten once one did")
+            await #expect(throws: ClientError.notResendable(id)) { try await alice.resend(id) }
+        }
     }
 
     @Test func aRotatedMailboxKeyLosesNothingInFlightAndSendersFollowIt() async throws {
-        let harness = try await Harness()
-        let alice = try harness.client("alice"), bob = try harness.client("bob")
-        try await alice.signIn()
-        try await bob.signIn()
-        let oldKey = try await alice.contact("bob").mailboxKey
-        guard case .sent(let before) = try await alice.send(text: "sealed to the old key", to: "bob") else { Issue.record("not sent"); return }
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            let oldKey = try await alice.contact("bob").mailboxKey
+            guard case .sent(let before) = try await alice.send(text: "sealed to the old key", to: "bob") else { Issue.record("not sent"); return }
 
-        try await bob.rotateMailboxKey()
+            try await bob.rotateMailboxKey()
 
-        // Alice still has the old key pinned: the relay answers stale_keys, her client takes the
-        // new mailbox key (same identity, no user action) and seals again under the same id.
-        guard case .sent(let after) = try await alice.send(text: "sealed to the new key", to: "bob") else { Issue.record("not sent"); return }
-        let contact = try await alice.contact("bob")
-        #expect(contact.mailboxKey != oldKey)
-        #expect(contact.trust == .pinned, "a new mailbox key under the same identity needs no trust")
+            // Alice still has the old key pinned: the relay answers stale_keys, her client takes the
+            // new mailbox key (same identity, no user action) and seals again under the same id.
+            guard case .sent(let after) = try await alice.send(text: "sealed to the new key", to: "bob") else { Issue.record("not sent"); return }
+            let contact = try await alice.contact("bob")
+            #expect(contact.mailboxKey != oldKey)
+            #expect(contact.trust == .pinned, "a new mailbox key under the same identity needs no trust")
 
-        // Bob opens both: the first with the key the rotation kept.
-        let received = try await bob.receive()
-        #expect(received.map(\.id) == [before, after])
-        #expect(received.map(\.message.payload.text) == ["sealed to the old key", "sealed to the new key"])
-        #expect(try await bob.rejected().isEmpty)
-        #expect(try await alice.outgoing().map(\.state) == [.sent, .sent])
-        await harness.finish()
+            // Bob opens both: the first with the key the rotation kept.
+            let received = try await bob.receive()
+            #expect(received.map(\.id) == [before, after])
+            #expect(received.map(\.message.payload.text) == ["sealed to the old key", "sealed to the new key"])
+            #expect(try await bob.rejected().isEmpty)
+            #expect(try await alice.outgoing().map(\.state) == [.sent, .sent])
+        }
     }
 
     @Test func aPreviousKeyOpensOnlyForTheLongestMessageLifetimeAndIsThenErased() async throws {
-        let harness = try await Harness()
-        let alice = try harness.client("alice"), bob = try harness.client("bob")
-        try await alice.signIn()
-        try await bob.signIn()
-        guard case .sent(let id) = try await alice.send(text: "sealed long ago", to: "bob") else { Issue.record("not sent"); return }
-        // Bob's rotation happened longer ago than any message may live: the old key is not used...
-        let longAgo = Date().timeIntervalSince1970 - ClientStore.previousKeyLifetime - 60
-        #expect(try await bob.store.rotateMailboxKey(now: longAgo).previousMailboxes.count == 1, "kept, as seen then")
-        #expect(try await bob.store.identity()?.previousMailboxes.isEmpty == true, "and past its lifetime now")
-        try await bob.signIn()  // publishes the new key, and erases what is past its lifetime
-        let left = try await bob.store.pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM previous_mailbox_keys") }
-        #expect(left == 0, "the expired secret key is erased, not only ignored")
-        // ...so the message does not open, and its author is told.
-        #expect(try await bob.receive().isEmpty)
-        #expect(try await bob.rejected().map(\.reason) == ["envelope_cannot_decrypt"])
-        _ = try await alice.receive()
-        #expect(try await alice.outgoing().first { $0.id == id }?.state == .undelivered)
-        guard case .sent = try await alice.resend(id) else { Issue.record("not resent"); return }
-        #expect(try await bob.receive().map(\.id) == [id], "resent to the current key without any trust: the identity is the same")
-        await harness.finish()
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            guard case .sent(let id) = try await alice.send(text: "sealed long ago", to: "bob") else { Issue.record("not sent"); return }
+            // Bob's rotation happened longer ago than any message may live: the old key is not used...
+            let longAgo = Date().timeIntervalSince1970 - ClientStore.previousKeyLifetime - 60
+            #expect(try await bob.store.rotateMailboxKey(now: longAgo).previousMailboxes.count == 1, "kept, as seen then")
+            #expect(try await bob.store.identity()?.previousMailboxes.isEmpty == true, "and past its lifetime now")
+            try await bob.signIn()  // publishes the new key, and erases what is past its lifetime
+            let left = try await bob.store.pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM previous_mailbox_keys") }
+            #expect(left == 0, "the expired secret key is erased, not only ignored")
+            // ...so the message does not open, and its author is told.
+            #expect(try await bob.receive().isEmpty)
+            #expect(try await bob.rejected().map(\.reason) == ["envelope_cannot_decrypt"])
+            _ = try await alice.receive()
+            #expect(try await alice.outgoing().first { $0.id == id }?.state == .undelivered)
+            guard case .sent = try await alice.resend(id) else { Issue.record("not resent"); return }
+            #expect(try await bob.receive().map(\.id) == [id], "resent to the current key without any trust: the identity is the same")
+        }
     }
 
     @Test func aQueuedMessageFlushedAfterARotationIsSealedAgain() async throws {
         // One pending message per mailbox: the second send waits in the outbox (429).
-        let harness = try await Harness { $0.maxPendingPerMailbox = 1 }
-        let alice = try harness.client("alice"), bob = try harness.client("bob")
-        try await alice.signIn()
-        try await bob.signIn()
-        try await alice.send(text: "first", to: "bob")
-        guard case .queued(let queued, let reason) = try await alice.send(text: "second", to: "bob") else { Issue.record("should wait"); return }
-        #expect(reason == "mailbox_full")
+        try await withTestRelay(configure: { $0.maxPendingPerMailbox = 1 }) { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            try await alice.send(text: "first", to: "bob")
+            guard case .queued(let queued, let reason) = try await alice.send(text: "second", to: "bob") else { Issue.record("should wait"); return }
+            #expect(reason == "mailbox_full")
 
-        try await bob.rotateMailboxKey()
-        #expect(try await bob.receive().map(\.message.payload.text) == ["first"])
+            try await bob.rotateMailboxKey()
+            #expect(try await bob.receive().map(\.message.payload.text) == ["first"])
 
-        // The outbox's envelope was sealed to the old key: the flush is told so and seals again.
-        #expect(try await alice.flush(now: Date().addingTimeInterval(3600)) == 0)
-        let received = try await bob.receive()
-        #expect(received.map(\.id) == [queued])
-        #expect(received.map(\.message.payload.text) == ["second"])
-        await harness.finish()
+            // The outbox's envelope was sealed to the old key: the flush is told so and seals again.
+            #expect(try await alice.flush(now: Date().addingTimeInterval(3600)) == 0)
+            let received = try await bob.receive()
+            #expect(received.map(\.id) == [queued])
+            #expect(received.map(\.message.payload.text) == ["second"])
+        }
     }
 
     @Test func aRelayRefusesAnEnvelopeSealedToKeysNoLongerPublished() async throws {
-        let harness = try await Harness()
-        let alice = try harness.client("alice"), bob = try harness.client("bob")
-        try await alice.signIn()
-        try await bob.signIn()
-        let stale = try await alice.contact("bob")
-        try await bob.rotateMailboxKey()
-        let session = try await harness.session("alice")
-        let id = MessageID.generate()
-        let envelope = try Envelope.seal(ChatMessage(type: .text, sender: Sender(id: "alice"), payload: Payload(text: "x"), timestamp: 1),
-                                         id: id, from: "alice", identity: IdentityKeyPair(), to: "bob", mailboxKey: stale.mailboxKey)
-        #expect(try await harness.status(ofSending: envelope, session, to: "bob", id: id, keyID: stale.keyID) == 409)
-        #expect(try await harness.pending("bob") == 0, "nothing stored")
-        let current = try await alice.refreshKeys(of: "bob")
-        #expect(try await harness.status(ofSending: envelope, session, to: "bob", id: id, keyID: current.keyID) == 201)
-        await harness.finish()
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            let stale = try await alice.contact("bob")
+            try await bob.rotateMailboxKey()
+            let session = try await relay.signIn("alice").session
+            let id = MessageID.generate()
+            let envelope = try Envelope.seal(ChatMessage(type: .text, sender: Sender(id: "alice"), payload: Payload(text: "x"), timestamp: 1),
+                                             id: id, from: "alice", identity: IdentityKeyPair(), to: "bob", mailboxKey: stale.mailboxKey)
+            #expect(try await relay.status(ofSending: envelope, session, to: "bob", id: id, keyID: stale.keyID) == 409)
+            #expect(try await relay.pending("bob") == 0, "nothing stored")
+            let current = try await alice.refreshKeys(of: "bob")
+            #expect(try await relay.status(ofSending: envelope, session, to: "bob", id: id, keyID: current.keyID) == 201)
+        }
     }
 }
 
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
-
-extension Harness {
+extension TestRelay {
     /// The status a raw create of `envelope` naming `keyID` is answered with.
     func status(ofSending envelope: [UInt8], _ session: String, to recipient: String, id: String, keyID: String) async throws -> Int {
-        var request = URLRequest(url: url.appendingPathComponent("v1/users/\(recipient)/messages/\(id)"))
-        request.httpMethod = "PUT"
-        request.setValue("Bearer \(session)", forHTTPHeaderField: "Authorization")
-        request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        request.httpBody = try JSONEncoder().encode(SendRequest(envelope: envelope, keyID: keyID))
-        let (data, response) = try await URLSession.shared.data(for: request)
-        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
-        if status == 409 { #expect(try JSONDecoder().decode(Problem.self, from: data).code == .staleKeys) }
-        return status
+        let answer = try await call("PUT", "/v1/users/\(recipient)/messages/\(id)", session: session,
+                                    json: SendRequest(envelope: envelope, keyID: keyID))
+        if answer.status == 409 { #expect(answer.problem == .staleKeys) }
+        return answer.status
     }
 }

@@ -1,99 +1,83 @@
 import Foundation
 import MailslotRelay
+import MailslotTestSupport
 import MailslotWire
 import Testing
 @testable import MailslotClient
 
 @Suite struct LiveReceiveTests {
     @Test func theStreamYieldsStoredMessagesAndAcksThem() async throws {
-        let harness = try await Harness()
-        let alice = try harness.client("alice"), bob = try harness.client("bob")
-        try await alice.signIn()
-        try await bob.signIn()
-        try await alice.send(text: "before", to: "bob")  // backlog
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            try await alice.send(text: "before", to: "bob")  // backlog
 
-        let stream = bob.messages()
-        var iterator = stream.makeAsyncIterator()
-        #expect(try await iterator.next()?.message.payload.text == "before")
-        try await alice.send(text: "live", to: "bob")
-        try await alice.send(Payload(typing: Typing(active: true)), type: .typing, to: "bob")
-        #expect(try await iterator.next()?.message.payload.text == "live")
-        #expect(try await iterator.next()?.message.type == .typing, "typing is shown…")
-        #expect(try await bob.history().map(\.message.type) == [.text, .text], "…but never stored")
+            let stream = bob.messages()
+            var iterator = stream.makeAsyncIterator()
+            #expect(try await iterator.next()?.message.payload.text == "before")
+            try await alice.send(text: "live", to: "bob")
+            try await alice.send(Payload(typing: Typing(active: true)), type: .typing, to: "bob")
+            #expect(try await iterator.next()?.message.payload.text == "live")
+            #expect(try await iterator.next()?.message.type == .typing, "typing is shown…")
+            #expect(try await bob.history().map(\.message.type) == [.text, .text], "…but never stored")
 
-        // Everything was acknowledged: the relay keeps nothing.
-        var empty = false
-        for _ in 0..<100 where !empty {
-            empty = try await harness.pending("bob") == 0
-            if !empty { try await Task.sleep(for: .milliseconds(20)) }
+            // Everything was acknowledged: the relay keeps nothing.
+            var empty = false
+            for _ in 0..<100 where !empty {
+                empty = try await relay.pending("bob") == 0
+                if !empty { try await Task.sleep(for: .milliseconds(20)) }
+            }
+            #expect(empty)
         }
-        #expect(empty)
-        await harness.finish()
     }
 
     /// A relay may accept envelopes up to 1 MiB: its largest `message` frame still reaches the client.
     @Test func theLargestEnvelopeAnyRelayTakesArrivesLive() async throws {
-        let harness = try await Harness { configuration in
+        try await withTestRelay(configure: { configuration in
             configuration.maxEnvelopeBytes = Envelope.maximumSize
-            configuration.maxBodyBytes = Envelope.maximumSize * 4 / 3 + 4096
-            configuration.maxFrameBytes = Envelope.maximumSize * 4 / 3 + 4096
-        }
-        let alice = try harness.client("alice"), bob = try harness.client("bob")
-        try await alice.signIn()
-        try await bob.signIn()
-        let text = String(repeating: "x", count: 600 * 1024)  // sealed into the 1 MiB size class
-        guard case .sent = try await alice.send(text: text, to: "bob") else { Issue.record("not sent"); return }
-        // Bounded: a client that refuses the frame reconnects for ever instead of failing.
-        let received = await withTaskGroup(of: String?.self) { group in
-            group.addTask {
-                var iterator = bob.messages().makeAsyncIterator()
-                return try? await iterator.next()?.message.payload.text
+        }) { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            let text = String(repeating: "x", count: 600 * 1024)  // sealed into the 1 MiB size class
+            guard case .sent = try await alice.send(text: text, to: "bob") else { Issue.record("not sent"); return }
+            // Bounded: a client that refuses the frame reconnects for ever instead of failing.
+            let received = await withTaskGroup(of: String?.self) { group in
+                group.addTask {
+                    var iterator = bob.messages().makeAsyncIterator()
+                    return try? await iterator.next()?.message.payload.text
+                }
+                group.addTask {
+                    try? await Task.sleep(for: .seconds(20))
+                    return nil
+                }
+                let first = await group.next() ?? nil
+                group.cancelAll()
+                return first
             }
-            group.addTask {
-                try? await Task.sleep(for: .seconds(20))
-                return nil
-            }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first
+            #expect(received == text, "the 1 MiB envelope arrived within 20 s")
         }
-        #expect(received == text, "the 1 MiB envelope arrived within 20 s")
-        await harness.finish()
     }
 
     @Test func aCrashBetweenStoreAndAckLosesNothingAndDuplicatesNothing() async throws {
-        let harness = try await Harness()
-        let alice = try harness.client("alice"), bob = try harness.client("bob")
-        try await alice.signIn()
-        try await bob.signIn()
-        guard case .sent(let id) = try await alice.send(text: "exactly once", to: "bob") else { Issue.record("not sent"); return }
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            guard case .sent(let id) = try await alice.send(text: "exactly once", to: "bob") else { Issue.record("not sent"); return }
 
-        // Bob's client stores the message, then "crashes" before its ack reaches the relay.
-        let me = try await bob.identity()
-        let page = try await bob.authorized { try await bob.api.list("bob", after: nil, session: $0) }
-        #expect(try await bob.accept(try #require(page.messages.first), as: me).message?.id == id)
-        #expect(try await harness.pending("bob") == 1, "not acked: still on the relay")
+            // Bob's client stores the message, then "crashes" before its ack reaches the relay.
+            let me = try await bob.identity()
+            let page = try await bob.authorized { try await bob.api.list("bob", after: nil, session: $0) }
+            #expect(try await bob.accept(try #require(page.messages.first), as: me).message?.id == id)
+            #expect(try await relay.pending("bob") == 1, "not acked: still on the relay")
 
-        // After the restart the relay delivers it again; the store drops the duplicate and acks it.
-        let restarted = try harness.client("bob")
-        #expect(try await restarted.receive().isEmpty, "not yielded twice")
-        #expect(try await restarted.history().map(\.id) == [id], "stored once")
-        #expect(try await harness.pending("bob") == 0, "and now erased from the relay")
-        await harness.finish()
+            // After the restart the relay delivers it again; the store drops the duplicate and acks it.
+            let restarted = try relay.client("bob")
+            #expect(try await restarted.receive().isEmpty, "not yielded twice")
+            #expect(try await restarted.history().map(\.id) == [id], "stored once")
+            #expect(try await relay.pending("bob") == 0, "and now erased from the relay")
+        }
     }
 }
-
-extension Harness {
-    /// How many messages wait in `uid`'s mailbox, asked as its owner.
-    func pending(_ uid: String) async throws -> Int {
-        let session = try await session(uid)
-        var request = URLRequest(url: url.appendingPathComponent("v1/users/\(uid)/messages"))
-        request.setValue("Bearer \(session)", forHTTPHeaderField: "Authorization")
-        let (data, _) = try await URLSession.shared.data(for: request)
-        return try JSONDecoder().decode(MessagePage.self, from: data).messages.count
-    }
-}
-
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif

@@ -1,4 +1,5 @@
 import Foundation
+import MailslotTestSupport
 import Testing
 @testable import MailslotRelay
 import MailslotWire
@@ -15,80 +16,114 @@ import MailslotWire
         #expect(!AccessRules.standard.allows(.delete, .message, principal: "carol", owner: "bob", author: nil))
     }
 
+    /// The table of spec/protocol.md §2 is `AccessRules.standard`, cell for cell: a row or a role
+    /// added, removed or changed on either side fails here.
+    @Test func theSpecTableIsTheStandardTable() throws {
+        let table = try MarkdownTable(in: "spec/protocol.md", header: ["resource", "create", "read", "update", "delete"])
+        let roles: [String: Role] = ["owner": .owner, "author": .author, "signed-in": .signedIn]
+        var documented: [Resource: [MailslotRelay.Operation: Set<Role>]] = [:]
+        for row in table.rows {
+            // `userDocument` — `/users/{uid}`: the case name comes first, in backticks.
+            let parts = row[0].split(separator: "`", omittingEmptySubsequences: false)
+            let name = parts.count > 1 ? String(parts[1]) : row[0]
+            let resource = try #require(Resource(rawValue: name), "an unknown resource in spec/protocol.md: \(row[0])")
+            #expect(documented[resource] == nil, "\(name) has two rows")
+            var operations: [MailslotRelay.Operation: Set<Role>] = [:]
+            for (operation, cell) in zip(MailslotRelay.Operation.allCases, row.dropFirst()) where cell != "—" {
+                var allowed: Set<Role> = []
+                for name in cell.split(separator: ",") {
+                    let role = name.trimmingCharacters(in: .whitespaces)
+                    allowed.insert(try #require(roles[role], "an unknown role in spec/protocol.md: \(role)"))
+                }
+                operations[operation] = allowed
+            }
+            documented[resource] = operations
+        }
+        #expect(MailslotRelay.Operation.allCases.map(\.rawValue) == Array(table.header.dropFirst()), "the columns are the operations, in order")
+        #expect(table.rows.count == Resource.allCases.count, "one row per resource")
+        // Cell by cell, so that a failure names the cell (an absent cell allows no one, as an empty one).
+        for resource in Resource.allCases {
+            for operation in MailslotRelay.Operation.allCases {
+                let written = documented[resource]?[operation] ?? [], enforced = AccessRules.standard.table[resource]?[operation] ?? []
+                #expect(written == enforced, "\(operation) \(resource): spec/protocol.md says \(written), AccessRules.standard \(enforced)")
+            }
+        }
+    }
+
     @Test func everyCellOverHTTP() async throws {
-        let relay = try await TestRelay.start()
-        defer { Task { try? await relay.finish() } }
-        let bob = try await relay.signIn("bob").session
-        let alice = try await relay.signIn("alice").session
-        let carol = try await relay.signIn("carol").session
-        let gone = try await relay.signIn("dave").session
-        #expect(try await relay.call("DELETE", "/v1/sessions/current", session: gone).status == 204)
+        try await withTestRelay { relay in
+            let bob = try await relay.signIn("bob").session
+            let alice = try await relay.signIn("alice").session
+            let carol = try await relay.signIn("carol").session
+            let gone = try await relay.signIn("dave").session
+            #expect(try await relay.call("DELETE", "/v1/sessions/current", session: gone).status == 204)
 
-        let bundle = String(decoding: KeyBundle(uid: "bob", identity: IdentityKeyPair(), mailboxKey: MailboxKeyPair().publicKey).encoded(),
-                            as: UTF8.self)
-        #expect(try await relay.call("PUT", "/v1/users/bob", session: bob, body: ["theme": "dark"]).status == 204)
-        #expect(try await relay.call("PUT", "/v1/users/bob/keys", session: bob, body: bundle).status == 204)
-        let message = messageID(1)
-        #expect(try await relay.send(alice, to: "bob", id: message).status == 201)
+            let bundle = String(decoding: KeyBundle(uid: "bob", identity: IdentityKeyPair(), mailboxKey: MailboxKeyPair().publicKey).encoded(),
+                                as: UTF8.self)
+            #expect(try await relay.call("PUT", "/v1/users/bob", session: bob, body: ["theme": "dark"]).status == 204)
+            #expect(try await relay.call("PUT", "/v1/users/bob/keys", session: bob, body: bundle).status == 204)
+            let message = messageID(1)
+            #expect(try await relay.send(alice, to: "bob", id: message).status == 201)
 
-        struct Cell {
-            let method: String, path: String, body: Any?
-            let owner: Int, author: Int, other: Int
+            struct Cell {
+                let method: String, path: String, body: Any?
+                let owner: Int, author: Int, other: Int
+            }
+            let cells: [Cell] = [
+                Cell(method: "GET", path: "/v1/users/bob", body: nil, owner: 200, author: 403, other: 403),
+                Cell(method: "PUT", path: "/v1/users/bob", body: ["a": 1], owner: 204, author: 403, other: 403),
+                Cell(method: "GET", path: "/v1/users/bob/keys", body: nil, owner: 200, author: 200, other: 200),
+                Cell(method: "PUT", path: "/v1/users/bob/keys", body: bundle, owner: 204, author: 403, other: 403),
+                Cell(method: "GET", path: "/v1/users/bob/messages/\(message)", body: nil, owner: 200, author: 403, other: 403),
+                Cell(method: "PATCH", path: "/v1/users/bob/messages/\(message)", body: ["lease_seconds": 30], owner: 200, author: 403, other: 403),
+                Cell(method: "GET", path: "/v1/users/bob/messages", body: nil, owner: 200, author: 403, other: 403),
+                Cell(method: "PUT", path: "/v1/users/bob/blocked/mallory", body: nil, owner: 204, author: 403, other: 403),
+                Cell(method: "DELETE", path: "/v1/users/bob/blocked/mallory", body: nil, owner: 204, author: 403, other: 403),
+                Cell(method: "GET", path: "/v1/users/bob/subscribe", body: nil, owner: 400, author: 403, other: 403),
+            ]
+            for cell in cells {
+                let what = "\(cell.method) \(cell.path)"
+                let anonymous = try await relay.call(cell.method, cell.path, body: cell.body)
+                #expect(anonymous.status == 401, "\(what) without a session")
+                #expect(anonymous.problem == .unauthenticated, "\(what)")
+                #expect(try await relay.call(cell.method, cell.path, session: gone, body: cell.body).status == 401, "\(what) signed out")
+                // Denied roles first, so that a wrongly allowed write would show in the owner's result too.
+                #expect(try await relay.call(cell.method, cell.path, session: carol, body: cell.body).status == cell.other, "\(what) as another user")
+                #expect(try await relay.call(cell.method, cell.path, session: alice, body: cell.body).status == cell.author, "\(what) as the author")
+                #expect(try await relay.call(cell.method, cell.path, session: bob, body: cell.body).status == cell.owner, "\(what) as the owner")
+            }
+
+            // create message: any signed-in user, including the owner; no one without a session.
+            for (session, n) in [(bob, 10), (alice, 11), (carol, 12)] {
+                #expect(try await relay.send(session, to: "bob", id: messageID(n)).status == 201)
+            }
+            #expect(try await relay.send("mss_" + String(repeating: "A", count: 43), to: "bob", id: messageID(13)).status == 401)
+            #expect(try await relay.send(gone, to: "bob", id: messageID(13)).status == 401)
+
+            // delete message: the owner (ack) or the author (unsend); another user gets 403 whether or
+            // not the message exists, and so does the author for a message that is gone.
+            let byCarol = messageID(12), byAlice = messageID(11), byBob = messageID(10)
+            #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(byAlice)", session: carol).status == 403)
+            #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(messageID(999))", session: carol).status == 403)
+            #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(byAlice)", session: alice).status == 204)
+            #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(byAlice)", session: alice).status == 403)
+            #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(byCarol)", session: bob).status == 204)
+            #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(byCarol)", session: bob).status == 404)
+            #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(byBob)", session: nil).status == 401)
+            #expect(try await relay.call("GET", "/v1/users/bob/messages/\(byBob)", session: bob).status == 200, "nothing was lost")
         }
-        let cells: [Cell] = [
-            Cell(method: "GET", path: "/v1/users/bob", body: nil, owner: 200, author: 403, other: 403),
-            Cell(method: "PUT", path: "/v1/users/bob", body: ["a": 1], owner: 204, author: 403, other: 403),
-            Cell(method: "GET", path: "/v1/users/bob/keys", body: nil, owner: 200, author: 200, other: 200),
-            Cell(method: "PUT", path: "/v1/users/bob/keys", body: bundle, owner: 204, author: 403, other: 403),
-            Cell(method: "GET", path: "/v1/users/bob/messages/\(message)", body: nil, owner: 200, author: 403, other: 403),
-            Cell(method: "PATCH", path: "/v1/users/bob/messages/\(message)", body: ["lease_seconds": 30], owner: 200, author: 403, other: 403),
-            Cell(method: "GET", path: "/v1/users/bob/messages", body: nil, owner: 200, author: 403, other: 403),
-            Cell(method: "PUT", path: "/v1/users/bob/blocked/mallory", body: nil, owner: 204, author: 403, other: 403),
-            Cell(method: "DELETE", path: "/v1/users/bob/blocked/mallory", body: nil, owner: 204, author: 403, other: 403),
-            Cell(method: "GET", path: "/v1/users/bob/subscribe", body: nil, owner: 400, author: 403, other: 403),
-        ]
-        for cell in cells {
-            let what = "\(cell.method) \(cell.path)"
-            let anonymous = try await relay.call(cell.method, cell.path, body: cell.body)
-            #expect(anonymous.status == 401, "\(what) without a session")
-            #expect(anonymous.code == "unauthenticated", "\(what)")
-            #expect(try await relay.call(cell.method, cell.path, session: gone, body: cell.body).status == 401, "\(what) signed out")
-            // Denied roles first, so that a wrongly allowed write would show in the owner's result too.
-            #expect(try await relay.call(cell.method, cell.path, session: carol, body: cell.body).status == cell.other, "\(what) as another user")
-            #expect(try await relay.call(cell.method, cell.path, session: alice, body: cell.body).status == cell.author, "\(what) as the author")
-            #expect(try await relay.call(cell.method, cell.path, session: bob, body: cell.body).status == cell.owner, "\(what) as the owner")
-        }
-
-        // create message: any signed-in user, including the owner; no one without a session.
-        for (session, n) in [(bob, 10), (alice, 11), (carol, 12)] {
-            #expect(try await relay.send(session, to: "bob", id: messageID(n)).status == 201)
-        }
-        #expect(try await relay.send("mss_" + String(repeating: "A", count: 43), to: "bob", id: messageID(13)).status == 401)
-        #expect(try await relay.send(gone, to: "bob", id: messageID(13)).status == 401)
-
-        // delete message: the owner (ack) or the author (unsend); another user gets 403 whether or
-        // not the message exists, and so does the author for a message that is gone.
-        let byCarol = messageID(12), byAlice = messageID(11), byBob = messageID(10)
-        #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(byAlice)", session: carol).status == 403)
-        #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(messageID(999))", session: carol).status == 403)
-        #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(byAlice)", session: alice).status == 204)
-        #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(byAlice)", session: alice).status == 403)
-        #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(byCarol)", session: bob).status == 204)
-        #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(byCarol)", session: bob).status == 404)
-        #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(byBob)", session: nil).status == 401)
-        #expect(try await relay.call("GET", "/v1/users/bob/messages/\(byBob)", session: bob).status == 200, "nothing was lost")
     }
 
     @Test func authorsSeeTheirRecordButNotTheEnvelope() async throws {
-        let relay = try await TestRelay.start()
-        defer { Task { try? await relay.finish() } }
-        let alice = try await relay.signIn("alice").session
-        let bob = try await relay.signIn("bob").session
-        let sent = try await relay.send(alice, to: "bob", id: messageID(1))
-        #expect(sent.json["author"] as? String == "alice")
-        #expect(sent.json["envelope"] == nil)
-        let read = try await relay.call("GET", "/v1/users/bob/messages/\(messageID(1))", session: bob)
-        #expect(read.json["envelope"] is String)
-        #expect(read.json["author"] as? String == "alice", "the author is stamped from the session, never from the request")
+        try await withTestRelay { relay in
+            let alice = try await relay.signIn("alice").session
+            let bob = try await relay.signIn("bob").session
+            let sent = try await relay.send(alice, to: "bob", id: messageID(1))
+            #expect(sent.json["author"] as? String == "alice")
+            #expect(sent.json["envelope"] == nil)
+            let read = try await relay.call("GET", "/v1/users/bob/messages/\(messageID(1))", session: bob)
+            #expect(read.json["envelope"] is String)
+            #expect(read.json["author"] as? String == "alice", "the author is stamped from the session, never from the request")
+        }
     }
 }

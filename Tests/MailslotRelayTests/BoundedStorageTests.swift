@@ -1,5 +1,6 @@
 import Foundation
 import MailslotAudit
+import MailslotTestSupport
 import Testing
 @testable import MailslotRelay
 import MailslotWire
@@ -8,13 +9,13 @@ import MailslotWire
 /// uid, block-list entries; and what one read can make it hold.
 @Suite struct BoundedStorageTests {
     @Test func anAuthorsWaitingBytesAreBoundedAcrossMailboxesAndFreedByAcks() async throws {
-        try await withTestRelay({ $0.maxAuthorBytes = 3 * 512 }) { relay in
+        try await withTestRelay(configure: { $0.maxEnvelopeBytes = 512; $0.maxAuthorBytes = 3 * 512 }) { relay in
             let alice = try await relay.signIn("alice"), bob = try await relay.signIn("bob")
             for (n, recipient) in ["bob", "carol", "dave"].enumerated() {
                 #expect(try await relay.send(alice.session, to: recipient, id: messageID(n)).status == 201)
             }
             let refused = try await relay.send(alice.session, to: "erin", id: messageID(9))
-            #expect(refused.status == 429 && refused.code == "author_quota")
+            #expect(refused.status == 429 && refused.problem == .authorQuota)
             #expect(Int(refused.headers["retry-after"] ?? "") ?? 0 >= 1)
             #expect(try await relay.send(bob.session, to: "erin", id: messageID(8)).status == 201, "another author's quota is his own")
             // bob acknowledges alice's message: her bytes are free again.
@@ -24,7 +25,7 @@ import MailslotWire
     }
 
     @Test func signInsOfOneUidAreCappedAndTheLeastRecentlyRefreshedIsRevoked() async throws {
-        try await withTestRelay({ $0.maxSessionFamilies = 3 }) { relay in
+        try await withTestRelay(configure: { $0.maxSessionFamilies = 3 }) { relay in
             let first = try await relay.signIn("alice")
             let second = try await relay.signIn("alice")
             // The first refreshes: now the second is the least recently refreshed.
@@ -35,7 +36,7 @@ import MailslotWire
             _ = try await relay.signIn("alice")
             #expect(try await relay.call("GET", "/v1/users/alice/blocked", session: second.session).status == 401, "evicted")
             let stale = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": second.refresh])
-            #expect(stale.status == 401 && stale.code == "refresh_invalid")
+            #expect(stale.status == 401 && stale.problem == .refreshInvalid)
             #expect(try await relay.call("GET", "/v1/users/alice/blocked", session: firstSession).status == 200, "kept")
             _ = try await relay.signIn("bob")  // another uid's sign-ins are not alice's
             let rows = try await relay.relay.store.read("test") { db in
@@ -59,21 +60,21 @@ import MailslotWire
             }
             #expect(rows == Store.spentRefreshTokensKept)
             let forgotten = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": spent[0]])
-            #expect(forgotten.code == "refresh_invalid", "spent before the latest 16: unknown")
+            #expect(forgotten.problem == .refreshInvalid, "spent before the latest 16: unknown")
             let reused = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": spent[19]])
-            #expect(reused.code == "refresh_reused", "among the latest 16: its reuse revokes the family")
+            #expect(reused.problem == .refreshReused, "among the latest 16: its reuse revokes the family")
             #expect(try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": refresh]).status == 401)
         }
     }
 
     @Test func theBlockListIsPagedAndCapped() async throws {
-        try await withTestRelay({ $0.maxBlockedPerOwner = 5 }) { relay in
+        try await withTestRelay(configure: { $0.maxBlockedPerOwner = 5 }) { relay in
             let bob = try await relay.signIn("bob")
             for n in 0..<5 {
                 #expect(try await relay.call("PUT", "/v1/users/bob/blocked/spammer\(n)", session: bob.session).status == 204)
             }
             let full = try await relay.call("PUT", "/v1/users/bob/blocked/spammer5", session: bob.session)
-            #expect(full.status == 409 && full.code == "block_list_full")
+            #expect(full.status == 409 && full.problem == .blockListFull)
             #expect(try await relay.call("PUT", "/v1/users/bob/blocked/spammer4", session: bob.session).status == 204, "again: fine")
             var authors: [String] = []
             var after: String?
@@ -85,12 +86,12 @@ import MailslotWire
             }
             #expect(authors == (0..<5).map { "spammer\($0)" })
             #expect(try await relay.call("GET", "/v1/users/bob/blocked?limit=0", session: bob.session).status == 400)
-            #expect(try await relay.call("GET", "/v1/users/bob/blocked?after=..", session: bob.session).code == "invalid_uid")
+            #expect(try await relay.call("GET", "/v1/users/bob/blocked?after=..", session: bob.session).problem == .invalidUID)
         }
     }
 
     @Test func aPageStopsAtItsByteBoundAndGivesNext() async throws {
-        try await withTestRelay({ $0.maxPageBytes = 3 * 700; $0.createBurst = 1000; $0.createRate = 1000 }) { relay in
+        try await withTestRelay(configure: { $0.maxPageBytes = 3 * 700; $0.createBurst = 1000; $0.createRate = 1000 }) { relay in
             let alice = try await relay.signIn("alice"), bob = try await relay.signIn("bob")
             for n in 0..<7 { try await relay.send(alice.session, to: "bob", id: messageID(n)) }  // 683 bytes of text each
             var pages: [Int] = []
@@ -107,10 +108,8 @@ import MailslotWire
     /// An owner who asks for pages and never reads them: each held page counts against the
     /// mailbox's reads, so the relay holds a few pages, not one per request.
     @Test func unreadPagesAreBoundedPerMailbox() async throws {
-        try await withTestRelay({ configuration in
+        try await withTestRelay(configure: { configuration in
             configuration.maxEnvelopeBytes = 256 * 1024
-            configuration.maxFrameBytes = 256 * 1024 * 4 / 3 + 4096
-            configuration.maxBodyBytes = 256 * 1024 * 4 / 3 + 4096
             configuration.maxPageBytes = 16 * 1024 * 1024
             configuration.createBurst = 1000
             configuration.createRate = 1000
@@ -153,10 +152,9 @@ import MailslotWire
     /// A client that stops reading its answer is disconnected after the idle timeout: it does
     /// not keep the page, the read or the connection for as long as it likes.
     @Test func aReaderThatStopsReadingIsDisconnectedAfterTheIdleTimeout() async throws {
-        try await withTestRelay({ configuration in
+        try await withTestRelay(configure: { configuration in
             configuration.idleTimeout = 1
             configuration.maxEnvelopeBytes = 256 * 1024
-            configuration.maxBodyBytes = 256 * 1024 * 4 / 3 + 4096
             configuration.maxPageBytes = 16 * 1024 * 1024
             configuration.createBurst = 1000
             configuration.createRate = 1000

@@ -1,31 +1,32 @@
 import Foundation
 import MailslotAudit
+import MailslotTestSupport
 import Testing
 @testable import MailslotRelay
 
 @Suite struct ConnectionLimitTests {
     @Test func oversizedHeadersCloseTheConnectionAtOnce() async throws {
-        let relay = try await TestRelay.start()
-        defer { Task { try? await relay.finish() } }
-        let connection = try RawConnection(port: relay.port)
-        connection.send("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 40_000))\r\n\r\n")
-        #expect(await connection.receive(attempts: 10) == "", "closed, not left hanging")
-        let normal = try RawConnection(port: relay.port)
-        normal.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        #expect(await normal.receive(attempts: 20)?.hasPrefix("HTTP/1.1 200") == true, "the relay carries on")
+        try await withTestRelay { relay in
+            let connection = try RawConnection(port: relay.port)
+            connection.send("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 40_000))\r\n\r\n")
+            #expect(await connection.receive(attempts: 10) == "", "closed, not left hanging")
+            let normal = try RawConnection(port: relay.port)
+            normal.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(await normal.receive(attempts: 20)?.hasPrefix("HTTP/1.1 200") == true, "the relay carries on")
+        }
     }
 
     @Test func connectionsBeyondTheLimitWaitUntilOneCloses() async throws {
-        let relay = try await TestRelay.start { $0.maxConnections = 3 }
-        defer { Task { try? await relay.finish() } }
-        var held = try (0..<3).map { _ in try RawConnection(port: relay.port) }
-        try await Task.sleep(for: .milliseconds(200))
-        let extra = try RawConnection(port: relay.port)
-        extra.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        #expect(await extra.receive() == nil, "not served while the limit is reached")
-        held.removeFirst()  // closes one
-        #expect(await extra.receive(attempts: 20)?.hasPrefix("HTTP/1.1 200") == true, "served once a connection closed")
-        _ = held
+        try await withTestRelay(configure: { $0.maxConnections = 3 }) { relay in
+            var held = try (0..<3).map { _ in try RawConnection(port: relay.port) }
+            try await Task.sleep(for: .milliseconds(200))
+            let extra = try RawConnection(port: relay.port)
+            extra.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            #expect(await extra.receive() == nil, "not served while the limit is reached")
+            held.removeFirst()  // closes one
+            #expect(await extra.receive(attempts: 20)?.hasPrefix("HTTP/1.1 200") == true, "served once a connection closed")
+            _ = held
+        }
     }
 }
 
@@ -36,9 +37,7 @@ import Testing
             let outcome = await withTaskGroup(of: String.self) { group in
                 group.addTask {
                     do {
-                        let second = try await TestRelay.start { $0.port = first.port }
-                        try? await second.finish()
-                        return "started"
+                        return try await withTestRelay(configure: { $0.port = first.port }) { _ in "started" }
                     } catch {
                         return "refused"
                     }
@@ -59,7 +58,7 @@ import Testing
 /// Sockets that never finish a request head cannot hold the relay's connections.
 @Suite struct FirstRequestDeadlineTests {
     @Test func silentSocketsAtTheConnectionLimitAreClosedAndTheRelayServesAgain() async throws {
-        try await withTestRelay({ $0.maxConnections = 8; $0.headerTimeout = 1 }) { relay in
+        try await withTestRelay(configure: { $0.maxConnections = 8; $0.headerTimeout = 1 }) { relay in
             let silent = try (0..<8).map { _ in try RawConnection(port: relay.port) }
             try await Task.sleep(for: .milliseconds(200))
             let waiting = try RawConnection(port: relay.port)
@@ -73,7 +72,7 @@ import Testing
     }
 
     @Test func aHeadSentAByteAtATimeIsClosedAtTheDeadlineEvenThoughItIsNeverIdle() async throws {
-        try await withTestRelay({ $0.headerTimeout = 1; $0.idleTimeout = 5 }) { relay in
+        try await withTestRelay(configure: { $0.headerTimeout = 1; $0.idleTimeout = 5 }) { relay in
             let slow = try RawConnection(port: relay.port)
             slow.send("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
             var closed = false
@@ -86,7 +85,7 @@ import Testing
     }
 
     @Test func aSocketSilentPastTheIdleTimeoutIsClosedBeforeTheHeadDeadline() async throws {
-        try await withTestRelay({ $0.headerTimeout = 30; $0.idleTimeout = 1 }) { relay in
+        try await withTestRelay(configure: { $0.headerTimeout = 30; $0.idleTimeout = 1 }) { relay in
             let quiet = try RawConnection(port: relay.port)
             quiet.send("GET /healthz HTTP/1.1\r\n")
             #expect(await quiet.receive(attempts: 6) == "", "closed after a second of silence")
@@ -94,7 +93,7 @@ import Testing
     }
 
     @Test func aSubscriptionOutlivesTheDeadlines() async throws {
-        try await withTestRelay({ $0.headerTimeout = 1; $0.idleTimeout = 1 }) { relay in
+        try await withTestRelay(configure: { $0.headerTimeout = 1; $0.idleTimeout = 1 }) { relay in
             let bob = try await relay.signIn("bob")
             let socket = try await TestSocket.subscribed(relay, "bob", session: bob.session)
             try await Task.sleep(for: .seconds(2.5))

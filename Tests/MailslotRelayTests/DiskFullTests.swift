@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import MailslotTestSupport
 import Testing
 @testable import MailslotRelay
 import MailslotWire
@@ -46,7 +47,7 @@ import MailslotWire
     @Test func aFullDiskRefusesCreatesKeepsAcksAndSignInsAndLosesNothing() async throws {
         let ran: Void? = try await Self.withSmallDisk(megabytes: 24) { disk in
             let data = (disk as NSString).appendingPathComponent("data")
-            try await withTestRelay(dataDirectory: data, { configuration in
+            try await withTestRelay(dataDirectory: data, configure: { configuration in
                 configuration.minFreeBytes = 4 * 1024 * 1024
                 configuration.reserveBytes = 2 * 1024 * 1024
                 configuration.createRate = 10_000
@@ -59,7 +60,7 @@ import MailslotWire
                     let answer = try await relay.send(alice.session, to: "bob", id: messageID(n), envelope: randomBytes(64 * 1024))
                     if answer.status == 201 { stored.append(messageID(n)) } else { refusal = answer }
                 }
-                #expect(refusal?.status == 507 && refusal?.code == "storage_full", "\(refusal.map { "\($0.status) \($0.code ?? "")" } ?? "none")")
+                #expect(refusal?.status == 507 && refusal?.problem == .storageFull, "\(refusal.map { "\($0.status) \($0.code ?? "")" } ?? "none")")
                 #expect(Int(refusal?.headers["retry-after"] ?? "") ?? 0 >= 1)
                 #expect(stored.count > 50, "the 24 MiB disk took \(stored.count) envelopes of 64 KiB")
                 let ready = try await relay.call("GET", "/readyz")
@@ -123,7 +124,7 @@ import MailslotWire
     @Test func belowTheWatermarkCreatesAreRefusedAndTheRelayIsNotReadyUntilSpaceReturns() async throws {
         do {
             let free = Atomic<Int64>(1 << 40)
-            try await withTestRelay({ configuration in
+            try await withTestRelay(configure: { configuration in
                 configuration.minFreeBytes = 1 << 20
                 configuration.reserveBytes = 0
                 configuration.diskSpaceProbe = { _ in free.load(ordering: .relaxed) }
@@ -132,7 +133,7 @@ import MailslotWire
                 #expect(try await relay.send(alice.session, to: "bob", id: messageID(1)).status == 201)
                 free.store(1000, ordering: .relaxed)
                 try await Task.sleep(for: .milliseconds(300))
-                #expect(try await relay.send(alice.session, to: "bob", id: messageID(2)).code == "storage_full")
+                #expect(try await relay.send(alice.session, to: "bob", id: messageID(2)).problem == .storageFull)
                 #expect(try await relay.call("GET", "/readyz").status == 503)
                 #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(messageID(1))", session: bob.session).status == 204)
                 free.store(1 << 40, ordering: .relaxed)

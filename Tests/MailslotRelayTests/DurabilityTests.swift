@@ -1,4 +1,5 @@
 import Foundation
+import MailslotTestSupport
 import Testing
 @testable import MailslotRelay
 import MailslotWire
@@ -30,65 +31,66 @@ import MailslotWire
     }
 
     @Test func anAcknowledgedEnvelopeIsGoneFromTheDatabaseFiles() async throws {
-        let relay = try await TestRelay.start()
-        defer { Task { try? await relay.finish() } }
-        let alice = try await relay.signIn("alice").session
-        let bob = try await relay.signIn("bob").session
-        let envelopes = (1...3).map { _ in randomBytes(4096) }
-        for (n, envelope) in envelopes.enumerated() { try await relay.send(alice, to: "bob", id: messageID(n), envelope: envelope) }
+        try await withTestRelay { relay in
+            let alice = try await relay.signIn("alice").session
+            let bob = try await relay.signIn("bob").session
+            let envelopes = (1...3).map { _ in randomBytes(4096) }
+            for (n, envelope) in envelopes.enumerated() { try await relay.send(alice, to: "bob", id: messageID(n), envelope: envelope) }
 
-        // The search does find stored ciphertext (so that it can fail). Bytes 300..<364 are in
-        // the row's own page: a 4 KiB envelope's text also fills overflow pages, and a piece that
-        // straddles two pages is not found.
-        for envelope in envelopes { #expect(try databaseFilesContain(envelope, 300..<364, in: relay.dataDirectory)) }
+            // The search does find stored ciphertext (so that it can fail). Bytes 300..<364 are in
+            // the row's own page: a 4 KiB envelope's text also fills overflow pages, and a piece that
+            // straddles two pages is not found.
+            for envelope in envelopes { #expect(try databaseFilesContain(envelope, 300..<364, in: relay.dataDirectory)) }
 
-        #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(messageID(0))", session: bob).status == 204)
-        #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(messageID(1))", session: alice).status == 204, "unsend")
-        let erased = try await waitUntil {
-            try !databaseFilesContain(envelopes[0], 300..<364, in: relay.dataDirectory)
-                && !databaseFilesContain(envelopes[1], 300..<364, in: relay.dataDirectory)
-        }
-        #expect(erased, "acked and unsent ciphertext is overwritten in the main file and the WAL is truncated")
-        for envelope in envelopes.prefix(2) {
-            for offset in stride(from: 0, to: 4096 - 32, by: 512) {
-                #expect(try !databaseFilesContain(envelope, offset..<offset + 32, in: relay.dataDirectory), "no 32-byte piece remains")
+            #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(messageID(0))", session: bob).status == 204)
+            #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(messageID(1))", session: alice).status == 204, "unsend")
+            let erased = try await waitUntil {
+                try !databaseFilesContain(envelopes[0], 300..<364, in: relay.dataDirectory)
+                    && !databaseFilesContain(envelopes[1], 300..<364, in: relay.dataDirectory)
             }
+            #expect(erased, "acked and unsent ciphertext is overwritten in the main file and the WAL is truncated")
+            for envelope in envelopes.prefix(2) {
+                for offset in stride(from: 0, to: 4096 - 32, by: 512) {
+                    #expect(try !databaseFilesContain(envelope, offset..<offset + 32, in: relay.dataDirectory), "no 32-byte piece remains")
+                }
+            }
+            #expect(try databaseFilesContain(envelopes[2], 300..<364, in: relay.dataDirectory), "the unacked one is still there")
         }
-        #expect(try databaseFilesContain(envelopes[2], 300..<364, in: relay.dataDirectory), "the unacked one is still there")
     }
 
     @Test func anExpiredEnvelopeIsGoneFromTheDatabaseFiles() async throws {
-        let relay = try await TestRelay.start { $0.sweepInterval = 0.1 }
-        defer { Task { try? await relay.finish() } }
-        let alice = try await relay.signIn("alice").session
-        let envelope = randomBytes(2048)
-        try await relay.send(alice, to: "bob", id: messageID(1), envelope: envelope, ttl: 1)
-        #expect(try databaseFilesContain(envelope, 500..<564, in: relay.dataDirectory))
-        try await Task.sleep(for: .seconds(1))
-        #expect(try await waitUntil { try !databaseFilesContain(envelope, 500..<564, in: relay.dataDirectory) })
+        try await withTestRelay(configure: { $0.sweepInterval = 0.1 }) { relay in
+            let alice = try await relay.signIn("alice").session
+            let envelope = randomBytes(2048)
+            try await relay.send(alice, to: "bob", id: messageID(1), envelope: envelope, ttl: 1)
+            #expect(try databaseFilesContain(envelope, 500..<564, in: relay.dataDirectory))
+            try await Task.sleep(for: .seconds(1))
+            #expect(try await waitUntil { try !databaseFilesContain(envelope, 500..<564, in: relay.dataDirectory) })
+        }
     }
 
     @Test func messagesSessionsAndKeysSurviveARestart() async throws {
         let issuer = IdentityKeyPair()
-        let first = try await TestRelay.start(issuer: issuer)
-        let alice = try await first.signIn("alice").session
-        let (bob, bobRefresh) = try await first.signIn("bob")
-        let envelope = randomBytes(512)
-        try await first.send(alice, to: "bob", id: messageID(1), envelope: envelope)
-        let bundle = KeyBundle(uid: "bob", identity: IdentityKeyPair(), mailboxKey: MailboxKeyPair().publicKey)
-        #expect(try await first.call("PUT", "/v1/users/bob/keys", session: bob, body: Data(bundle.encoded())).status == 204)
-        try await first.stop()
+        try await withTestRelay(issuer: issuer) { first in
+            let alice = try await first.signIn("alice").session
+            let (bob, bobRefresh) = try await first.signIn("bob")
+            let envelope = randomBytes(512)
+            try await first.send(alice, to: "bob", id: messageID(1), envelope: envelope)
+            let bundle = KeyBundle(uid: "bob", identity: IdentityKeyPair(), mailboxKey: MailboxKeyPair().publicKey)
+            #expect(try await first.call("PUT", "/v1/users/bob/keys", session: bob, body: Data(bundle.encoded())).status == 204)
+            try await first.stop()
 
-        let second = try await TestRelay.start(issuer: issuer, dataDirectory: first.dataDirectory)
-        defer { Task { try? await second.finish() } }
-        let stored = try await second.call("GET", "/v1/users/bob/messages/\(messageID(1))", session: bob)
-        #expect(stored.status == 200, "the session survived too")
-        #expect(stored.json["envelope"] as? String == Base64URL.encode(envelope))
-        #expect(try KeyBundle.decode(Array(try await second.call("GET", "/v1/users/bob/keys", session: alice).body)) == bundle)
-        #expect(try await second.call("POST", "/v1/sessions/refresh", body: ["refresh": bobRefresh]).status == 201)
-        // The sequence goes on: a new message is listed after the old one.
-        try await second.send(alice, to: "bob", id: messageID(2))
-        let list = try await second.call("GET", "/v1/users/bob/messages", session: try await second.signIn("bob").session)
-        #expect((list.json["messages"] as? [[String: Any]])?.compactMap { $0["id"] as? String } == [messageID(1), messageID(2)])
+            try await withTestRelay(issuer: issuer, dataDirectory: first.dataDirectory) { second in
+                let stored = try await second.call("GET", "/v1/users/bob/messages/\(messageID(1))", session: bob)
+                #expect(stored.status == 200, "the session survived too")
+                #expect(stored.json["envelope"] as? String == Base64URL.encode(envelope))
+                #expect(try KeyBundle.decode(Array(try await second.call("GET", "/v1/users/bob/keys", session: alice).body)) == bundle)
+                #expect(try await second.call("POST", "/v1/sessions/refresh", body: ["refresh": bobRefresh]).status == 201)
+                // The sequence goes on: a new message is listed after the old one.
+                try await second.send(alice, to: "bob", id: messageID(2))
+                let list = try await second.call("GET", "/v1/users/bob/messages", session: try await second.signIn("bob").session)
+                #expect((list.json["messages"] as? [[String: Any]])?.compactMap { $0["id"] as? String } == [messageID(1), messageID(2)])
+            }
+        }
     }
 }

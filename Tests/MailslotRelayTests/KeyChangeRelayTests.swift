@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import MailslotTestSupport
 import MailslotWire
 import Testing
 @testable import MailslotRelay

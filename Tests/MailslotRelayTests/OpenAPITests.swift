@@ -1,4 +1,5 @@
 import Foundation
+import MailslotTestSupport
 import Testing
 @testable import MailslotRelay
 import MailslotWire

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import MailslotTestSupport
 import Testing
 @testable import MailslotRelay
 import MailslotWire
@@ -7,77 +8,77 @@ import MailslotWire
 /// Sign-in with custom tokens, refresh rotation and reuse, sign-out, expiry.
 @Suite struct SessionTests {
     @Test func signInRefreshAndSignOut() async throws {
-        let relay = try await TestRelay.start()
-        defer { Task { try? await relay.finish() } }
-        let first = try await relay.call("POST", "/v1/sessions", body: ["token": try relay.token("alice")])
-        #expect(first.status == 201)
-        #expect(first.json["uid"] as? String == "alice")
-        let session = try #require(first.json["session"] as? String)
-        let refresh = try #require(first.json["refresh"] as? String)
-        #expect(session.hasPrefix("mss_") && refresh.hasPrefix("msr_"))
-        #expect(Timestamp.parse(first.json["expires_at"] as? String ?? "") != nil)
-        #expect(try await relay.call("GET", "/v1/users/alice/messages", session: session).status == 200)
+        try await withTestRelay { relay in
+            let first = try await relay.call("POST", "/v1/sessions", body: ["token": try relay.token("alice")])
+            #expect(first.status == 201)
+            #expect(first.json["uid"] as? String == "alice")
+            let session = try #require(first.json["session"] as? String)
+            let refresh = try #require(first.json["refresh"] as? String)
+            #expect(session.hasPrefix("mss_") && refresh.hasPrefix("msr_"))
+            #expect(Timestamp.parse(first.json["expires_at"] as? String ?? "") != nil)
+            #expect(try await relay.call("GET", "/v1/users/alice/messages", session: session).status == 200)
 
-        // Refresh rotates: a new pair, the old session ends.
-        let second = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": refresh])
-        #expect(second.status == 201)
-        let newSession = try #require(second.json["session"] as? String)
-        let newRefresh = try #require(second.json["refresh"] as? String)
-        #expect(second.json["uid"] as? String == "alice")
-        #expect(newSession != session && newRefresh != refresh)
-        #expect(try await relay.call("GET", "/v1/users/alice/messages", session: session).status == 401)
-        #expect(try await relay.call("GET", "/v1/users/alice/messages", session: newSession).status == 200)
+            // Refresh rotates: a new pair, the old session ends.
+            let second = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": refresh])
+            #expect(second.status == 201)
+            let newSession = try #require(second.json["session"] as? String)
+            let newRefresh = try #require(second.json["refresh"] as? String)
+            #expect(second.json["uid"] as? String == "alice")
+            #expect(newSession != session && newRefresh != refresh)
+            #expect(try await relay.call("GET", "/v1/users/alice/messages", session: session).status == 401)
+            #expect(try await relay.call("GET", "/v1/users/alice/messages", session: newSession).status == 200)
 
-        // Sign-out revokes the family: the session and its refresh token.
-        #expect(try await relay.call("DELETE", "/v1/sessions/current", session: newSession).status == 204)
-        #expect(try await relay.call("GET", "/v1/users/alice/messages", session: newSession).status == 401)
-        let afterSignOut = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": newRefresh])
-        #expect(afterSignOut.status == 401)
-        #expect(afterSignOut.code == "refresh_invalid")
+            // Sign-out revokes the family: the session and its refresh token.
+            #expect(try await relay.call("DELETE", "/v1/sessions/current", session: newSession).status == 204)
+            #expect(try await relay.call("GET", "/v1/users/alice/messages", session: newSession).status == 401)
+            let afterSignOut = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": newRefresh])
+            #expect(afterSignOut.status == 401)
+            #expect(afterSignOut.problem == .refreshInvalid)
+        }
     }
 
     @Test func reusingASpentRefreshTokenRevokesTheWholeFamily() async throws {
-        let relay = try await TestRelay.start()
-        defer { Task { try? await relay.finish() } }
-        let (_, stolen) = try await relay.signIn("alice")
-        let legit = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": stolen])
-        let legitSession = try #require(legit.json["session"] as? String)
-        let legitRefresh = try #require(legit.json["refresh"] as? String)
-        let otherSignIn = try await relay.signIn("alice").session
+        try await withTestRelay { relay in
+            let (_, stolen) = try await relay.signIn("alice")
+            let legit = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": stolen])
+            let legitSession = try #require(legit.json["session"] as? String)
+            let legitRefresh = try #require(legit.json["refresh"] as? String)
+            let otherSignIn = try await relay.signIn("alice").session
 
-        let replay = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": stolen])
-        #expect(replay.status == 401)
-        #expect(replay.code == "refresh_reused")
-        #expect(try await relay.call("GET", "/v1/users/alice/messages", session: legitSession).status == 401, "the family is revoked")
-        #expect(try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": legitRefresh]).status == 401)
-        #expect(try await relay.call("GET", "/v1/users/alice/messages", session: otherSignIn).status == 200, "other sign-ins are untouched")
+            let replay = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": stolen])
+            #expect(replay.status == 401)
+            #expect(replay.problem == .refreshReused)
+            #expect(try await relay.call("GET", "/v1/users/alice/messages", session: legitSession).status == 401, "the family is revoked")
+            #expect(try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": legitRefresh]).status == 401)
+            #expect(try await relay.call("GET", "/v1/users/alice/messages", session: otherSignIn).status == 200, "other sign-ins are untouched")
+        }
     }
 
     @Test func everyTokenRejectionIsA401WithItsReason() async throws {
-        let relay = try await TestRelay.start()
-        defer { Task { try? await relay.finish() } }
-        let stranger = IdentityKeyPair()
-        let now = Date()
-        let cases: [(String, String)] = [
-            (try TokenIssuer(key: stranger, audience: "test.relay").mint(uid: "alice"), "token_unknown_key"),
-            (try TokenIssuer(key: relay.issuer, audience: "other.relay").mint(uid: "alice"), "token_wrong_audience"),
-            (try TokenIssuer(key: relay.issuer, audience: "test.relay").mint(uid: "alice", lifetime: 60, now: now.addingTimeInterval(-120)), "token_expired"),
-            (try TokenIssuer(key: relay.issuer, audience: "test.relay").mint(uid: "alice", now: now.addingTimeInterval(600)), "token_issued_in_future"),
-            (try tampered(relay.token("alice")), "token_bad_signature"),
-            ("v4.local.AAAA", "token_wrong_purpose"),
-            ("v2.public.AAAA", "token_unsupported_version"),
-            ("garbage", "token_malformed"),
-            (String(repeating: "A", count: 5000), "token_oversized"),
-        ]
-        for (token, reason) in cases {
-            let answer = try await relay.call("POST", "/v1/sessions", body: ["token": token])
-            #expect(answer.status == 401, "\(reason)")
-            #expect(answer.code == "invalid_token", "\(reason)")
-            #expect((answer.json["detail"] as? String)?.contains(reason) == true, "\(reason): \(answer.json)")
-            #expect(!String(decoding: answer.body, as: UTF8.self).contains(token.prefix(40)), "the answer never echoes the token")
+        try await withTestRelay { relay in
+            let stranger = IdentityKeyPair()
+            let now = Date()
+            let cases: [(String, String)] = [
+                (try TokenIssuer(key: stranger, audience: "test.relay").mint(uid: "alice"), "token_unknown_key"),
+                (try TokenIssuer(key: relay.issuer, audience: "other.relay").mint(uid: "alice"), "token_wrong_audience"),
+                (try TokenIssuer(key: relay.issuer, audience: "test.relay").mint(uid: "alice", lifetime: 60, now: now.addingTimeInterval(-120)), "token_expired"),
+                (try TokenIssuer(key: relay.issuer, audience: "test.relay").mint(uid: "alice", now: now.addingTimeInterval(600)), "token_issued_in_future"),
+                (try tampered(relay.token("alice")), "token_bad_signature"),
+                ("v4.local.AAAA", "token_wrong_purpose"),
+                ("v2.public.AAAA", "token_unsupported_version"),
+                ("garbage", "token_malformed"),
+                (String(repeating: "A", count: 5000), "token_oversized"),
+            ]
+            for (token, reason) in cases {
+                let answer = try await relay.call("POST", "/v1/sessions", body: ["token": token])
+                #expect(answer.status == 401, "\(reason)")
+                #expect(answer.problem == .invalidToken, "\(reason)")
+                #expect((answer.json["detail"] as? String)?.contains(reason) == true, "\(reason): \(answer.json)")
+                #expect(!String(decoding: answer.body, as: UTF8.self).contains(token.prefix(40)), "the answer never echoes the token")
+            }
+            #expect(try await relay.call("POST", "/v1/sessions", body: ["tok": "x"]).problem == .invalidJSON)
+            #expect(try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": "msr_nope"]).problem == .refreshInvalid)
         }
-        #expect(try await relay.call("POST", "/v1/sessions", body: ["tok": "x"]).code == "invalid_json")
-        #expect(try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": "msr_nope"]).code == "refresh_invalid")
     }
 
     /// The token with one payload character changed (still valid base64url).
@@ -91,24 +92,24 @@ import MailslotWire
 
     @Test func expiredSessionsAreRefused() async throws {
         // Long enough for the first call on a busy machine.
-        let relay = try await TestRelay.start { $0.sessionLifetime = 3 }
-        defer { Task { try? await relay.finish() } }
-        let (session, refresh) = try await relay.signIn("alice")
-        #expect(try await relay.call("GET", "/v1/users/alice/messages", session: session).status == 200)
-        try await Task.sleep(for: .milliseconds(3100))
-        let expired = try await relay.call("GET", "/v1/users/alice/messages", session: session)
-        #expect(expired.status == 401)
-        #expect(expired.code == "session_expired")
-        #expect(try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": refresh]).status == 201, "refresh still works")
+        try await withTestRelay(configure: { $0.sessionLifetime = 3 }) { relay in
+            let (session, refresh) = try await relay.signIn("alice")
+            #expect(try await relay.call("GET", "/v1/users/alice/messages", session: session).status == 200)
+            try await Task.sleep(for: .milliseconds(3100))
+            let expired = try await relay.call("GET", "/v1/users/alice/messages", session: session)
+            #expect(expired.status == 401)
+            #expect(expired.problem == .sessionExpired)
+            #expect(try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": refresh]).status == 201, "refresh still works")
+        }
     }
 
     @Test(arguments: ["Bearer", "Basic abc", "Bearer mss_short", "bearer  ", "Bearer msr_" + String(repeating: "A", count: 43)])
     func malformedAuthorizationIsUnauthenticated(header: String) async throws {
-        let relay = try await TestRelay.start()
-        defer { Task { try? await relay.finish() } }
-        let answer = try await relay.call("GET", "/v1/users/alice/messages", headers: ["Authorization": header])
-        #expect(answer.status == 401)
-        #expect(answer.code == "unauthenticated")
+        try await withTestRelay { relay in
+            let answer = try await relay.call("GET", "/v1/users/alice/messages", headers: ["Authorization": header])
+            #expect(answer.status == 401)
+            #expect(answer.problem == .unauthenticated)
+        }
     }
 }
 

@@ -1,4 +1,5 @@
 import Foundation
+import MailslotTestSupport
 import Testing
 @testable import MailslotAudit
 import MailslotWire
@@ -15,10 +16,8 @@ import MailslotWire
 
         func outcome(_ attack: String, in group: Audit.Group) async -> Audit.Outcome? {
             let run = runs[group] ?? Task {
-                guard let relay = try? await SecurityRelay.start() else { return [] }
-                let outcomes = await relay.audit([group])
-                await relay.finish()
-                return outcomes
+                // A relay that cannot start leaves no outcome: every case of the family then fails.
+                (try? await withSecurityRelay { relay in await relay.audit([group]) }) ?? []
             }
             runs[group] = run
             return await run.value.first { $0.name == attack }

@@ -1,4 +1,5 @@
 import Foundation
+import MailslotTestSupport
 import Testing
 @testable import MailslotAudit
 @testable import MailslotRelay
@@ -7,9 +8,7 @@ import Testing
 /// table fails exactly where the hole is — the audit can fail.
 @Suite struct AuditTests {
     @Test func aFreshRelayPassesTheWholeAudit() async throws {
-        let relay = try await SecurityRelay.start()
-        let outcomes = await relay.audit()
-        await relay.finish()
+        let outcomes = try await withSecurityRelay { relay in await relay.audit() }
         let failed = outcomes.filter { !$0.passed }
         #expect(failed.isEmpty, "\(failed)")
         #expect(outcomes.filter { !$0.skipped }.count >= 40)
@@ -19,12 +18,10 @@ import Testing
     /// The resource checks can fail too: a relay that lets a message arrive in any number of
     /// fragments, or a uid sign in without bound, is caught by the checks made for that.
     @Test func aRelayWithoutItsBoundsFailsTheLimitChecks() async throws {
-        let relay = try await SecurityRelay.start {
+        let outcomes = try await withSecurityRelay(configure: {
             $0.maxFrameFragments = 1_000_000
             $0.maxSessionFamilies = 1_000_000
-        }
-        let outcomes = await relay.audit([.limits])
-        await relay.finish()
+        }) { relay in await relay.audit([.limits]) }
         let failed = Set(outcomes.filter { !$0.passed }.map(\.name))
         #expect(failed == ["limit.fragment-flood", "limit.sign-in-flood-evicts-the-oldest"], "failed: \(failed.sorted())")
     }
@@ -49,9 +46,9 @@ import Testing
 
     @Test(arguments: holes)
     func aHoleInTheRulesFailsTheAudit(_ hole: Hole) async throws {
-        let relay = try await SecurityRelay.start { $0.rules = AccessRules.standard.granting(hole.operation, hole.resource, to: hole.role) }
-        let outcomes = await relay.audit([.rules])
-        await relay.finish()
+        let outcomes = try await withSecurityRelay(configure: {
+            $0.rules = AccessRules.standard.granting(hole.operation, hole.resource, to: hole.role)
+        }) { relay in await relay.audit([.rules]) }
         let failed = Set(outcomes.filter { !$0.passed }.map(\.name))
         #expect(hole.caughtBy.isSubset(of: failed), "failed: \(failed.sorted())")
     }

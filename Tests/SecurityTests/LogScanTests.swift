@@ -8,9 +8,7 @@ import Testing
 @Suite struct LogScanTests {
     @Test func aFullAuditLeavesNoSecretOrIdentifierInTheLog() async throws {
         let log = CapturedLog()
-        let relay = try await SecurityRelay.start(logger: log.logger)
-        let outcomes = await relay.audit()
-        await relay.finish()
+        let outcomes = try await withSecurityRelay(logger: log.logger) { relay in await relay.audit() }
         #expect(outcomes.count >= 40)
         let text = log.text
         #expect(!text.isEmpty, "the capture works")

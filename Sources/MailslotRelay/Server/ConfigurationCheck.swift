@@ -3,6 +3,7 @@ import MailslotWire
 
 /// The start-up check of a configuration: combinations that would run, but unsafely, are refused
 /// with a sentence that says what to change. `mailslot-relay serve` runs it before anything else.
+/// (Values that cannot run at all are ``RelayConfiguration/problems``, which every relay refuses.)
 public enum ConfigurationCheck {
     /// Every unsafe setting of `configuration`, for the operator; empty when it may start.
     /// `developmentKey` is the development issuer key when it is among the trusted ones.
@@ -25,12 +26,6 @@ public enum ConfigurationCheck {
         }
         if let token = configuration.metricsToken, token.utf8.count < 16 {
             problems.append("the metrics token must be at least 16 characters (e.g. `openssl rand -hex 32`).")
-        }
-        if configuration.sessionLifetime > configuration.refreshLifetime {
-            problems.append("the session lifetime (\(configuration.sessionLifetime) s) is longer than the refresh lifetime (\(configuration.refreshLifetime) s).")
-        }
-        if configuration.defaultMessageTTL > configuration.maxMessageTTL {
-            problems.append("the default message lifetime (\(configuration.defaultMessageTTL) s) is longer than the maximum (\(configuration.maxMessageTTL) s).")
         }
         // The folder itself, not a link to it (systemd's StateDirectory with DynamicUser is a link).
         let folder = URL(fileURLWithPath: configuration.dataDirectory).resolvingSymlinksInPath().path

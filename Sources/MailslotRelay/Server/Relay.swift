@@ -22,10 +22,10 @@ public struct Relay: Sendable {
 
     /// Opens (or creates) the store in the configuration's data folder and runs its migrations.
     public init(configuration: RelayConfiguration, logger: Logger) throws {
-        guard !configuration.issuerKeys.isEmpty else { throw RelayConfigurationError("no issuer public key is configured") }
-        guard !configuration.audience.isEmpty else { throw RelayConfigurationError("the audience must not be empty") }
-        guard let durability = Store.Durability(rawValue: configuration.durability) else {
-            throw RelayConfigurationError("durability must be normal or full")
+        try configuration.validate()
+        let durability: Store.Durability = switch configuration.durability {
+        case .normal: .normal
+        case .full: .full
         }
         try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])

@@ -14,17 +14,17 @@ public struct RelayConfiguration: Sendable {
     /// This relay's id: the `aud` its tokens must carry.
     public var audience = Defaults.audience
     /// How commits reach the disk.
-    public var durability = "normal"
+    public var durability = Durability.normal
 
     /// Lifetime of an access session, in seconds.
     public var sessionLifetime: Int64 = 15 * 60
     /// Lifetime of a refresh token, in seconds.
     public var refreshLifetime: Int64 = 30 * 24 * 3600
 
-    /// The largest envelope accepted, in bytes.
+    /// The largest envelope accepted, in bytes: a size class (a power of two from 512 bytes to 1 MiB).
     public var maxEnvelopeBytes = Defaults.maxEnvelopeBytes
-    /// The largest request body, in bytes (an envelope in base64url plus JSON).
-    public var maxBodyBytes = Defaults.maxEnvelopeBytes * 4 / 3 + 4096
+    /// The largest request body, in bytes: the largest envelope in base64url, plus room for the JSON around it.
+    public var maxBodyBytes: Int { maxEnvelopeBytes * 4 / 3 + 4096 }
     /// Default and maximum message lifetime, in seconds.
     public var defaultMessageTTL = Defaults.messageTTL
     public var maxMessageTTL = Defaults.maxMessageTTL
@@ -35,8 +35,8 @@ public struct RelayConfiguration: Sendable {
     public var createBurst: Double = 500
     /// Delivered-but-unacknowledged messages per subscription.
     public var deliveryWindow = Defaults.deliveryWindow
-    /// The largest WebSocket frame accepted, in bytes.
-    public var maxFrameBytes = Defaults.maxEnvelopeBytes * 4 / 3 + 4096
+    /// The largest WebSocket frame accepted, in bytes: a `send` frame with the largest envelope.
+    public var maxFrameBytes: Int { maxEnvelopeBytes * 4 / 3 + 4096 }
     /// The deepest JSON nesting accepted in any request body or frame.
     public var maxJSONDepth = 16
     /// The most concurrent connections (HTTP and WebSocket together).
@@ -89,6 +89,60 @@ public struct RelayConfiguration: Sendable {
 
     /// The defaults.
     public init() {}
+
+    /// How commits reach the disk.
+    public enum Durability: String, Sendable, CaseIterable {
+        /// An answered write survives a crash of the relay process, not of the machine.
+        case normal
+        /// Every commit is fsync'd: an answered write survives a power loss too.
+        case full
+    }
+
+    /// Every value that is out of range, or contradicts another, as a sentence for the operator;
+    /// empty when a relay can run with this configuration.
+    public var problems: [String] {
+        var problems: [String] = []
+        func require(_ condition: Bool, _ problem: @autoclosure () -> String) { if !condition { problems.append(problem()) } }
+        require(!issuerKeys.isEmpty, Self.noIssuerKey)
+        require(!audience.isEmpty, "the audience must not be empty.")
+        require(!dataDirectory.isEmpty, "the data folder must be named.")
+        require((0...65535).contains(port), "the port \(port) is not one from 0 to 65535.")
+        require((Envelope.minimumSize...Envelope.maximumSize).contains(maxEnvelopeBytes) && maxEnvelopeBytes & (maxEnvelopeBytes - 1) == 0,
+                "the largest envelope (\(maxEnvelopeBytes) bytes) must be a size class: a power of two from \(Envelope.minimumSize) to \(Envelope.maximumSize).")
+        require(maxAuthorBytes >= Int64(maxEnvelopeBytes),
+                "an author's stored bytes (\(maxAuthorBytes)) must be at least the largest envelope (\(maxEnvelopeBytes)).")
+        require(sessionLifetime >= 1 && refreshLifetime >= 1, "the session and refresh lifetimes must be at least 1 s.")
+        require(sessionLifetime <= refreshLifetime,
+                "the session lifetime (\(sessionLifetime) s) is longer than the refresh lifetime (\(refreshLifetime) s).")
+        require(defaultMessageTTL >= 1 && maxMessageTTL >= 1, "the message lifetimes must be at least 1 s.")
+        require(defaultMessageTTL <= maxMessageTTL,
+                "the default message lifetime (\(defaultMessageTTL) s) is longer than the maximum (\(maxMessageTTL) s).")
+        require(createRate > 0 && createRate.isFinite && createBurst >= 1 && createBurst.isFinite,
+                "the create rate must be a number above 0 and the burst at least 1.")
+        for (name, value) in [("pending messages per mailbox", maxPendingPerMailbox), ("delivery window", deliveryWindow),
+                              ("connection limit", maxConnections), ("JSON depth", maxJSONDepth), ("frame fragments", maxFrameFragments),
+                              ("sign-ins per user", maxSessionFamilies), ("block list", maxBlockedPerOwner),
+                              ("page size", maxPageBytes), ("concurrent reads", maxConcurrentReads), ("sweep batch", sweepBatch)] {
+            require(value >= 1, "the \(name) must be at least 1, not \(value).")
+        }
+        require(maxDocumentBytes >= 2, "the largest document must be at least 2 bytes ({}), not \(maxDocumentBytes).")
+        for (name, value) in [("header timeout", headerTimeout), ("idle timeout", idleTimeout),
+                              ("session check interval", sessionCheckInterval), ("sweep interval", sweepInterval)] {
+            require(value > 0 && value.isFinite, "the \(name) must be a number of seconds above 0, not \(value).")
+        }
+        require(erasureDelay >= 0 && erasureDelay.isFinite, "the erasure delay must be a number of seconds, not \(erasureDelay).")
+        require(minFreeBytes >= 0 && reserveBytes >= 0, "the free-space watermark and the disk reserve must not be negative.")
+        return problems
+    }
+
+    /// The problem of a configuration that trusts no issuer: `serve` then adds its development key.
+    static let noIssuerKey = "no issuer public key is configured."
+
+    /// Throws ``problems`` (all of them, one sentence each) unless there are none.
+    public func validate() throws {
+        let problems = problems
+        guard problems.isEmpty else { throw RelayConfigurationError(problems.joined(separator: " ")) }
+    }
 
     /// Whether `host` is a loopback address, reachable from this machine only.
     public var listensOnLoopbackOnly: Bool {

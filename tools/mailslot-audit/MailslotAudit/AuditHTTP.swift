@@ -4,11 +4,14 @@ import FoundationNetworking
 #endif
 
 /// The audit's HTTP client: one request at a time as a client would send it, with the answer's
-/// status, headers and body kept for the checks. Bounded: every request times out.
-struct AuditHTTP: Sendable {
-    let base: URL
+/// status, headers and body kept for the checks. Bounded: every request times out. The tests'
+/// HTTP client (`TestRelay` in Tests/Support) is this one too.
+public struct AuditHTTP: Sendable {
+    /// The relay's base URL, `http://host:port`.
+    public let base: URL
 
-    init(base: URL) { self.base = base }
+    /// A client of the relay at `base`.
+    public init(base: URL) { self.base = base }
 
     /// One session for every audit in the process: no cookies, no cache.
     private static let session: URLSession = {
@@ -20,20 +23,26 @@ struct AuditHTTP: Sendable {
     }()
 
     /// What came back.
-    struct Answer: Sendable {
-        let status: Int
-        let headers: [String: String]
-        let body: Data
-        var text: String { String(decoding: body, as: UTF8.self) }
-        var json: [String: Any] { ((try? JSONSerialization.jsonObject(with: body)) as? [String: Any]) ?? [:] }
-        var code: String? { json["code"] as? String }
+    public struct Answer: Sendable {
+        /// The HTTP status.
+        public let status: Int
+        /// The header fields, names in lower case.
+        public let headers: [String: String]
+        /// The body as received.
+        public let body: Data
+        /// The body as text.
+        public var text: String { String(decoding: body, as: UTF8.self) }
+        /// The body as a JSON object (empty when it is not one).
+        public var json: [String: Any] { ((try? JSONSerialization.jsonObject(with: body)) as? [String: Any]) ?? [:] }
+        /// A problem answer's `code`.
+        public var code: String? { json["code"] as? String }
         /// `status code`, for failure messages.
-        var summary: String { "\(status)\(code.map { " \($0)" } ?? "")" }
+        public var summary: String { "\(status)\(code.map { " \($0)" } ?? "")" }
     }
 
     /// One request to `path` (sent as written: percent-escapes are not decoded). `body` is JSON
     /// unless it is `Data` or a `String`, which go as they are.
-    func call(_ method: String, _ path: String, session token: String? = nil, body: Any? = nil,
+    public func call(_ method: String, _ path: String, session token: String? = nil, body: Any? = nil,
               headers: [String: String] = [:]) async throws -> Answer {
         guard let url = URL(string: base.absoluteString.trimmingSuffix("/") + path) else { throw AuditError("bad path \(path)") }
         var request = URLRequest(url: url)

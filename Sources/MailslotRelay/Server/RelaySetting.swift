@@ -1,0 +1,125 @@
+import MailslotWire
+
+/// One setting an operator gives `mailslot-relay serve`, as a flag or as an environment variable,
+/// and how its text sets a ``RelayConfiguration``. ``RelayConfiguration/settings`` lists them all:
+/// `serve` maps its flags through that table and nothing else, and the README's table is checked
+/// against it.
+public struct RelaySetting: Sendable {
+    /// The option, without its dashes: `max-pending`.
+    public let flag: String
+    /// The variable read when the flag is absent: `MAILSLOT_MAX_PENDING`.
+    public let variable: String
+    /// The setting's value in a configuration, written as an operator writes it; nil when unset.
+    public let value: @Sendable (RelayConfiguration) -> String?
+    let apply: @Sendable (inout RelayConfiguration, String) throws -> Void
+
+    /// A setting of text, checked by `apply` (which throws a sentence for the operator).
+    init(_ flag: String, _ variable: String, value: @escaping @Sendable (RelayConfiguration) -> String?,
+         apply: @escaping @Sendable (inout RelayConfiguration, String) throws -> Void) {
+        self.flag = flag
+        self.variable = variable
+        self.value = value
+        self.apply = apply
+    }
+
+    /// A number kept in `keyPath`, at least `minimum`.
+    static func number<T: LosslessStringConvertible & Comparable & Sendable>(
+        _ flag: String, _ variable: String, _ keyPath: WritableKeyPath<RelayConfiguration, T> & Sendable, atLeast minimum: T
+    ) -> RelaySetting {
+        RelaySetting(flag, variable, value: { written($0[keyPath: keyPath]) }) { configuration, text in
+            // Double reads "inf" and "nan" too; neither is a number of seconds or a rate.
+            guard let value = T(text), (value as? Double)?.isFinite ?? true else {
+                throw RelayConfigurationError("--\(flag) (\(variable)) takes a number, not '\(text)'")
+            }
+            guard value >= minimum else { throw RelayConfigurationError("--\(flag) (\(variable)) must be at least \(written(minimum))") }
+            configuration[keyPath: keyPath] = value
+        }
+    }
+
+    /// `100` for 100.0: numbers as an operator types them.
+    static func written<T: LosslessStringConvertible>(_ value: T) -> String {
+        if let double = value as? Double, double == double.rounded(), abs(double) < 1e15 { return String(Int64(double)) }
+        return String(value)
+    }
+}
+
+extension RelayConfiguration {
+    /// Every setting of `mailslot-relay serve`, in the order of the README's table. The minimums
+    /// are those an operator may choose; ``problems`` then refuses what contradicts itself.
+    public static let settings: [RelaySetting] = [
+        RelaySetting("listen", "MAILSLOT_LISTEN", value: { $0.host.contains(":") ? "[\($0.host)]:\($0.port)" : "\($0.host):\($0.port)" }) {
+            configuration, text in
+            guard let colon = text.lastIndex(of: ":"), colon > text.startIndex, let port = Int(text[text.index(after: colon)...]),
+                  (0...65535).contains(port) else {
+                throw RelayConfigurationError("--listen (MAILSLOT_LISTEN) takes HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080")
+            }
+            var host = text[..<colon]
+            if host.hasPrefix("["), host.hasSuffix("]") { host = host.dropFirst().dropLast() }
+            configuration.host = String(host)
+            configuration.port = port
+        },
+        RelaySetting("data", "MAILSLOT_DATA", value: { $0.dataDirectory }) { $0.dataDirectory = $1 },
+        RelaySetting("issuer-public-key", "MAILSLOT_ISSUER_PUBLIC_KEY",
+                     value: { $0.issuerKeys.isEmpty ? nil : $0.issuerKeys.map(\.paserk).joined(separator: ",") }) { configuration, text in
+            // Several keys at once (a rotation): repeated flags, or a comma-separated variable.
+            for key in text.split(separator: ",").map({ $0.trimmingCharacters(in: .whitespaces) }) where !key.isEmpty {
+                do { configuration.issuerKeys.append(try IdentityPublicKey(paserk: key)) } catch {
+                    throw RelayConfigurationError("--issuer-public-key (MAILSLOT_ISSUER_PUBLIC_KEY) takes PASERK k4.public.… keys (mailslot-relay keygen prints one)")
+                }
+            }
+        },
+        RelaySetting("audience", "MAILSLOT_AUDIENCE", value: { $0.audience }) { $0.audience = $1 },
+        RelaySetting("durability", "MAILSLOT_DURABILITY", value: { $0.durability.rawValue }) { configuration, text in
+            guard let durability = Durability(rawValue: text) else {
+                throw RelayConfigurationError("--durability (MAILSLOT_DURABILITY) is normal or full, not '\(text)'")
+            }
+            configuration.durability = durability
+        },
+        RelaySetting("max-envelope-bytes", "MAILSLOT_MAX_ENVELOPE_BYTES", value: { String($0.maxEnvelopeBytes) }) { configuration, text in
+            guard let value = Int(text), (Envelope.minimumSize...Envelope.maximumSize).contains(value), value & (value - 1) == 0 else {
+                throw RelayConfigurationError("""
+                    --max-envelope-bytes (MAILSLOT_MAX_ENVELOPE_BYTES) must be a power of two from \(Envelope.minimumSize) \
+                    to \(Envelope.maximumSize) (an envelope size class), not '\(text)'
+                    """)
+            }
+            configuration.maxEnvelopeBytes = value
+        },
+        .number("max-pending", "MAILSLOT_MAX_PENDING", \.maxPendingPerMailbox, atLeast: 1),
+        .number("create-rate", "MAILSLOT_CREATE_RATE", \.createRate, atLeast: 0.01),
+        .number("create-burst", "MAILSLOT_CREATE_BURST", \.createBurst, atLeast: 1),
+        .number("window", "MAILSLOT_WINDOW", \.deliveryWindow, atLeast: 1),
+        .number("max-connections", "MAILSLOT_MAX_CONNECTIONS", \.maxConnections, atLeast: 1),
+        .number("header-timeout", "MAILSLOT_HEADER_TIMEOUT", \.headerTimeout, atLeast: 1),
+        .number("idle-timeout", "MAILSLOT_IDLE_TIMEOUT", \.idleTimeout, atLeast: 1),
+        .number("max-author-bytes", "MAILSLOT_MAX_AUTHOR_BYTES", \.maxAuthorBytes, atLeast: 1),
+        .number("max-sessions-per-user", "MAILSLOT_MAX_SESSIONS_PER_USER", \.maxSessionFamilies, atLeast: 1),
+        .number("min-free-bytes", "MAILSLOT_MIN_FREE_BYTES", \.minFreeBytes, atLeast: 0),
+        .number("disk-reserve-bytes", "MAILSLOT_DISK_RESERVE_BYTES", \.reserveBytes, atLeast: 0),
+        .number("session-ttl", "MAILSLOT_SESSION_TTL", \.sessionLifetime, atLeast: 60),
+        .number("refresh-ttl", "MAILSLOT_REFRESH_TTL", \.refreshLifetime, atLeast: 60),
+        .number("message-ttl", "MAILSLOT_MESSAGE_TTL", \.defaultMessageTTL, atLeast: 1),
+        .number("max-message-ttl", "MAILSLOT_MAX_MESSAGE_TTL", \.maxMessageTTL, atLeast: 1),
+        .number("max-document-bytes", "MAILSLOT_MAX_DOCUMENT_BYTES", \.maxDocumentBytes, atLeast: 2),
+        .number("sweep-interval", "MAILSLOT_SWEEP_INTERVAL", \.sweepInterval, atLeast: 1),
+        RelaySetting("metrics-token", "MAILSLOT_METRICS_TOKEN", value: { $0.metricsToken }) { $0.metricsToken = $1 },
+    ]
+
+    /// The configuration an operator asked for: each setting from its flag's text in `flags` (keyed
+    /// by ``RelaySetting/flag``), else from its variable in `environment` (an empty variable counts
+    /// as unset), else its default. Throws the first setting whose text is wrong, then every
+    /// ``problems`` of the whole. A flag no setting has is refused.
+    public init(flags: [String: String], environment: [String: String]) throws {
+        self.init()
+        if let unknown = Set(flags.keys).subtracting(Self.settings.map(\.flag)).sorted().first {
+            throw RelayConfigurationError("there is no setting --\(unknown)")
+        }
+        for setting in Self.settings {
+            guard let text = flags[setting.flag] ?? environment[setting.variable].flatMap({ $0.isEmpty ? nil : $0 }) else { continue }
+            try setting.apply(&self, text)
+        }
+        // The development issuer key is `serve`'s to add, so a configuration without one is not
+        // refused here; everything else must hold.
+        let problems = problems.filter { $0 != Self.noIssuerKey }
+        guard problems.isEmpty else { throw RelayConfigurationError(problems.joined(separator: " ")) }
+    }
+}

@@ -1,0 +1,22 @@
+import Foundation
+import MailslotClient
+import MailslotTestSupport
+import MailslotWire
+
+extension TestRelay {
+    /// A client for `uid` with its own database in the test's folder (`profile` names another one
+    /// for the same uid: a reinstall); its token provider mints from the relay's issuer. `url`
+    /// points it elsewhere (a port where nothing listens).
+    func client(_ uid: String, profile: String? = nil, url: URL? = nil) throws -> MailslotClient {
+        let issuer = issuer, audience = audience
+        return try MailslotClient(relay: url ?? self.url, databasePath: "\(folder)/\(profile ?? uid)/client.sqlite") {
+            try TokenIssuer(key: issuer, audience: audience).mint(uid: uid)
+        }
+    }
+
+    /// How many messages wait in `uid`'s mailbox, asked as its owner.
+    func pending(_ uid: String) async throws -> Int {
+        let page = try await call("GET", "/v1/users/\(uid)/messages", session: try await signIn(uid).session)
+        return try page.decoded(MessagePage.self).messages.count
+    }
+}
