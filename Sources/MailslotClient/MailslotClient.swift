@@ -21,6 +21,8 @@ public actor MailslotClient {
     let store: ClientStore
     let tokenProvider: @Sendable () async throws -> String
     let logger: Logger
+    /// Messages being sealed again right now (``resend(_:)``, a flush told of stale keys).
+    var resealing: Set<String> = []
 
     /// A client of the relay at `relay`, keeping its state in the SQLite file at `databasePath`.
     /// `tokenProvider` returns a fresh custom token; it is called to sign in, and again whenever
@@ -49,8 +51,8 @@ public actor MailslotClient {
             throw error
         }
         try await store.saveSession(grant)
-        try await store.erasePreviousKeys()
         try await api.putKeys(identity.bundle(), session: grant.session)
+        try await store.markPublished(identity)
         return grant.uid
     }
 
@@ -127,6 +129,8 @@ public actor MailslotClient {
             try await store.markChanged(uid, offered: bundle)
             throw ClientError.keyChanged(uid)
         }
+        // The relay serves the pinned identity again: a change it showed before is withdrawn.
+        if known.trust == .changed { try await store.withdrawChange(uid) }
         try await store.updateMailboxKey(bundle)
         return try await contact(uid)
     }
@@ -154,7 +158,9 @@ public actor MailslotClient {
     /// learn of the new key from the relay (`409 stale_keys`) and seal to it from then on.
     public func rotateMailboxKey() async throws {
         let rotated = try await store.rotateMailboxKey()
+        // Not published until the relay took it: the next receive or flush tries again.
         try await authorized { try await api.putKeys(rotated.bundle(), session: $0) }
+        try await store.markPublished(rotated)
     }
 
     /// The safety number to compare with `uid`, in twelve groups of five digits.

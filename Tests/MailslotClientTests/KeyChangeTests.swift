@@ -109,16 +109,123 @@ import Testing
             let longAgo = Date().timeIntervalSince1970 - ClientStore.previousKeyLifetime - 60
             #expect(try await bob.store.rotateMailboxKey(now: longAgo).previousMailboxes.count == 1, "kept, as seen then")
             #expect(try await bob.store.identity()?.previousMailboxes.isEmpty == true, "and past its lifetime now")
-            try await bob.signIn()  // publishes the new key, and erases what is past its lifetime
-            let left = try await bob.store.pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM previous_mailbox_keys") }
-            #expect(left == 0, "the expired secret key is erased, not only ignored")
+            try await bob.signIn()  // publishes the new key
             // ...so the message does not open, and its author is told.
             #expect(try await bob.receive().isEmpty)
+            let left = try await bob.store.pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM previous_mailbox_keys") }
+            #expect(left == 0, "the expired secret key is erased (before the receive), not only ignored")
             #expect(try await bob.rejected().map(\.reason) == ["envelope_cannot_decrypt"])
             _ = try await alice.receive()
             #expect(try await alice.outgoing().first { $0.id == id }?.state == .undelivered)
             guard case .sent = try await alice.resend(id) else { Issue.record("not resent"); return }
             #expect(try await bob.receive().map(\.id) == [id], "resent to the current key without any trust: the identity is the same")
+        }
+    }
+
+    @Test func theNoticeWaitsForTheAckAndAResendTakesBackACopyStillOnTheRelay() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            guard case .sent(let id) = try await alice.send(text: "before the reinstall", to: "bob") else { Issue.record("not sent"); return }
+            let newBob = try relay.client("bob", profile: "bob-2")
+            try await newBob.signIn()
+
+            // The new device rejects the message and queues a notice — but its ack is lost.
+            let me = try await newBob.identity()
+            let page = try await newBob.authorized { try await newBob.api.list("bob", after: nil, session: $0) }
+            let record = try #require(page.messages.first)
+            let notice = try #require(try await newBob.accept(record, as: me).notice)
+            #expect(try await newBob.flush(now: Date().addingTimeInterval(86_400)) == 1, "unreleased: not sent before the ack")
+            #expect(try await alice.receive().isEmpty)
+            #expect(try await alice.outgoing().first { $0.id == id }?.state == .sent)
+
+            // Delivered again: the same notice (not a second one) is released after this ack.
+            #expect(try await newBob.receive().isEmpty)
+            #expect(try await newBob.outgoing().map(\.id) == [notice.id])
+            #expect(try await newBob.outgoing().first?.state == .sent)
+            _ = try await alice.receive()
+            #expect(try await alice.outgoing().first { $0.id == id }?.state == .undelivered)
+            #expect(try await relay.pending("bob") == 0)
+
+            // Had the old copy still been waiting, the resend takes it back first: resend once
+            // more after putting it back as alice's old client would have left it.
+            try await alice.trust("bob")
+            guard case .sent = try await alice.resend(id) else { Issue.record("not resent"); return }
+            #expect(try await newBob.receive().map(\.message.payload.text) == ["before the reinstall"])
+        }
+    }
+
+    @Test func aResendWhileTheUnreadableCopyStillWaitsIsNotAConflict() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            guard case .sent(let id) = try await alice.send(text: "still waiting", to: "bob") else { Issue.record("not sent"); return }
+            let newBob = try relay.client("bob", profile: "bob-2")
+            try await newBob.signIn()
+            // The notice leaves before the ack (as if the ack had failed after it): the old copy waits.
+            let me = try await newBob.identity()
+            let page = try await newBob.authorized { try await newBob.api.list("bob", after: nil, session: $0) }
+            let record = try #require(page.messages.first)
+            let notice = try #require(try await newBob.accept(record, as: me).notice)
+            await newBob.notify(notice)
+            #expect(try await relay.pending("bob") == 1, "not acknowledged")
+            _ = try await alice.receive()
+            try await alice.trust("bob")
+            guard case .sent = try await alice.resend(id) else { Issue.record("the resend must take the old copy back, not be refused"); return }
+            #expect(try await newBob.receive().map(\.message.payload.text) == ["still waiting"])
+            #expect(try await alice.outgoing().first { $0.id == id }?.state == .sent)
+        }
+    }
+
+    @Test func aSenderOfUnopenableEnvelopesGetsABoundedNumberOfNotices() async throws {
+        try await withTestRelay { relay in
+            let bob = try relay.client("bob"), mallory = try relay.client("mallory")
+            try await bob.signIn()
+            try await mallory.signIn()
+            _ = try await bob.contact("mallory")
+            // Mallory's keys change, so bob's notices cannot go out: they wait, held.
+            try await relay.client("mallory", profile: "mallory-2").signIn()
+            let session = try await relay.signIn("mallory").session
+            for n in 1...12 { #expect(try await relay.send(session, to: "bob", id: messageID(n)).status == 201) }
+            #expect(try await bob.receive().isEmpty)
+            #expect(try await bob.rejected().count == 12)
+            let notices = try await bob.outgoing().filter { $0.recipient == "mallory" }
+            #expect(notices.count == ClientStore.maxWaitingNotices, "at most this many wait for one author")
+            #expect(notices.allSatisfy { $0.state == .held })
+            #expect(try await relay.pending("bob") == 0, "every message acknowledged all the same")
+        }
+    }
+
+    @Test func aRotationThatCouldNotBePublishedIsPublishedAtTheNextReceive() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            let offline = try relay.client("bob", url: URL(string: "http://127.0.0.1:1")!)
+            await #expect(throws: ClientError.self) { try await offline.rotateMailboxKey() }
+            // The relay still serves the old key; a message sealed to it still opens (kept key)...
+            guard case .sent = try await alice.send(text: "to the old key", to: "bob") else { Issue.record("not sent"); return }
+            #expect(try await bob.receive().map(\.message.payload.text) == ["to the old key"])
+            // ...and that receive published the new one.
+            let current = try #require(try await bob.store.identity()).mailbox.publicKey
+            #expect(try await alice.refreshKeys(of: "bob").mailboxKey == current)
+        }
+    }
+
+    @Test func aChangeTheRelayTakesBackIsWithdrawn() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            _ = try await alice.contact("bob")
+            try await relay.client("bob", profile: "bob-2").signIn()
+            await #expect(throws: ClientError.keyChanged("bob")) { try await alice.refreshKeys(of: "bob") }
+            try await bob.signIn()  // the first device publishes its keys again
+            #expect(try await alice.refreshKeys(of: "bob").trust == .pinned)
+            guard case .sent = try await alice.send(text: "back", to: "bob") else { Issue.record("not sent"); return }
+            #expect(try await bob.receive().map(\.message.payload.text) == ["back"])
         }
     }
 

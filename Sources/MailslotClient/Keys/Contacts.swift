@@ -73,6 +73,15 @@ extension ClientStore {
         }
     }
 
+    /// Takes back a change the relay no longer shows (it serves the pinned identity key again):
+    /// the contact is pinned again, the keys it offered forgotten.
+    func withdrawChange(_ uid: String) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE contacts SET trust = 'pinned', offered_bundle = NULL, updated_at = ? WHERE uid = ? AND trust = 'changed'",
+                           arguments: [Date().timeIntervalSince1970, uid])
+        }
+    }
+
     /// Trusts the contact: a changed contact takes its offered keys; any contact becomes verified.
     func trust(_ uid: String) async throws -> Contact? {
         try await pool.write { db in

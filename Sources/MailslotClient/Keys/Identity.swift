@@ -76,18 +76,43 @@ extension ClientStore {
             guard let old = MailboxKeyPair(secretKey: SecretBytes(copying: oldSecret)) else { throw ClientError.notSignedIn }
             try db.execute(sql: "INSERT OR REPLACE INTO previous_mailbox_keys (public_key, secret_key, retired_at) VALUES (?, ?, ?)",
                            arguments: [Data(old.publicKey.bytes), oldSecret, now])
-            try db.execute(sql: "UPDATE identity SET mailbox_secret = ? WHERE id = 1", arguments: [freshSecret])
+            try db.execute(sql: "UPDATE identity SET mailbox_secret = ?, published = 0 WHERE id = 1", arguments: [freshSecret])
         }
         try await erasePreviousKeys(now: now)
         guard let rotated = try await identity(now: now) else { throw ClientError.notSignedIn }
         return rotated
     }
 
-    /// Erases the previous mailbox keys that are past their lifetime at `now` (the database overwrites
-    /// deleted rows: `secure_delete`).
-    func erasePreviousKeys(now: Double = Date().timeIntervalSince1970) async throws {
+    /// Erases the previous mailbox keys that are past their lifetime at `now` (the database
+    /// overwrites deleted rows: `secure_delete`); returns how many.
+    @discardableResult
+    func erasePreviousKeys(now: Double = Date().timeIntervalSince1970) async throws -> Int {
         try await pool.write { db in
             try db.execute(sql: "DELETE FROM previous_mailbox_keys WHERE retired_at <= ?", arguments: [now - Self.previousKeyLifetime])
+            return db.changesCount
+        }
+    }
+
+    /// Copies the WAL into the database and truncates it, so that erased rows leave no older copy
+    /// in the WAL file either.
+    func checkpoint() async throws {
+        try await pool.writeWithoutTransaction { db in _ = try db.checkpoint(.truncate) }
+    }
+
+    /// Whether the relay was given `identity`'s current mailbox key.
+    func isPublished(_ identity: Identity) async throws -> Bool {
+        try await pool.read { db in
+            try Bool.fetchOne(db, sql: "SELECT published FROM identity WHERE id = 1 AND mailbox_secret = ?",
+                              arguments: [identity.mailbox.secretKey.withUnsafeBytes { Data($0) }]) ?? false
+        }
+    }
+
+    /// Records that the relay took `identity`'s bundle — only if its mailbox key is still the
+    /// current one (a rotation meanwhile stays unpublished).
+    func markPublished(_ identity: Identity) async throws {
+        let secret = identity.mailbox.secretKey.withUnsafeBytes { Data($0) }
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE identity SET published = 1 WHERE id = 1 AND mailbox_secret = ?", arguments: [secret])
         }
     }
 }

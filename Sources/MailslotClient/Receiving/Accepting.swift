@@ -11,8 +11,9 @@ extension MailslotClient {
     struct Accepted: Sendable {
         /// The message to show (stored, or a typing indicator); nil when it was rejected or known.
         var message: ReceivedMessage?
-        /// A notice to the author that the message did not open, queued in the outbox: sent after
-        /// the acknowledgement, so that the author's resend finds the old copy erased.
+        /// A notice to the author that the message did not open, waiting unreleased in the outbox:
+        /// released and sent only after the acknowledgement (``notify(_:)``), so that the author's
+        /// resend finds the old copy erased.
         var notice: ClientStore.Queued?
     }
 
@@ -20,6 +21,7 @@ extension MailslotClient {
     /// then acknowledges it so the relay erases it. Returns the newly stored messages.
     public func receive() async throws -> [ReceivedMessage] {
         let me = try await identity()
+        await keepKeysCurrent()
         var received: [ReceivedMessage] = []
         var cursor: String?
         repeat {
@@ -28,7 +30,7 @@ extension MailslotClient {
                 let accepted = try await accept(record, as: me)
                 if let message = accepted.message { received.append(message) }
                 try await authorized { try await api.delete(owner: me.uid, id: record.id, session: $0) }
-                if let notice = accepted.notice { _ = await deliver(notice) }
+                if let notice = accepted.notice { await notify(notice) }
             }
             cursor = page.next
         } while cursor != nil
@@ -47,8 +49,10 @@ extension MailslotClient {
         let opened: OpenedEnvelope
         do { opened = try await open(envelope, id: record.id, as: me) } catch {
             try await store.storeRejected(id: record.id, author: record.author, reason: error.code)
-            guard error == .cannotDecrypt, !(try await store.noticeQueued(for: record.id)) else { return Accepted() }
-            return Accepted(notice: await queueUnreadableNotice(for: record, as: me))
+            guard error == .cannotDecrypt else { return Accepted() }
+            // Delivered again (its ack was lost): the notice queued the first time, still waiting.
+            if try await store.hasNotice(for: record.id) { return Accepted(notice: try await store.waitingNotice(for: record.id)) }
+            return Accepted(notice: try await queueUnreadableNotice(for: record, as: me))
         }
         guard opened.sender == record.author else {
             try await store.storeRejected(id: record.id, author: record.author, reason: "author_mismatch")
@@ -90,20 +94,39 @@ extension MailslotClient {
         }
     }
 
-    /// Seals an `unreadable` receipt for the author of `record` and queues it (held when the
-    /// author's own key changed; not at all when the author has no keys to seal to).
-    private func queueUnreadableNotice(for record: MessageRecord, as me: Identity) async -> ClientStore.Queued? {
+    /// Seals an `unreadable` receipt for the author of `record` and stores it, unreleased, in the
+    /// outbox (held when the author's own key changed). Nil when there is nobody to tell (the
+    /// author has no usable keys) or the author has enough notices waiting. Any other failure
+    /// (the relay unreachable, busy) is thrown: the message is then not acknowledged, and comes
+    /// again, so its author is not left uninformed.
+    private func queueUnreadableNotice(for record: MessageRecord, as me: Identity) async throws -> ClientStore.Queued? {
         let notice = ChatMessage(type: .receipt, sender: Sender(id: me.uid),
                                  payload: Payload(receipt: Receipt(kind: .unreadable, messageIDs: [record.id])),
                                  timestamp: Int64(Date().timeIntervalSince1970 * 1000))
         let id = MessageID.generate()
+        let sealed: ClientStore.Sealed?
         do {
-            let enqueued = try await enqueue(notice, id: id, to: record.author, as: me)
-            try await store.recordNotice(id, for: record.id)
-            if case .queued(let queued) = enqueued { return queued }
-        } catch {
-            logger.info("cannot tell the author that a message did not open", metadata: ["id": "\(record.id)", "error": "\(Self.describe(error))"])
+            sealed = try seal(notice, id: id, as: me, to: try await contact(record.author))
+        } catch ClientError.keyChanged {
+            sealed = nil  // held until the user trusts the author's new key
+        } catch let error as ClientError {
+            switch error {
+            case .noKeys, .invalidKeys, .cannotSeal, .invalidUID:
+                logger.info("cannot tell the author that a message did not open", metadata: ["id": "\(record.id)", "error": "\(Self.describe(error))"])
+                return nil
+            default: throw error
+            }
         }
-        return nil
+        let body = try notice.encoded()
+        guard try await store.enqueueNotice(notice, noticeID: id, for: record.id, to: record.author, body: body, sealed: sealed) else {
+            return nil
+        }
+        return sealed.map { ClientStore.Queued(id: id, recipient: record.author, sealed: $0) }
+    }
+
+    /// Releases a notice once the message it speaks of was acknowledged, and sends it.
+    func notify(_ notice: ClientStore.Queued) async {
+        try? await store.release(notice.id)
+        _ = await deliver(notice)
     }
 }

@@ -44,6 +44,7 @@ extension MailslotClient {
             var reason = "closed by the relay"
             do {
                 onState(.connecting)
+                await keepKeysCurrent()
                 let me = try await identity()
                 let session = try await session()
                 var headers = HTTPFields()
@@ -63,7 +64,7 @@ extension MailslotClient {
                         // Acknowledged only now, after the store: the relay erases it.
                         let ack = String(decoding: try JSONEncoder().encode(ClientFrame.ack(record.id)), as: UTF8.self)
                         try await outbound.write(.text(ack))
-                        if let notice = accepted.notice { _ = await self.deliver(notice) }
+                        if let notice = accepted.notice { await self.notify(notice) }
                     }
                 }
                 failures = 0

@@ -35,6 +35,7 @@ extension MailslotClient {
     /// Retries every queued message that is due; returns how many are still queued.
     @discardableResult
     public func flush(now: Date = Date()) async throws -> Int {
+        await keepKeysCurrent()
         for queued in try await store.due(now: now.timeIntervalSince1970) {
             _ = await deliver(queued)
         }
@@ -45,19 +46,44 @@ extension MailslotClient {
     public func outgoing() async throws -> [OutgoingMessage] { try await store.outgoing() }
 
     /// Sends message `id` again, under the same id, sealed to the recipient's current keys: one
-    /// the recipient could not open (``OutgoingMessage/State/undelivered``) or one held for a key
-    /// change. Throws ``ClientError/keyChanged(_:)`` while the recipient's new key is not trusted.
+    /// the recipient could not open (``OutgoingMessage/State/undelivered``), one held for a key
+    /// change, or one refused because the recipient had no keys at the time. Throws
+    /// ``ClientError/keyChanged(_:)`` while the recipient's new key is not trusted.
     @discardableResult
     public func resend(_ id: String) async throws -> SendOutcome {
         // Not a queued one: its envelope may be stored already (an answer lost), and another
         // envelope under its id would be refused as a conflict. `flush` retries those.
-        guard let stored = try await store.outgoingBody(id), [.undelivered, .held].contains(stored.state) else {
+        guard let stored = try await store.outgoingBody(id),
+              stored.state == .undelivered || stored.state == .held
+                || (stored.state == .refused && stored.lastError == ProblemCode.staleKeys.rawValue),
+              resealing.insert(id).inserted else {
             throw ClientError.notResendable(id)
         }
+        defer { resealing.remove(id) }
         let contact = try await contact(stored.recipient)
         let sealed = try seal(try decodeStored(stored.body), id: id, as: try await identity(), to: contact)
+        if stored.state == .undelivered {
+            // The copy that did not open may still wait on the relay (its recipient has not
+            // acknowledged it yet): taken back first, as its author may, or the new envelope under
+            // its id would be a conflict. Refused (403) when it is gone already.
+            _ = try? await authorized { try await api.delete(owner: stored.recipient, id: id, session: $0) }
+        }
         try await store.requeue(id, sealed: sealed)
-        return try await outcome(of: deliver(.init(id: id, recipient: stored.recipient, sealed: sealed)))
+        return try outcome(of: await deliver(.init(id: id, recipient: stored.recipient, sealed: sealed, resealed: true), sealing: true))
+    }
+
+    /// Publishes this device's mailbox key if the relay may not have it (a rotation whose
+    /// publication failed), and erases previous mailbox keys past their lifetime. Best effort:
+    /// called before each receive and flush, it must not stop them.
+    func keepKeysCurrent() async {
+        do {
+            if try await store.erasePreviousKeys() > 0 { try await store.checkpoint() }
+            guard let me = try await store.identity(), try await !store.isPublished(me) else { return }
+            try await authorized { try await api.putKeys(me.bundle(), session: $0) }
+            try await store.markPublished(me)
+        } catch {
+            logger.info("could not bring the published keys up to date", metadata: ["error": "\(Self.describe(error))"])
+        }
     }
 
     // MARK: The outbox
@@ -116,8 +142,8 @@ extension MailslotClient {
 
     /// One try to hand a queued message to the relay. Stale keys are fetched again and the
     /// message sealed again at most `reseals` times in a row (keys that change faster than that
-    /// leave it queued for a later try).
-    func deliver(_ queued: ClientStore.Queued, reseals: Int = 2) async -> Delivery {
+    /// leave it queued for a later try). `sealing`: the caller holds the message in ``resealing``.
+    func deliver(_ queued: ClientStore.Queued, reseals: Int = 2, sealing: Bool = false) async -> Delivery {
         do {
             _ = try await authorized {
                 try await api.send(to: queued.recipient, id: queued.id, envelope: queued.sealed.envelope,
@@ -126,7 +152,11 @@ extension MailslotClient {
             try await store.markSent(queued.id)
             return .done(.sent(id: queued.id))
         } catch ClientError.relay(let problem) where problem.code == .staleKeys && reseals > 0 {
-            return await resealForCurrentKeys(queued, reseals: reseals - 1)
+            return await resealForCurrentKeys(queued, reseals: reseals - 1, sealing: sealing)
+        } catch ClientError.relay(let problem) where problem.code == .conflict && queued.resealed {
+            // The copy sealed to the old keys is still on the relay: once its recipient has
+            // acknowledged it (or it expired), this one goes in.
+            return await retryLater(queued.id, ClientError.relay(problem))
         } catch ClientError.relay(let problem) where Self.isFinal(problem) {
             try? await store.markRefused(queued.id, error: problem.code.rawValue)
             return .done(.refused(id: queued.id, reason: problem.code.rawValue))
@@ -136,14 +166,21 @@ extension MailslotClient {
     }
 
     /// The relay said the recipient publishes other keys now: fetch them and seal again.
-    private func resealForCurrentKeys(_ queued: ClientStore.Queued, reseals: Int) async -> Delivery {
+    private func resealForCurrentKeys(_ queued: ClientStore.Queued, reseals: Int, sealing: Bool) async -> Delivery {
+        // One reseal of a message at a time (a flush and a resend may meet at an await): two
+        // envelopes under one id would have the relay refuse one as a conflict.
+        if !sealing {
+            guard resealing.insert(queued.id).inserted else { return .done(.queued(id: queued.id, reason: ProblemCode.staleKeys.rawValue)) }
+        }
+        defer { if !sealing { resealing.remove(queued.id) } }
         do {
             let contact = try await refreshKeys(of: queued.recipient)
             guard let stored = try await store.outgoingBody(queued.id) else { throw ClientError.notResendable(queued.id) }
             let sealed = try seal(try decodeStored(stored.body), id: queued.id, as: try await identity(), to: contact)
             try await store.requeue(queued.id, sealed: sealed)
             logger.info("the recipient's keys changed; sealed again", metadata: ["id": "\(queued.id)"])
-            return await deliver(.init(id: queued.id, recipient: queued.recipient, sealed: sealed), reseals: reseals)
+            return await deliver(.init(id: queued.id, recipient: queued.recipient, sealed: sealed, resealed: true), reseals: reseals,
+                                 sealing: true)
         } catch ClientError.keyChanged {
             try? await store.markHeld(queued.id, error: ClientError.keyChangedCode)
             return .held(recipient: queued.recipient)

@@ -81,17 +81,58 @@ extension ClientStore {
         }
     }
 
-    /// Whether the author of unopenable message `id` was already sent a notice (once is enough).
-    func noticeQueued(for id: String) async throws -> Bool {
+    /// The most notices that may wait unsent for one author: someone who sends envelopes nobody can
+    /// open gets at most this many answers, however many it sends.
+    static let maxWaitingNotices = 8
+
+    /// Until the message it speaks of is acknowledged, a notice waits unreleased: never due.
+    static let unreleased = Double(Int64.max)
+
+    /// Whether message `id`, rejected as unopenable, already has its notice (once is enough).
+    func hasNotice(for id: String) async throws -> Bool {
         try await pool.read { db in
             try Bool.fetchOne(db, sql: "SELECT 1 FROM rejected WHERE id = ? AND notice_id IS NOT NULL", arguments: [id]) ?? false
         }
     }
 
-    /// Records that notice `noticeID` (in the outbox) tells the author of `id` it did not open.
-    func recordNotice(_ noticeID: String, for id: String) async throws {
+    /// The notice about message `id`, while it still waits to be sent.
+    func waitingNotice(for id: String) async throws -> Queued? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: """
+                SELECT sent.id, sent.recipient, sent.envelope, sent.key_id, sent.resealed FROM rejected JOIN sent ON sent.id = rejected.notice_id
+                WHERE rejected.id = ? AND sent.state = 'queued'
+                """, arguments: [id]).map(Self.queued(from:))
+        }
+    }
+
+    /// Stores notice `notice` (sealed, or held unsealed) for rejected message `id`, unreleased, in
+    /// one transaction with the record that `id` has its notice — unless it has one already or
+    /// its author has ``maxWaitingNotices`` waiting. Returns whether it was stored.
+    func enqueueNotice(_ notice: ChatMessage, noticeID: String, for id: String, to author: String, body: [UInt8],
+                       sealed: Sealed?) async throws -> Bool {
         try await pool.write { db in
+            guard try Bool.fetchOne(db, sql: "SELECT 1 FROM rejected WHERE id = ? AND notice_id IS NULL", arguments: [id]) == true else {
+                return false
+            }
+            let waiting = try Int.fetchOne(db, sql: """
+                SELECT count(*) FROM rejected JOIN sent ON sent.id = rejected.notice_id
+                WHERE sent.recipient = ? AND sent.state IN ('queued', 'held')
+                """, arguments: [author]) ?? 0
+            guard waiting < Self.maxWaitingNotices else { return false }
+            try db.execute(sql: """
+                INSERT INTO sent (id, recipient, type, body, envelope, key_id, state, next_attempt_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [noticeID, author, notice.type.rawValue, Data(body), sealed.map { Data($0.envelope) }, sealed?.keyID,
+                                 sealed == nil ? OutgoingMessage.State.held.rawValue : OutgoingMessage.State.queued.rawValue,
+                                 Self.unreleased, Date().timeIntervalSince1970])
             try db.execute(sql: "UPDATE rejected SET notice_id = ? WHERE id = ?", arguments: [noticeID, id])
+            return true
+        }
+    }
+
+    /// Makes notice `noticeID` due now: the message it speaks of was acknowledged.
+    func release(_ noticeID: String) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE sent SET next_attempt_at = 0 WHERE id = ? AND next_attempt_at = ?", arguments: [noticeID, Self.unreleased])
         }
     }
 
@@ -144,6 +185,8 @@ extension ClientStore {
         let id: String
         let recipient: String
         let sealed: Sealed
+        /// Sealed again under its id: an older copy may still wait on the relay.
+        var resealed = false
     }
 
     /// Puts a message in the outbox: queued with its envelope, or held (no envelope) while the
@@ -162,21 +205,21 @@ extension ClientStore {
     func due(now: Double) async throws -> [Queued] {
         try await pool.read { db in
             try Row.fetchAll(db, sql: """
-                SELECT id, recipient, envelope, key_id FROM sent WHERE state = 'queued' AND next_attempt_at <= ? ORDER BY id
+                SELECT id, recipient, envelope, key_id, resealed FROM sent WHERE state = 'queued' AND next_attempt_at <= ? ORDER BY id
                 """, arguments: [now]).map(Self.queued(from:))
         }
     }
 
     private static func queued(from row: Row) -> Queued {
         Queued(id: row["id"], recipient: row["recipient"],
-               sealed: Sealed(envelope: Array((row["envelope"] as Data?) ?? Data()), keyID: row["key_id"]))
+               sealed: Sealed(envelope: Array((row["envelope"] as Data?) ?? Data()), keyID: row["key_id"]), resealed: row["resealed"])
     }
 
-    /// The signed body of sent message `id` and its recipient, to seal it again.
-    func outgoingBody(_ id: String) async throws -> (recipient: String, body: [UInt8], state: OutgoingMessage.State)? {
+    /// The signed body of sent message `id`, its recipient, where it stands and why, to seal it again.
+    func outgoingBody(_ id: String) async throws -> (recipient: String, body: [UInt8], state: OutgoingMessage.State, lastError: String?)? {
         try await pool.read { db in
-            try Row.fetchOne(db, sql: "SELECT recipient, body, state FROM sent WHERE id = ?", arguments: [id]).map {
-                ($0["recipient"], Array($0["body"] as Data), OutgoingMessage.State(rawValue: $0["state"]) ?? .queued)
+            try Row.fetchOne(db, sql: "SELECT recipient, body, state, last_error FROM sent WHERE id = ?", arguments: [id]).map {
+                ($0["recipient"], Array($0["body"] as Data), OutgoingMessage.State(rawValue: $0["state"]) ?? .queued, $0["last_error"])
             }
         }
     }
@@ -192,7 +235,7 @@ extension ClientStore {
     func requeue(_ id: String, sealed: Sealed) async throws {
         try await pool.write { db in
             try db.execute(sql: """
-                UPDATE sent SET state = 'queued', envelope = ?, key_id = ?, next_attempt_at = 0, last_error = NULL WHERE id = ?
+                UPDATE sent SET state = 'queued', envelope = ?, key_id = ?, resealed = 1, next_attempt_at = 0, last_error = NULL WHERE id = ?
                 """, arguments: [Data(sealed.envelope), sealed.keyID, id])
         }
     }

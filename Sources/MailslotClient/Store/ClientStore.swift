@@ -81,15 +81,19 @@ final class ClientStore: Sendable {
                 ) WITHOUT ROWID;
                 """)
         }
-        // Keys that stay current (spec/protocol.md §stale keys): the outbox remembers which of the
+        // Keys that stay current (spec/envelope.md §4.2): the outbox remembers which of the
         // recipient's keys an envelope was sealed to, and two more states — 'held' (the recipient's
         // identity key changed: waits for `trust`, no envelope yet) and 'undelivered' (the recipient
         // said it could not open it: shown, and sent again by `resend`). Mailbox secret keys
         // replaced by a rotation are kept for the longest message lifetime, so messages sealed to
-        // them before the rotation still open.
+        // them before the rotation still open. `identity.published` (from v1, unused until now)
+        // says whether the relay has been given the current mailbox key.
         migrator.registerMigration("v2: key ids, held and undelivered messages, previous mailbox keys") { db in
             try db.execute(sql: """
                 ALTER TABLE sent ADD COLUMN key_id TEXT;
+                -- Sealed again under its id (to new keys): a conflict then means an older copy is
+                -- still on the relay, to be waited out, not a refusal.
+                ALTER TABLE sent ADD COLUMN resealed INTEGER NOT NULL DEFAULT 0;
                 -- For a message that did not open: the id of the notice that told its author.
                 ALTER TABLE rejected ADD COLUMN notice_id TEXT;
                 CREATE TABLE previous_mailbox_keys (
