@@ -78,6 +78,7 @@ import Testing
             (["no-such-setting": "1"], "there is no setting --no-such-setting"),
             (["session-ttl": "7200", "refresh-ttl": "3600"], "the session lifetime (7200 s) is longer than the refresh lifetime (3600 s)"),
             (["message-ttl": "7200", "max-message-ttl": "3600"], "the default message lifetime (7200 s) is longer than the maximum (3600 s)"),
+            (["max-message-ttl": "2592001"], "the longest message lifetime (2592001 s) is over 2592000 s (30 days)"),
             (["max-envelope-bytes": "1048576", "max-author-bytes": "65536"], "must be at least the largest envelope"),
         ]
         for (flags, sentence) in refused {

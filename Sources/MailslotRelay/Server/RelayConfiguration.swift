@@ -117,6 +117,10 @@ public struct RelayConfiguration: Sendable {
         require(defaultMessageTTL >= 1 && maxMessageTTL >= 1, "the message lifetimes must be at least 1 s.")
         require(defaultMessageTTL <= maxMessageTTL,
                 "the default message lifetime (\(defaultMessageTTL) s) is longer than the maximum (\(maxMessageTTL) s).")
+        // Clients keep a replaced mailbox key for this long and a day (spec/envelope.md §4.2): a
+        // message that lived longer could be sealed to a key its recipient has erased.
+        require(maxMessageTTL <= Defaults.maxMessageTTL,
+                "the longest message lifetime (\(maxMessageTTL) s) is over \(Defaults.maxMessageTTL) s (30 days), how long clients keep a replaced mailbox key.")
         require(createRate > 0 && createRate.isFinite && createBurst >= 1 && createBurst.isFinite,
                 "the create rate must be a number above 0 and the burst at least 1.")
         for (name, value) in [("pending messages per mailbox", maxPendingPerMailbox), ("delivery window", deliveryWindow),
