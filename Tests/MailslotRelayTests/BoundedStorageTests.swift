@@ -39,7 +39,7 @@ import MailslotWire
             #expect(stale.status == 401 && stale.problem == .refreshInvalid)
             #expect(try await relay.call("GET", "/v1/users/alice/blocked", session: firstSession).status == 200, "kept")
             _ = try await relay.signIn("bob")  // another uid's sign-ins are not alice's
-            let rows = try await relay.relay.store.read("test") { db in
+            let rows = try await relay.sqlite.read("test") { db in
                 try Int.fetchOne(db, sql: "SELECT count(DISTINCT family) FROM sessions WHERE uid = 'alice'") ?? 0
             }
             #expect(rows == 3)
@@ -55,10 +55,10 @@ import MailslotWire
                 spent.append(refresh)
                 refresh = answer.json["refresh"] as? String ?? ""
             }
-            let rows = try await relay.relay.store.read("test") { db in
+            let rows = try await relay.sqlite.read("test") { db in
                 try Int.fetchOne(db, sql: "SELECT count(*) FROM sessions WHERE uid = 'alice' AND spent = 1") ?? 0
             }
-            #expect(rows == Store.spentRefreshTokensKept)
+            #expect(rows == SQLiteStore.spentRefreshTokensKept)
             let forgotten = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": spent[0]])
             #expect(forgotten.problem == .refreshInvalid, "spent before the latest 16: unknown")
             let reused = try await relay.call("POST", "/v1/sessions/refresh", body: ["refresh": spent[19]])

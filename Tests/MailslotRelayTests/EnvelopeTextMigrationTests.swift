@@ -25,7 +25,7 @@ import Testing
                 }
             }
         }
-        let store = try Store(path: path)
+        let store = try SQLiteStore(path: path)
         let blobs = try await store.read("test") { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM messages WHERE typeof(envelope) <> 'text'") }
         #expect(blobs == 0)
         for n in [0, 1, 2, 999, 1_000, 1_001, 2_499] {

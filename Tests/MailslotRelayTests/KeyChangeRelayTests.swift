@@ -99,7 +99,7 @@ import Testing
                 try db.execute(sql: "INSERT INTO key_bundles (uid, bundle, updated_at) VALUES ('carol', ?, 1)", arguments: [Data("{}".utf8)])
             }
         }
-        let store = try Store(path: path)
+        let store = try SQLiteStore(path: path)
         let limits = CreateLimits(maxPending: 10, maxAuthorBytes: 1 << 20)
         let envelope = Base64URL.encode(randomBytes(512))
         let created = try await store.createMessage(recipient: "bob", id: messageID(1), author: "alice", envelope: envelope, size: 512,

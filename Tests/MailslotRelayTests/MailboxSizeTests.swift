@@ -10,14 +10,14 @@ import Testing
 @Suite struct MailboxSizeTests {
     let envelope = Base64URL.encode([UInt8](repeating: 7, count: 128))
 
-    private func store() throws -> (Store, URL) {
+    private func store() throws -> (SQLiteStore, URL) {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("mailboxsize-\(UUID().uuidString)")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        return (try Store(path: folder.appendingPathComponent("relay.sqlite").path), folder)
+        return (try SQLiteStore(path: folder.appendingPathComponent("relay.sqlite").path), folder)
     }
 
     /// Every mailbox's size as kept, and as counted from the messages themselves.
-    private func sizes(_ store: Store) async throws -> (kept: [String: Int], counted: [String: Int]) {
+    private func sizes(_ store: SQLiteStore) async throws -> (kept: [String: Int], counted: [String: Int]) {
         try await store.read("test") { db in
             let kept = try Row.fetchAll(db, sql: "SELECT recipient, stored FROM mailbox_sizes")
             let counted = try Row.fetchAll(db, sql: "SELECT recipient, count(*) FROM messages GROUP BY recipient")
@@ -27,14 +27,14 @@ import Testing
     }
 
     @discardableResult
-    private func create(_ store: Store, to recipient: String, id: String, author: String = "alice", now: Int64 = 1_000,
+    private func create(_ store: SQLiteStore, to recipient: String, id: String, author: String = "alice", now: Int64 = 1_000,
                         expiresAt: Int64 = 100_000, maxPending: Int = 100, maxAuthorBytes: Int64 = 1 << 30) async throws -> CreateOutcome {
         try await store.createMessage(recipient: recipient, id: id, author: author, envelope: envelope, size: 128, now: now,
                                       expiresAt: expiresAt, limits: CreateLimits(maxPending: maxPending, maxAuthorBytes: maxAuthorBytes))
     }
 
     /// Every author's stored bytes as kept, and as summed from the messages themselves.
-    private func authorBytes(_ store: Store) async throws -> (kept: [String: Int64], counted: [String: Int64]) {
+    private func authorBytes(_ store: SQLiteStore) async throws -> (kept: [String: Int64], counted: [String: Int64]) {
         try await store.read("test") { db in
             let kept = try Row.fetchAll(db, sql: "SELECT author, bytes FROM author_sizes")
             let counted = try Row.fetchAll(db, sql: "SELECT author, sum(size) FROM messages GROUP BY author")
@@ -140,7 +140,7 @@ import Testing
                 }
             }
         }
-        let store = try Store(path: path)
+        let store = try SQLiteStore(path: path)
         let sizes = try await sizes(store)
         #expect(sizes.kept == ["bob": 3, "carol": 1])
         #expect(try await authorBytes(store).kept == ["alice": 4 * 128])

@@ -134,7 +134,7 @@ import MailslotWire
             let deadline = ContinuousClock.now + .seconds(20)
             repeat {
                 try await Task.sleep(for: .milliseconds(300))
-                rows = try await relay.relay.store.pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM messages") }
+                rows = try await relay.sqlite.pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM messages") }
             } while rows != 1 && ContinuousClock.now < deadline
             #expect(rows == 1, "the sweeper erased the expired row; the other stays")
             #expect(try await relay.call("GET", "/v1/users/bob/messages/\(messageID(1))", session: bob).status == 404)

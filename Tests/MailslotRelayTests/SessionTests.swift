@@ -132,7 +132,7 @@ import MailslotWire
                 }
             }
         }
-        let store = try Store(path: path)
+        let store = try SQLiteStore(path: path)
         #expect(try await store.session(hash: odd) == nil, "not carried over, and not read as access")
         #expect(try await store.session(hash: access)?.kind == .access)
         await #expect(throws: DatabaseError.self) {

@@ -37,7 +37,7 @@ import MailslotWire
             }
             try await socket.send(.ack(messageID(4)))
             #expect(try await socket.next()?.type == "acked", "a repeated ack is acknowledged too")
-            let rows = try await relay.relay.store.pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM messages") }
+            let rows = try await relay.sqlite.pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM messages") }
             #expect(rows == 0, "nothing is left on the relay")
             await socket.close()
         }
@@ -177,7 +177,7 @@ import MailslotWire
             }
             #expect(answers == expected, "one answer per frame, in frame order")
             // Carol's mailbox holds them in the order they were sent.
-            let ids = try await relay.relay.store.pool.read { db in
+            let ids = try await relay.sqlite.pool.read { db in
                 try String.fetchAll(db, sql: "SELECT id FROM messages WHERE recipient = 'carol' ORDER BY seq")
             }
             #expect(ids == (0..<count).filter { $0 != 40 && $0 != 41 }.map { messageID($0) })

@@ -5,7 +5,7 @@ import MailslotWire
 /// /metrics needs the metrics token when one is configured, and is refused otherwise unless the
 /// relay listens on a loopback address only.
 struct OperationsRoutes: Sendable {
-    let store: Store
+    let store: any RelayStore
     let metrics: RelayMetrics
     let configuration: RelayConfiguration
 

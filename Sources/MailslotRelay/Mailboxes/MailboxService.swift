@@ -5,7 +5,7 @@ import MailslotWire
 /// these functions, and each one asks the ``AccessRules`` before touching the store. Failures are
 /// ``Problem``s with stable codes; nothing already stored changes when a request is refused.
 struct MailboxService: Sendable {
-    let store: Store
+    let store: any RelayStore
     let configuration: RelayConfiguration
     let hub: MailboxHub
     let rateLimiter: RateLimiter
@@ -182,7 +182,7 @@ struct MailboxService: Sendable {
         }
         // The owner's ack needs no look at the message first; anyone else may delete only as its author.
         if configuration.rules.allows(.delete, .message, principal: principal.uid, owner: owner, author: nil) {
-            let ticket = store.submitDeleteMessage(recipient: owner, id: id, now: now)
+            let ticket = store.submitDeleteMessage(recipient: owner, id: id, author: nil, now: now)
             return { [self] in try finishDelete(owner: owner, id: id, erased: try await ticket.value, isOwner: true) }
         }
         return { [self] in

@@ -11,7 +11,7 @@ import ServiceLifecycle
 public struct Relay: Sendable {
     /// The configuration it runs with.
     public let configuration: RelayConfiguration
-    let store: Store
+    let store: any RelayStore
     let sessions: SessionService
     let mailboxes: MailboxService
     let erasure: ErasureScheduler
@@ -23,17 +23,13 @@ public struct Relay: Sendable {
     /// Opens (or creates) the store in the configuration's data folder and runs its migrations.
     public init(configuration: RelayConfiguration, logger: Logger) throws {
         try configuration.validate()
-        let durability: Store.Durability = switch configuration.durability {
-        case .normal: .normal
-        case .full: .full
-        }
         try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
         let metrics = RelayMetrics()
         let diskSpace = DiskSpace(directory: configuration.dataDirectory, minFreeBytes: configuration.minFreeBytes,
                                   reserveBytes: configuration.reserveBytes, probe: configuration.diskSpaceProbe, logger: logger)
-        let store = try Store(path: (configuration.dataDirectory as NSString).appendingPathComponent("relay.sqlite"),
-                              durability: durability, metrics: metrics, diskSpace: diskSpace)
+        let store = try SQLiteStore(path: (configuration.dataDirectory as NSString).appendingPathComponent("relay.sqlite"),
+                                    durability: configuration.durability, metrics: metrics, diskSpace: diskSpace)
         let erasure = ErasureScheduler(store: store, delay: configuration.erasureDelay)
         self.configuration = configuration
         self.store = store
@@ -116,7 +112,7 @@ public struct RelayConfigurationError: Error, CustomStringConvertible {
 
 /// Erases expired messages (and sessions) every `interval` seconds.
 struct Sweeper: Service {
-    let store: Store
+    let store: any RelayStore
     let erasure: ErasureScheduler
     let metrics: RelayMetrics
     let interval: Double

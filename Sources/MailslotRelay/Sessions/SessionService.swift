@@ -7,7 +7,7 @@ import MailslotWire
 /// apart (`mss_`, `msr_`). The store keeps only their BLAKE2b-256 hashes, looked up directly:
 /// the secrets are uniformly random, so a hash lookup reveals nothing an attacker could use.
 struct SessionService: Sendable {
-    let store: Store
+    let store: any RelayStore
     let verifier: TokenVerifier
     /// Lifetime of an access session, in milliseconds.
     let sessionLifetime: Int64

@@ -6,10 +6,10 @@ import Logging
 final class ErasureScheduler: Sendable {
     private let requests: AsyncStream<Void>.Continuation
     private let stream: AsyncStream<Void>
-    private let store: Store
+    private let store: any RelayStore
     private let delay: Double
 
-    init(store: Store, delay: Double) {
+    init(store: any RelayStore, delay: Double) {
         self.store = store
         self.delay = delay
         (stream, requests) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))

@@ -2,58 +2,12 @@ import Foundation
 import GRDB
 import MailslotWire
 
-/// Why the store refused a write. Nothing already stored is changed when it does.
-enum StoreRefusal: Error, Equatable {
-    /// The message id is taken in that mailbox by another author or another envelope.
-    case conflict
-    /// The mailbox holds the most pending messages allowed.
-    case mailboxFull
-    /// The owner has blocked the author.
-    case blocked
-    /// The author's waiting messages, in all mailboxes together, hold the most bytes allowed.
-    case authorQuota
-    /// The disk is short of space: no new messages until some is freed (``DiskSpace``).
-    case storageFull
-    /// The owner's block list holds the most entries allowed.
-    case blockListFull
-    /// The create names keys (a key id) that are not the recipient's published ones.
-    case staleKeys
-}
-
-/// Why a write could not run at all (as opposed to a refusal of what it asked). The
-/// transaction was rolled back: nothing of it is stored.
-enum StoreFailure: Error, Equatable {
-    /// The disk is full, even after the reserve was released.
-    case storageFull
-}
-
-/// What a create may take: the per-mailbox and per-author bounds.
-struct CreateLimits: Sendable {
-    /// The most unexpired messages in one mailbox.
-    var maxPending: Int
-    /// The most envelope bytes one author may have stored, in all mailboxes together.
-    var maxAuthorBytes: Int64
-}
-
-/// The outcome of creating a message.
-enum CreateOutcome: Sendable, Equatable {
-    /// Stored now. `erasedExpired`: an expired message under the same id was erased to make room.
-    case created(StoredMessage, erasedExpired: Bool)
-    /// The same author sent the same envelope under this id before: nothing changed.
-    case duplicate(StoredMessage)
-
-    var message: StoredMessage {
-        switch self {
-        case .created(let message, _), .duplicate(let message): message
-        }
-    }
-}
-
-/// The relay's persistent state, on SQLite through GRDB: WAL journal, `secure_delete` on every
-/// connection so that erased rows are overwritten with zeros, and versioned migrations.
+/// The relay's embedded store (``RelayStore``), on SQLite through GRDB: WAL journal,
+/// `secure_delete` on every connection so that erased rows are overwritten with zeros, and
+/// versioned migrations (``Schema``).
 ///
 /// Times are milliseconds since the epoch and are passed in, so tests control the clock.
-final class Store: Sendable {
+final class SQLiteStore: RelayStore {
     let pool: DatabasePool
     let path: String
     let metrics: RelayMetrics?
@@ -62,16 +16,8 @@ final class Store: Sendable {
     /// The hot writes (creates, acks) share transactions under load.
     private let group: GroupCommit
 
-    /// How each commit reaches the disk.
-    enum Durability: String, Sendable, CaseIterable {
-        /// `synchronous=NORMAL`: a commit survives a crash of the relay process, not of the machine.
-        case normal
-        /// `synchronous=FULL`: every commit is fsync'd; it survives a power loss too.
-        case full
-    }
-
     /// Opens (creating when needed) the database at `path` and runs pending migrations.
-    init(path: String, durability: Durability = .normal, metrics: RelayMetrics? = nil, diskSpace: DiskSpace? = nil) throws {
+    init(path: String, durability: RelayConfiguration.Durability = .normal, metrics: RelayMetrics? = nil, diskSpace: DiskSpace? = nil) throws {
         var configuration = Configuration()
         configuration.prepareDatabase { db in
             // Overwrite deleted content with zeros, in the main file and in WAL frames written after.
@@ -141,20 +87,12 @@ final class Store: Sendable {
 
     // MARK: Messages
 
-    /// Stores a message unless its id is taken, the author is blocked, or the mailbox is full.
-    /// `whenCommitted` gets each message created, once committed, in commit (`seq`) order.
-    /// `envelope` is its base64url text, `size` the number of bytes that text stands for.
-    /// `keyID`, when given, must name the recipient's published keys (checked after the duplicate,
-    /// in the same transaction, so an identical retry is answered even after the keys changed).
-    func createMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String? = nil, now: Int64,
-                       expiresAt: Int64, limits: CreateLimits,
-                       whenCommitted: (@Sendable (StoredMessage) -> Void)? = nil) async throws -> CreateOutcome {
-        try await submitCreateMessage(recipient: recipient, id: id, author: author, envelope: envelope, size: size, keyID: keyID, now: now,
-                                      expiresAt: expiresAt, limits: limits, whenCommitted: whenCommitted).value
-    }
-
-    /// ``createMessage(recipient:id:author:envelope:size:keyID:now:expiresAt:limits:whenCommitted:)``
-    /// queued at once (``groupSubmit(_:_:committed:)``).
+    /// Stores a message unless its id is taken, the author is blocked, `keyID` (when given) is not
+    /// the recipient's published keys', space is short, or the mailbox or author is at its limit
+    /// — checked after the duplicate, in the same transaction, so an identical retry is answered
+    /// even then. `whenCommitted` gets each message created, once committed, in commit (`seq`)
+    /// order. `envelope` is its base64url text, `size` the number of bytes that text stands for.
+    /// Queued at once (``groupSubmit(_:_:committed:)``).
     func submitCreateMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String? = nil, now: Int64,
                              expiresAt: Int64, limits: CreateLimits,
                              whenCommitted: (@Sendable (StoredMessage) -> Void)? = nil) -> CommitTicket<CreateOutcome> {
@@ -257,13 +195,7 @@ final class Store: Sendable {
 
     /// Erases message `id` of `recipient`'s mailbox — only if `author` wrote it, when given (an
     /// unsend must not erase a newer message that reuses the id). True if an unexpired message
-    /// was erased; an expired one is erased too, but reported as absent.
-    @discardableResult
-    func deleteMessage(recipient: String, id: String, author: String? = nil, now: Int64) async throws -> Bool {
-        try await submitDeleteMessage(recipient: recipient, id: id, author: author, now: now).value
-    }
-
-    /// ``deleteMessage(recipient:id:author:now:)`` queued at once (``groupSubmit(_:_:committed:)``).
+    /// was erased; an expired one is erased too, but reported as absent. Queued at once.
     func submitDeleteMessage(recipient: String, id: String, author: String? = nil, now: Int64) -> CommitTicket<Bool> {
         groupSubmit("delete_message") { db in
             let author: SQLArgument = author.map { .text($0) } ?? .null
@@ -273,14 +205,6 @@ final class Store: Sendable {
             guard let expiresAt else { return false }
             return expiresAt > now
         }
-    }
-
-    /// The outcome of taking or releasing a lease.
-    enum LeaseOutcome: Sendable, Equatable {
-        case updated(StoredMessage)
-        case notFound
-        /// Another holder's lease is still running.
-        case held
     }
 
     /// Takes (`until` set) or releases (`until` nil) the processing lease on a message, as

@@ -1,17 +1,7 @@
 import Foundation
 import GRDB
 
-/// A session row: whom it signs in, its family, and whether a refresh token was already spent.
-struct StoredSession: Sendable, Equatable {
-    enum Kind: Int, Sendable { case access = 0, refresh = 1 }
-    let kind: Kind
-    let uid: String
-    let family: Data
-    let expiresAt: Int64
-    let spent: Bool
-}
-
-extension Store {
+extension SQLiteStore {
     /// Stores the hashes of a new sign-in's access/refresh pair in a new `family`. When `uid`
     /// already has `maxFamilies` sign-ins, the least recently refreshed ones are revoked to make
     /// room: a uid's rows stay bounded however often it signs in. The number revoked.
@@ -47,16 +37,6 @@ extension Store {
                   let kind = StoredSession.Kind(rawValue: row["kind"]) else { return nil }
             return StoredSession(kind: kind, uid: row["uid"], family: row["family"], expiresAt: row["expires_at"], spent: row["spent"] != 0)
         }
-    }
-
-    /// The outcome of spending a refresh token.
-    enum RefreshOutcome: Sendable, Equatable {
-        /// Spent; the new pair is stored in the same family.
-        case rotated(uid: String)
-        /// No such refresh token, or it expired.
-        case invalid
-        /// It was spent before: the whole family is now revoked.
-        case reused
     }
 
     /// Spends the refresh token with `hash` and stores its successor pair, atomically: two

@@ -1,0 +1,187 @@
+import Foundation
+
+// What the relay keeps, and the one interface its services use to keep it: messages with their
+// per-mailbox order, sessions and refresh families, documents, key bundles, block lists, mailbox
+// sizes, leases and expiry. The embedded SQLite store (Store/SQLite/) implements it; another
+// backend is another folder beside it, behind this protocol — the services, routes and sockets
+// never know which one runs. Times are milliseconds since the epoch, passed in by the caller.
+
+/// Why the store refused a write. Nothing already stored is changed when it does.
+enum StoreRefusal: Error, Equatable {
+    /// The message id is taken in that mailbox by another author or another envelope.
+    case conflict
+    /// The mailbox holds the most pending messages allowed.
+    case mailboxFull
+    /// The owner has blocked the author.
+    case blocked
+    /// The author's waiting messages, in all mailboxes together, hold the most bytes allowed.
+    case authorQuota
+    /// The disk is short of space: no new messages until some is freed (``DiskSpace``).
+    case storageFull
+    /// The owner's block list holds the most entries allowed.
+    case blockListFull
+    /// The create names keys (a key id) that are not the recipient's published ones.
+    case staleKeys
+}
+
+/// Why a write could not run at all (as opposed to a refusal of what it asked). The
+/// transaction was rolled back: nothing of it is stored.
+enum StoreFailure: Error, Equatable {
+    /// The disk is full, even after the reserve was released.
+    case storageFull
+}
+
+/// What a create may take: the per-mailbox and per-author bounds.
+struct CreateLimits: Sendable {
+    /// The most unexpired messages in one mailbox.
+    var maxPending: Int
+    /// The most envelope bytes one author may have stored, in all mailboxes together.
+    var maxAuthorBytes: Int64
+}
+
+/// The outcome of creating a message.
+enum CreateOutcome: Sendable, Equatable {
+    /// Stored now. `erasedExpired`: an expired message under the same id was erased to make room.
+    case created(StoredMessage, erasedExpired: Bool)
+    /// The same author sent the same envelope under this id before: nothing changed.
+    case duplicate(StoredMessage)
+
+    var message: StoredMessage {
+        switch self {
+        case .created(let message, _), .duplicate(let message): message
+        }
+    }
+}
+
+/// The outcome of taking or releasing a lease.
+enum LeaseOutcome: Sendable, Equatable {
+    case updated(StoredMessage)
+    case notFound
+    /// Another holder's lease is still running.
+    case held
+}
+
+
+/// The outcome of spending a refresh token.
+enum RefreshOutcome: Sendable, Equatable {
+    /// Spent; the new pair is stored in the same family.
+    case rotated(uid: String)
+    /// No such refresh token, or it expired.
+    case invalid
+    /// It was spent before: the whole family is now revoked.
+    case reused
+}
+
+
+/// A session row: whom it signs in, its family, and whether a refresh token was already spent.
+struct StoredSession: Sendable, Equatable {
+    enum Kind: Int, Sendable { case access = 0, refresh = 1 }
+    let kind: Kind
+    let uid: String
+    let family: Data
+    let expiresAt: Int64
+    let spent: Bool
+}
+
+/// A relay's store. Every write is atomic; a refusal (``StoreRefusal``) changes nothing, and a
+/// failure for lack of space is ``StoreFailure/storageFull``.
+protocol RelayStore: Sendable {
+    /// The data folder's free space, when the store is on a local disk it watches; nil otherwise.
+    var diskSpace: DiskSpace? { get }
+
+    /// Whether the store can take writes now (for `/readyz`).
+    func isReady() async -> Bool
+
+    /// All mailboxes together: pending (unexpired) messages and the creation time of the oldest.
+    func pendingSummary(now: Int64) async throws -> (count: Int, oldestCreatedAt: Int64?)
+
+    // MARK: Messages
+
+    /// Queues the create of a message (answered by the ticket once committed): refused when its
+    /// id is taken by another author or envelope, the author is blocked, `keyID` is not the
+    /// recipient's published keys', space is short, or `limits` are reached. Creates queued one
+    /// after another are stored in that order. `whenCommitted` gets each created message, once
+    /// committed, in commit order.
+    func submitCreateMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String?, now: Int64,
+                             expiresAt: Int64, limits: CreateLimits,
+                             whenCommitted: (@Sendable (StoredMessage) -> Void)?) -> CommitTicket<CreateOutcome>
+
+    /// Queues the erasure of message `id` (only if `author` wrote it, when given); the ticket says
+    /// whether an unexpired message was erased.
+    func submitDeleteMessage(recipient: String, id: String, author: String?, now: Int64) -> CommitTicket<Bool>
+
+    /// The unexpired message `id` of `recipient`'s mailbox.
+    func message(recipient: String, id: String, now: Int64) async throws -> StoredMessage?
+
+    /// Unexpired messages of a mailbox after `seq`, oldest first: at most `limit`, and no more
+    /// than `maxBytes` of envelope text unless the first alone is larger; `more` when others wait.
+    func messages(recipient: String, after seq: Int64, limit: Int, maxBytes: Int, now: Int64) async throws -> (messages: [StoredMessage], more: Bool)
+
+    /// The number of unexpired messages waiting in a mailbox.
+    func pendingCount(recipient: String, now: Int64) async throws -> Int
+
+    /// Takes (`until` set) or releases (`until` nil) the processing lease on a message, as `holder`.
+    func setLease(recipient: String, id: String, until: Int64?, holder: String, now: Int64) async throws -> LeaseOutcome
+
+    /// Erases every expired message and session, in small transactions; the number of messages erased.
+    func sweepExpired(now: Int64, batch: Int, batchBytes: Int) async throws -> Int
+
+    /// Makes erased content gone from the store's own files as far as it can (SQLite: the WAL
+    /// copied and truncated). False when it could not complete now (try again later).
+    @discardableResult
+    func checkpoint() async throws -> Bool
+
+    // MARK: Documents, key bundles, block lists
+
+    func document(uid: String) async throws -> Data?
+    func putDocument(uid: String, body: Data, now: Int64) async throws
+    @discardableResult
+    func deleteDocument(uid: String) async throws -> Bool
+    func keyBundle(uid: String) async throws -> Data?
+    /// Publishes `uid`'s verified bundle with its key id (``KeyBundle/keyID``).
+    func putKeyBundle(uid: String, bundle: Data, keyID: String, now: Int64) async throws
+    @discardableResult
+    func deleteKeyBundle(uid: String) async throws -> Bool
+    /// The authors `owner` has blocked, in byte order, after `cursor`; at most `limit`.
+    func blocked(owner: String, after cursor: String, limit: Int) async throws -> [String]
+    /// Blocks `author` for `owner`, unless the block list already holds `limit` entries.
+    func block(owner: String, author: String, now: Int64, limit: Int) async throws
+    @discardableResult
+    func unblock(owner: String, author: String) async throws -> Bool
+
+    // MARK: Sessions
+
+    /// Stores a new sign-in's access/refresh pair in a new `family`, revoking the least recently
+    /// refreshed families of `uid` beyond `maxFamilies`; the number revoked.
+    @discardableResult
+    func insertSessionPair(uid: String, family: Data, accessHash: Data, accessExpiresAt: Int64,
+                           refreshHash: Data, refreshExpiresAt: Int64, maxFamilies: Int) async throws -> Int
+    /// The session whose secret hashes to `hash`, if any.
+    func session(hash: Data) async throws -> StoredSession?
+    /// Spends a refresh token and stores its successor pair atomically; a spent one revokes its family.
+    func rotateRefresh(hash: Data, now: Int64, accessHash: Data, accessExpiresAt: Int64,
+                       refreshHash: Data, refreshExpiresAt: Int64) async throws -> RefreshOutcome
+    /// Revokes every session of `family` (sign-out).
+    func revokeFamily(_ family: Data) async throws
+}
+
+extension RelayStore {
+    /// ``submitCreateMessage(recipient:id:author:envelope:size:keyID:now:expiresAt:limits:whenCommitted:)``, awaited.
+    func createMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String? = nil, now: Int64,
+                       expiresAt: Int64, limits: CreateLimits,
+                       whenCommitted: (@Sendable (StoredMessage) -> Void)? = nil) async throws -> CreateOutcome {
+        try await submitCreateMessage(recipient: recipient, id: id, author: author, envelope: envelope, size: size, keyID: keyID, now: now,
+                                      expiresAt: expiresAt, limits: limits, whenCommitted: whenCommitted).value
+    }
+
+    /// ``sweepExpired(now:batch:batchBytes:)`` in batches of at most 512 KiB of envelopes.
+    func sweepExpired(now: Int64, batch: Int = 256) async throws -> Int {
+        try await sweepExpired(now: now, batch: batch, batchBytes: 512 * 1024)
+    }
+
+    /// ``submitDeleteMessage(recipient:id:author:now:)``, awaited.
+    @discardableResult
+    func deleteMessage(recipient: String, id: String, author: String? = nil, now: Int64) async throws -> Bool {
+        try await submitDeleteMessage(recipient: recipient, id: id, author: author, now: now).value
+    }
+}
