@@ -6,12 +6,15 @@ import Testing
 
 /// One behavioural contract for every store backend (``RelayStore``): each test runs against the
 /// embedded SQLite store and against PostgreSQL. The PostgreSQL cases need the cluster of
-/// `tools/postgres run` (as tools/test runs them); without it they are cancelled, which the test
-/// report shows as skipped, never as passed.
+/// `tools/postgres run` (as tools/test runs them); without it they are not among the arguments,
+/// and the PostgreSQL-only tests below report themselves skipped, with the reason.
 @Suite struct StoreContractTests {
     enum Backend: String, CaseIterable, CustomTestStringConvertible, Sendable {
         case sqlite, postgresql
         var testDescription: String { rawValue }
+
+        /// The backends this run can test: PostgreSQL only with a cluster to test it on.
+        static var available: [Backend] { TestDatabase.unavailable == nil ? allCases : [.sqlite] }
 
         /// Runs `body` with `count` stores on one new, empty database (several stores: several
         /// relays sharing it), and removes the database afterwards.
@@ -57,7 +60,7 @@ import Testing
                                       now: now, expiresAt: now + ttl, limits: limits)
     }
 
-    @Test(arguments: Backend.allCases)
+    @Test(arguments: Backend.available)
     func createsDuplicatesAndConflicts(_ backend: Backend) async throws {
         try await backend.withStore { store in
             guard case .created(let first, erasedExpired: false) = try await Self.create(store, id: "m1") else {
@@ -83,7 +86,7 @@ import Testing
 
     /// The refusals come in SQLite's order: identical retry, conflict, blocked, stale keys,
     /// pending limit, author quota.
-    @Test(arguments: Backend.allCases)
+    @Test(arguments: Backend.available)
     func refusalsComeInTheirOrder(_ backend: Backend) async throws {
         try await backend.withStore { store in
             try await store.putKeyBundle(uid: "bob", bundle: Data([1, 2, 3]), keyID: "k1", now: Self.now)
@@ -107,7 +110,7 @@ import Testing
         }
     }
 
-    @Test(arguments: Backend.allCases)
+    @Test(arguments: Backend.available)
     func thePendingLimitDiscountsExpiredUnsweptMessages(_ backend: Backend) async throws {
         try await backend.withStore { store in
             let limits = CreateLimits(maxPending: 3, maxAuthorBytes: 1 << 40)
@@ -124,7 +127,7 @@ import Testing
         }
     }
 
-    @Test(arguments: Backend.allCases)
+    @Test(arguments: Backend.available)
     func theAuthorQuotaSpansMailboxesAndIsFreedByErasures(_ backend: Backend) async throws {
         try await backend.withStore { store in
             let limits = CreateLimits(maxPending: 100, maxAuthorBytes: 1000)
@@ -142,7 +145,7 @@ import Testing
         }
     }
 
-    @Test(arguments: Backend.allCases)
+    @Test(arguments: Backend.available)
     func erasuresSweepsAndSizes(_ backend: Backend) async throws {
         try await backend.withStore { store in
             for n in 0..<5 { try await Self.create(store, id: "short\(n)", ttl: 10) }
@@ -175,7 +178,7 @@ import Testing
         }
     }
 
-    @Test(arguments: Backend.allCases)
+    @Test(arguments: Backend.available)
     func pagesAreBoundedInCountAndBytes(_ backend: Backend) async throws {
         try await backend.withStore { store in
             var seqs: [Int64] = []
@@ -200,7 +203,7 @@ import Testing
 
     /// Writes submitted one after another are applied in that order, and the commit hooks run
     /// in commit order.
-    @Test(arguments: Backend.allCases)
+    @Test(arguments: Backend.available)
     func submittedWritesKeepTheirOrder(_ backend: Backend) async throws {
         try await backend.withStore { store in
             let hooked = Shared<[StoredMessage]>([])
@@ -230,7 +233,7 @@ import Testing
     /// it: every message is stored, seqs strictly increase, and no poll ever shows a message below
     /// the highest seq an earlier poll had seen that the earlier poll did not show (a reader
     /// whose cursor passed it would have skipped it for good).
-    @Test(arguments: Backend.allCases)
+    @Test(arguments: Backend.available)
     func aMailboxsOrderNeverLetsAReaderSkipAMessage(_ backend: Backend) async throws {
         try await backend.withStores(2) { stores in
             let writers = 8, perWriter = 25
@@ -275,7 +278,7 @@ import Testing
         }
     }
 
-    @Test(arguments: Backend.allCases)
+    @Test(arguments: Backend.available)
     func leasesAreHeldUntilReleasedOrExpired(_ backend: Backend) async throws {
         try await backend.withStore { store in
             try await Self.create(store, id: "m1")
@@ -300,7 +303,7 @@ import Testing
         }
     }
 
-    @Test(arguments: Backend.allCases)
+    @Test(arguments: Backend.available)
     func sessionsRotateAreRevokedOnReuseAndAreBounded(_ backend: Backend) async throws {
         try await backend.withStore { store in
             func hash(_ text: String) -> Data { Data(text.utf8) }
@@ -356,7 +359,7 @@ import Testing
         }
     }
 
-    @Test(arguments: Backend.allCases)
+    @Test(arguments: Backend.available)
     func documentsKeyBundlesAndBlockLists(_ backend: Backend) async throws {
         try await backend.withStore { store in
             #expect(try await store.document(uid: "alice") == nil)
@@ -387,6 +390,49 @@ import Testing
             #expect(try await store.blocked(owner: "bob", after: "", limit: 10) == ["B", "Z", "b", "c", "é"])
             #expect(await store.isReady())
         }
+    }
+
+    /// Nodes starting at once migrate one at a time, each version once; a database migrated by a
+    /// newer binary is refused with a sentence, and a running store on it is not ready.
+    @Test(.enabled(if: TestDatabase.unavailable == nil, "MAILSLOT_TEST_DATABASE_URL is not set: run the tests under tools/postgres run"))
+    func postgreSQLMigratesOnceAndRefusesANewerSchema() async throws {
+        try await TestDatabase.with { url in
+            let stores = try (0..<3).map { _ in try PostgresStore(url: url, logger: TestRelay.logger) }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for store in stores { group.addTask { try await store.prepare() } }
+                try await group.waitForAll()
+            }
+            let versions = try await stores[0].client.query("SELECT version FROM mailslot_migrations ORDER BY version")
+                .collect().map { try $0.decode(Int32.self) }
+            #expect(versions == PostgresSchema.migrations.map(\.version), "each version applied once")
+            for store in stores { #expect(await store.isReady()) }
+            let future = PostgresSchema.latestVersion + 1
+            try await stores[0].client.query("INSERT INTO mailslot_migrations (version, name) VALUES (\(future), 'from the future')")
+            let refusal = await #expect(throws: PostgresSchema.Refusal.self) { try await PostgresStore.open(url: url, logger: TestRelay.logger) }
+            #expect(refusal?.description.contains("version \(future), newer than this relay knows (\(PostgresSchema.latestVersion))") == true)
+            #expect(await stores[1].isReady() == false)
+            for store in stores { await store.close() }
+        }
+    }
+
+    /// A database URL is read strictly, and its password never appears in an error.
+    @Test func databaseURLsAreCheckedAndTheirPasswordsNeverShown() throws {
+        let configuration = try PostgresURL.configuration("postgresql://relay:s%40cret@[::1]:6543/mail%20slot?sslmode=disable")
+        #expect(configuration.host == "::1" && configuration.port == 6543)
+        #expect(configuration.username == "relay" && configuration.password == "s@cret" && configuration.database == "mail slot")
+        #expect(try PostgresURL.configuration("postgres://relay@db.example/mailslot").port == 5432)
+        for text in ["mysql://relay:hunter22@db/mailslot", "postgres://relay:hunter22@db", "postgres://:hunter22@db/mailslot",
+                     "postgres://relay:hunter22@db/mailslot?sslmode=allow", "postgres://relay:hunter22@db/mailslot?sslrootcert=x",
+                     "postgres://relay:hunter22@db:0/mailslot", "relay:hunter22@db/mailslot"] {
+            #expect {
+                _ = try PostgresURL.configuration(text)
+            } throws: { error in
+                let said = "\(error)"
+                return error is RelayConfigurationError && said.contains("--database-url") && !said.contains("hunter22")
+            }
+        }
+        #expect(PostgresURL.redacted("postgres://relay:hunter22@db/mailslot") == "postgres://relay:***@db/mailslot")
+        #expect(PostgresURL.redacted("postgres://relay@db/mailslot") == "postgres://relay@db/mailslot")
     }
 
     /// The relay on PostgreSQL, end to end: a send, its live delivery on a subscription, the ack

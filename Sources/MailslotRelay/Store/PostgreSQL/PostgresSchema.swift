@@ -139,7 +139,7 @@ enum PostgresSchema {
     /// Applies the migrations the database lacks, one node at a time; refuses a database whose
     /// version is newer than ``latestVersion``.
     static func migrate(_ client: PostgresClient, logger: Logger) async throws {
-        try await client.withTransaction(logger: logger) { connection in
+        try await PostgresStore.transaction(client, logger: logger) { connection, logger in
             // Held until this transaction ends: a second node waits here, then finds the work done.
             try await connection.query("SELECT pg_advisory_xact_lock(\(lockKey))", logger: logger)
             try await connection.query("""

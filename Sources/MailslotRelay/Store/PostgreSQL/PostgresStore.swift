@@ -17,6 +17,8 @@ final class PostgresStore: RelayStore {
     let client: PostgresClient
     let metrics: RelayMetrics?
     let logger: Logger
+    /// The database's URL with its password replaced (``PostgresURL/redacted(_:)``), for messages.
+    let location: String
     /// No local disk to watch: the database server's space is its operator's.
     var diskSpace: DiskSpace? { nil }
     private let group: PostgresGroupCommit
@@ -35,6 +37,7 @@ final class PostgresStore: RelayStore {
         self.client = client
         self.metrics = metrics
         self.logger = logger
+        location = PostgresURL.redacted(url)
         group = PostgresGroupCommit(client: client, logger: logger)
         running = Task { await client.run() }
     }
@@ -49,9 +52,37 @@ final class PostgresStore: RelayStore {
         return store
     }
 
-    /// Applies pending migrations (``PostgresSchema/migrate(_:logger:)``).
+    /// Applies pending migrations (``PostgresSchema/migrate(_:logger:)``); a database it cannot
+    /// reach or use is a sentence for the operator, naming it without its password.
     func prepare() async throws {
-        try await PostgresSchema.migrate(client, logger: logger)
+        do {
+            try await connected(within: Self.startTimeout)
+            try await PostgresSchema.migrate(client, logger: logger)
+        } catch let error as PSQLError {
+            // PSQLError's own description is generic on purpose; the server's message carries no secret.
+            let detail = error.serverInfo?[.message].map { ": \($0)" } ?? ""
+            throw PostgresSchema.Refusal(description: "cannot open the database at \(location) (\(error.code))\(detail)")
+        }
+    }
+
+    /// How long ``prepare()`` waits for a first connection before it gives up.
+    static let startTimeout: Duration = .seconds(15)
+
+    /// Waits for a connection from the pool, at most `timeout`: the pool itself retries a failing
+    /// connection (a wrong password, a server not up) for ever, logging each failure, and a relay
+    /// must not wait silently at start.
+    private func connected(within timeout: Duration) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { [client] in try await client.withConnection { _ in } }
+            group.addTask { [location] in
+                try await Task.sleep(for: timeout)
+                throw PostgresSchema.Refusal(description: """
+                    cannot connect to the database at \(location) within \(timeout) (the log says why)
+                    """)
+            }
+            defer { group.cancelAll() }
+            try await group.next()
+        }
     }
 
     /// Stops the pool: connections close; later operations fail.
