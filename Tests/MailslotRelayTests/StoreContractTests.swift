@@ -247,6 +247,8 @@ import Testing
                     let page = try await reader.messages(recipient: "bob", after: 0, limit: 10_000, maxBytes: .max, now: Self.now)
                     polls.append(page.messages.map(\.seq))
                     if finished { break }
+                    // A short pause: the writers (and the tests running beside this one) need the CPU too.
+                    try await Task.sleep(for: .milliseconds(1))
                 }
                 return polls
             }
