@@ -437,6 +437,17 @@ import Testing
         #expect(PostgresURL.redacted("postgres://relay@db/mailslot") == "postgres://relay@db/mailslot")
     }
 
+    /// A PostgreSQL store whose server does not answer is not ready, and says so at once rather
+    /// than when the pool gives up (it never does).
+    @Test func aPostgreSQLStoreWithoutItsServerIsNotReady() async throws {
+        // Port 1 on loopback: nothing listens there.
+        let store = try PostgresStore(url: "postgres://relay:hunter22@127.0.0.1:1/mailslot?sslmode=disable", logger: TestRelay.logger)
+        let start = ContinuousClock.now
+        #expect(await store.isReady() == false)
+        #expect(ContinuousClock.now - start < PostgresStore.readinessTimeout + .seconds(3))
+        await store.close()
+    }
+
     /// The relay on PostgreSQL, end to end: a send, its live delivery on a subscription, the ack
     /// that erases it.
     @Test(.enabled(if: TestDatabase.unavailable == nil, "MAILSLOT_TEST_DATABASE_URL is not set: run the tests under tools/postgres run"))

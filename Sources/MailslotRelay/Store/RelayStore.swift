@@ -81,6 +81,10 @@ struct StoredSession: Sendable, Equatable {
     let family: Data
     let expiresAt: Int64
     let spent: Bool
+
+    /// Spent refresh tokens a store keeps per family, to recognise their reuse: the latest ones
+    /// only, so that a client refreshing in a loop cannot grow its rows without bound.
+    static let spentRefreshTokensKept = 16
 }
 
 /// A relay's store. Every write is atomic; a refusal (``StoreRefusal``) changes nothing, and a

@@ -70,13 +70,13 @@ extension PostgresStore {
             try await connection.query("DELETE FROM sessions WHERE family = \(family) AND kind = 0", logger: logger)
             try await Self.insertPair(connection, logger, uid: uid, family: family, accessHash: accessHash, accessExpiresAt: accessExpiresAt,
                                       refreshHash: refreshHash, refreshExpiresAt: refreshExpiresAt)
-            // Spent tokens are kept to recognise their reuse, but only the latest few
-            // (SQLiteStore.spentRefreshTokensKept): a client refreshing in a loop must not grow
-            // its rows without bound. An older spent token comes back as unknown, not as reused.
+            // Spent tokens are kept to recognise their reuse, but only the latest few: a client
+            // refreshing in a loop must not grow its rows without bound. An older spent token
+            // comes back as unknown, not as reused.
             try await connection.query("""
                 DELETE FROM sessions WHERE hash IN (
                     SELECT hash FROM sessions WHERE family = \(family) AND kind = 1 AND spent = 1
-                    ORDER BY expires_at DESC OFFSET \(Int64(SQLiteStore.spentRefreshTokensKept)))
+                    ORDER BY expires_at DESC OFFSET \(Int64(StoredSession.spentRefreshTokensKept)))
                 """, logger: logger)
             return .rotated(uid: uid)
         }

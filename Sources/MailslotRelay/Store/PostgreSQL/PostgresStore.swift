@@ -72,8 +72,13 @@ final class PostgresStore: RelayStore {
     /// connection (a wrong password, a server not up) for ever, logging each failure, and a relay
     /// must not wait silently at start.
     private func connected(within timeout: Duration) async throws {
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { [client] in try await client.withConnection { _ in } }
+        try await within(timeout) { [client] in try await client.withConnection { _ in } }
+    }
+
+    /// `body`'s result, or a ``PostgresSchema/Refusal`` once `timeout` passed (`body` is cancelled).
+    private func within<T: Sendable>(_ timeout: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await body() }
             group.addTask { [location] in
                 try await Task.sleep(for: timeout)
                 throw PostgresSchema.Refusal(description: """
@@ -81,9 +86,13 @@ final class PostgresStore: RelayStore {
                     """)
             }
             defer { group.cancelAll() }
-            try await group.next()
+            guard let value = try await group.next() ?? nil else { throw CancellationError() }
+            return value
         }
     }
+
+    /// How long ``isReady()`` waits for the database: `/readyz` answers while it is down.
+    static let readinessTimeout: Duration = .seconds(2)
 
     /// Stops the pool: connections close; later operations fail.
     func close() async {
@@ -159,8 +168,10 @@ final class PostgresStore: RelayStore {
     /// Whether the store can take writes: the database answers and its schema is this binary's.
     func isReady() async -> Bool {
         do {
-            return try await client.withConnection { connection in
-                try await PostgresSchema.version(connection, logger: logger) == PostgresSchema.latestVersion
+            return try await within(Self.readinessTimeout) { [client, logger] in
+                try await client.withConnection { connection in
+                    try await PostgresSchema.version(connection, logger: logger) == PostgresSchema.latestVersion
+                }
             }
         } catch {
             return false
