@@ -444,7 +444,7 @@ import Testing
         let store = try PostgresStore(url: "postgres://relay:hunter22@127.0.0.1:1/mailslot?sslmode=disable", logger: TestRelay.logger)
         let start = ContinuousClock.now
         #expect(await store.isReady() == false)
-        #expect(ContinuousClock.now - start < PostgresStore.readinessTimeout + .seconds(3))
+        #expect(ContinuousClock.now - start < PostgresStore.readinessTimeout + .seconds(5), "a loaded machine may be slow, not this slow")
         await store.close()
     }
 

@@ -75,20 +75,23 @@ final class PostgresStore: RelayStore {
         try await within(timeout) { [client] in try await client.withConnection { _ in } }
     }
 
-    /// `body`'s result, or a ``PostgresSchema/Refusal`` once `timeout` passed (`body` is cancelled).
+    /// `body`'s result, or a ``PostgresSchema/Refusal`` once `timeout` passed. `body` is then
+    /// cancelled but not waited for: a pool's lease may take its time to notice.
     private func within<T: Sendable>(_ timeout: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-        try await withThrowingTaskGroup(of: T?.self) { group in
-            group.addTask { try await body() }
-            group.addTask { [location] in
-                try await Task.sleep(for: timeout)
-                throw PostgresSchema.Refusal(description: """
-                    cannot connect to the database at \(location) within \(timeout) (the log says why)
-                    """)
-            }
-            defer { group.cancelAll() }
-            guard let value = try await group.next() ?? nil else { throw CancellationError() }
-            return value
+        // A ticket takes the first result only: the work's, or the timer's.
+        let outcome = CommitTicket<T>()
+        let work = Task {
+            do { outcome.resolve(.success(try await body())) } catch { outcome.resolve(.failure(error)) }
         }
+        let timer = Task { [location] in
+            guard (try? await Task.sleep(for: timeout)) != nil else { return }
+            outcome.resolve(.failure(PostgresSchema.Refusal(description: """
+                cannot connect to the database at \(location) within \(timeout) (the log says why)
+                """)))
+            work.cancel()
+        }
+        defer { timer.cancel() }
+        return try await outcome.value
     }
 
     /// How long ``isReady()`` waits for the database: `/readyz` answers while it is down.
