@@ -21,8 +21,9 @@ public struct Relay: Sendable {
     let subscriberTasks = SubscriberTasks()
 
     /// Opens the store: the PostgreSQL database of ``RelayConfiguration/databaseURL`` when one is
-    /// set (migrated when the relay starts: ``RelayStore/prepare()``), otherwise the SQLite
-    /// database in the data folder, created when needed and migrated now.
+    /// set (migrated when the relay starts: ``RelayStore/prepare()``; its connection pool runs
+    /// from here until the relay stops), otherwise the SQLite database in the data folder,
+    /// created when needed and migrated now.
     public init(configuration: RelayConfiguration, logger: Logger) throws {
         try configuration.validate()
         let metrics = RelayMetrics()
