@@ -27,6 +27,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.0.0"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.1.0"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.0.0"),
+        .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.0"),
     ],
     targets: [
         // libsodium, found through pkg-config. Every byte of cryptography goes through it.
@@ -57,6 +58,8 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
+                // The PostgreSQL store (Store/PostgreSQL/), for several relays sharing one database.
+                .product(name: "PostgresNIO", package: "postgres-nio"),
             ]
         ),
         .target(
@@ -133,6 +136,8 @@ let package = Package(
                 "MailslotRelay", "MailslotTestSupport", "MailslotAudit",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
+                // A fresh database per PostgreSQL test (TestDatabase.swift).
+                .product(name: "PostgresNIO", package: "postgres-nio"),
             ]
         ),
         .testTarget(name: "MailslotClientTests", dependencies: ["MailslotClient", "MailslotRelay", "MailslotTestSupport"]),

@@ -20,6 +20,8 @@ struct ServeCommand: AsyncParsableCommand {
     var listen: String?
     @Option(help: ArgumentHelp("Data folder [MAILSLOT_DATA] (default ./mailslot-data).", valueName: "DIR"))
     var data: String?
+    @Option(help: ArgumentHelp("PostgreSQL database instead of SQLite in the data folder, postgres://USER:PASSWORD@HOST:PORT/DATABASE [MAILSLOT_DATABASE_URL]; prefer the variable.", valueName: "URL"))
+    var databaseURL: String?
     @Option(help: ArgumentHelp("A trusted issuer public key, k4.public.… [MAILSLOT_ISSUER_PUBLIC_KEY, comma-separated]; repeat to trust several.", valueName: "KEY"))
     var issuerPublicKey: [String] = []
     @Option(help: ArgumentHelp("This relay's id, the `aud` tokens must carry [MAILSLOT_AUDIENCE] (default mailslot).", valueName: "ID"))
@@ -71,7 +73,7 @@ struct ServeCommand: AsyncParsableCommand {
     /// configuration through ``RelayConfiguration/settings`` and decides nothing itself.
     var flags: [String: String] {
         let given: [(String, String?)] = [
-            ("listen", listen), ("data", data), ("issuer-public-key", issuerPublicKey.isEmpty ? nil : issuerPublicKey.joined(separator: ",")),
+            ("listen", listen), ("data", data), ("database-url", databaseURL), ("issuer-public-key", issuerPublicKey.isEmpty ? nil : issuerPublicKey.joined(separator: ",")),
             ("audience", audience), ("durability", durability), ("max-envelope-bytes", maxEnvelopeBytes), ("max-pending", maxPending),
             ("create-rate", createRate), ("create-burst", createBurst), ("window", window), ("max-connections", maxConnections),
             ("header-timeout", headerTimeout), ("idle-timeout", idleTimeout), ("max-author-bytes", maxAuthorBytes),
@@ -118,6 +120,7 @@ struct ServeCommand: AsyncParsableCommand {
         let configured = configuration
         try await relay.run { port in
             logger.info("listening", metadata: ["address": "\(configured.host):\(port)", "data": "\(configured.dataDirectory)",
+                                                "store": "\(configured.databaseURL == nil ? "sqlite" : "postgresql")",
                                                 "audience": "\(configured.audience)",
                                                 "issuer_kids": "\(configured.issuerKeys.map(\.paserkID).joined(separator: ","))"])
         }

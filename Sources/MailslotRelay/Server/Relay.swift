@@ -20,16 +20,14 @@ public struct Relay: Sendable {
     /// The subscriptions' tasks: waited for before the final checkpoint.
     let subscriberTasks = SubscriberTasks()
 
-    /// Opens (or creates) the store in the configuration's data folder and runs its migrations.
+    /// Opens the store: the PostgreSQL database of ``RelayConfiguration/databaseURL`` when one is
+    /// set (migrated when the relay starts: ``RelayStore/prepare()``; its connection pool runs
+    /// from here until the relay stops), otherwise the SQLite database in the data folder,
+    /// created when needed and migrated now.
     public init(configuration: RelayConfiguration, logger: Logger) throws {
         try configuration.validate()
-        try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o700])
         let metrics = RelayMetrics()
-        let diskSpace = DiskSpace(directory: configuration.dataDirectory, minFreeBytes: configuration.minFreeBytes,
-                                  reserveBytes: configuration.reserveBytes, probe: configuration.diskSpaceProbe, logger: logger)
-        let store = try SQLiteStore(path: (configuration.dataDirectory as NSString).appendingPathComponent("relay.sqlite"),
-                                    durability: configuration.durability, metrics: metrics, diskSpace: diskSpace)
+        let store = try Self.openStore(configuration: configuration, metrics: metrics, logger: logger)
         let erasure = ErasureScheduler(store: store, delay: configuration.erasureDelay)
         self.configuration = configuration
         self.store = store
@@ -42,6 +40,19 @@ public struct Relay: Sendable {
         mailboxes = MailboxService(store: store, configuration: configuration, hub: MailboxHub(),
                                    rateLimiter: RateLimiter(rate: configuration.createRate, burst: configuration.createBurst),
                                    readLimiter: ReadLimiter(limit: configuration.maxConcurrentReads), erasure: erasure, metrics: metrics)
+    }
+
+    /// The store the configuration names — the one place the relay chooses a backend.
+    private static func openStore(configuration: RelayConfiguration, metrics: RelayMetrics, logger: Logger) throws -> any RelayStore {
+        if let url = configuration.databaseURL {
+            return try PostgresStore(url: url, metrics: metrics, logger: logger)
+        }
+        try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        let diskSpace = DiskSpace(directory: configuration.dataDirectory, minFreeBytes: configuration.minFreeBytes,
+                                  reserveBytes: configuration.reserveBytes, probe: configuration.diskSpaceProbe, logger: logger)
+        return try SQLiteStore(path: (configuration.dataDirectory as NSString).appendingPathComponent("relay.sqlite"),
+                               durability: configuration.durability, metrics: metrics, diskSpace: diskSpace)
     }
 
     /// The HTTP + WebSocket application. `onServerRunning` receives the bound port.
@@ -84,13 +95,21 @@ public struct Relay: Sendable {
     }
 
     /// Runs until SIGTERM or SIGINT: then stops accepting, lets requests finish, closes sockets,
-    /// and checkpoints the database so the WAL is empty.
+    /// and checkpoints the database so the WAL is empty. The store is prepared (migrated) before
+    /// the relay listens, and closed when it stops.
     public func run(onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
-        let group = ServiceGroup(configuration: .init(services: [application(onServerRunning: onServerRunning)],
-                                                      gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        try await group.run()
-        try await finishSubscriptions()
-        try await store.checkpoint()
+        do {
+            try await store.prepare()
+            let group = ServiceGroup(configuration: .init(services: [application(onServerRunning: onServerRunning)],
+                                                          gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+            try await group.run()
+            try await finishSubscriptions()
+            try await store.checkpoint()
+        } catch {
+            await store.close()
+            throw error
+        }
+        await store.close()
         logger.info("stopped; database checkpointed")
     }
 }

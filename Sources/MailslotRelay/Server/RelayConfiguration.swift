@@ -9,6 +9,10 @@ public struct RelayConfiguration: Sendable {
     public var port = 8080
     /// The folder of the database (and of the development issuer key).
     public var dataDirectory = "./mailslot-data"
+    /// A PostgreSQL database, `postgres://USER:PASSWORD@HOST:PORT/DATABASE[?sslmode=…]`, that
+    /// several relays may share; nil: the embedded SQLite database in ``dataDirectory``. Carries
+    /// a password: never logged.
+    public var databaseURL: String?
     /// The issuer public keys whose custom tokens are accepted.
     public var issuerKeys: [IdentityPublicKey] = []
     /// This relay's id: the `aud` its tokens must carry.

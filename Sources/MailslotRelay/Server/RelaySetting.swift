@@ -59,6 +59,11 @@ extension RelayConfiguration {
             configuration.port = port
         },
         RelaySetting("data", "MAILSLOT_DATA", value: { $0.dataDirectory }) { $0.dataDirectory = $1 },
+        RelaySetting("database-url", "MAILSLOT_DATABASE_URL", value: { $0.databaseURL }) { configuration, text in
+            // Read now, so that a URL the store could not use stops `serve` before anything starts.
+            _ = try PostgresURL.configuration(text)
+            configuration.databaseURL = text
+        },
         RelaySetting("issuer-public-key", "MAILSLOT_ISSUER_PUBLIC_KEY",
                      value: { $0.issuerKeys.isEmpty ? nil : $0.issuerKeys.map(\.paserk).joined(separator: ",") }) { configuration, text in
             // Several keys at once (a rotation): repeated flags, or a comma-separated variable.

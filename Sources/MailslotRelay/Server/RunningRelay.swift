@@ -17,12 +17,18 @@ public final class RunningRelay: Sendable {
         self.task = task
     }
 
-    /// Stops it gracefully, as SIGTERM would: requests finish, sockets close, the database is checkpointed.
+    /// Stops it gracefully, as SIGTERM would: requests finish, sockets close, the database is checkpointed, the store closed.
     public func stop() async throws {
-        await group.triggerGracefulShutdown()
-        try await task.value
-        try await relay.finishSubscriptions()
-        try await relay.store.checkpoint()
+        do {
+            await group.triggerGracefulShutdown()
+            try await task.value
+            try await relay.finishSubscriptions()
+            try await relay.store.checkpoint()
+        } catch {
+            await relay.store.close()
+            throw error
+        }
+        await relay.store.close()
     }
 }
 
@@ -30,6 +36,10 @@ extension Relay {
     /// Starts the relay in the background and returns once it is listening; throws what kept
     /// it from listening (a port in use, say) instead of waiting for ever.
     public func start() async throws -> RunningRelay {
+        do { try await store.prepare() } catch {
+            await store.close()
+            throw error
+        }
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
         let group = ServiceGroup(configuration: .init(services: [application { continuation.yield($0) }], logger: logger))
         let task = Task {
@@ -38,7 +48,11 @@ extension Relay {
         }
         var iterator = ports.makeAsyncIterator()
         guard let port = await iterator.next() else {
-            try await task.value
+            do { try await task.value } catch {
+                await store.close()
+                throw error
+            }
+            await store.close()
             throw RelayConfigurationError("the relay stopped before it listened")
         }
         return RunningRelay(relay: self, port: port, group: group, task: task)

@@ -81,6 +81,10 @@ struct StoredSession: Sendable, Equatable {
     let family: Data
     let expiresAt: Int64
     let spent: Bool
+
+    /// Spent refresh tokens a store keeps per family, to recognise their reuse: the latest ones
+    /// only, so that a client refreshing in a loop cannot grow its rows without bound.
+    static let spentRefreshTokensKept = 16
 }
 
 /// A relay's store. Every write is atomic; a refusal (``StoreRefusal``) changes nothing, and a
@@ -91,6 +95,14 @@ protocol RelayStore: Sendable {
 
     /// Whether the store can take writes now (for `/readyz`).
     func isReady() async -> Bool
+
+    /// Makes the store ready to serve, before the relay listens: PostgreSQL applies its
+    /// migrations here (SQLite did when it opened).
+    func prepare() async throws
+
+    /// Releases what the store holds once the relay is done with it, after the final
+    /// ``checkpoint()`` (PostgreSQL: its connection pool).
+    func close() async
 
     /// All mailboxes together: pending (unexpired) messages and the creation time of the oldest.
     func pendingSummary(now: Int64) async throws -> (count: Int, oldestCreatedAt: Int64?)
@@ -166,6 +178,12 @@ protocol RelayStore: Sendable {
 }
 
 extension RelayStore {
+    /// Nothing to prepare: the store was ready when it opened.
+    func prepare() async throws {}
+
+    /// Nothing to release beyond what deinitialization does.
+    func close() async {}
+
     /// ``submitCreateMessage(recipient:id:author:envelope:size:keyID:now:expiresAt:limits:whenCommitted:)``, awaited.
     func createMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String? = nil, now: Int64,
                        expiresAt: Int64, limits: CreateLimits,

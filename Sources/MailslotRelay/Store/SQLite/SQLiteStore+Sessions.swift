@@ -71,8 +71,8 @@ extension SQLiteStore {
         }
     }
 
-    /// Spent refresh tokens kept per family, to recognise their reuse.
-    static let spentRefreshTokensKept = 16
+    /// Spent refresh tokens kept per family, to recognise their reuse (every backend's bound).
+    static var spentRefreshTokensKept: Int { StoredSession.spentRefreshTokensKept }
 
     /// Revokes every session of `family` (sign-out).
     func revokeFamily(_ family: Data) async throws {

@@ -1,0 +1,176 @@
+import Logging
+import PostgresNIO
+
+/// The PostgreSQL store's tables, as versioned migrations recorded in a table of their own
+/// (`mailslot_migrations`). A migration, once released, never changes: add a new one instead.
+/// spec/protocol.md §Storage describes what each column holds; the tables mirror the SQLite ones
+/// (``Schema``), in their latest form.
+///
+/// Several relays may start at once against one database: each applies the migrations it lacks
+/// inside one transaction holding a transaction-level advisory lock, so nodes migrate one at a
+/// time and a node that waited finds the work done. A database migrated by a newer binary (a
+/// version this one does not know) is refused: this binary would misread its tables.
+enum PostgresSchema {
+    /// One step of the schema.
+    struct Migration: Sendable {
+        let version: Int32
+        let name: String
+        let sql: [String]
+    }
+
+    /// The advisory lock key every node takes to migrate ("mailslot" in ASCII, as a number).
+    static let lockKey: Int64 = 0x6D61_696C_736C_6F74
+
+    /// The newest version this binary knows.
+    static var latestVersion: Int32 { migrations.last!.version }
+
+    /// Why a database cannot be used.
+    struct Refusal: Error, CustomStringConvertible {
+        let description: String
+    }
+
+    static let migrations: [Migration] = [
+        Migration(version: 1, name: "documents, key bundles, messages, block lists, sessions, sizes", sql: [
+            """
+            CREATE TABLE documents (
+                uid TEXT PRIMARY KEY,
+                body BYTEA NOT NULL,
+                updated_at BIGINT NOT NULL
+            )
+            """,
+            // key_id: the bundle's KeyBundle.keyID, so that a create naming keys is checked with one lookup.
+            """
+            CREATE TABLE key_bundles (
+                uid TEXT PRIMARY KEY,
+                bundle BYTEA NOT NULL,
+                key_id TEXT,
+                updated_at BIGINT NOT NULL
+            )
+            """,
+            // seq orders each mailbox and is the list cursor; it comes from one sequence, so it is
+            // never reused after a delete. A sequence alone does not order a mailbox: a
+            // transaction may draw a seq early and commit late, after a reader saw a higher seq
+            // and moved its cursor past the lower one. So every create first locks its mailbox's
+            // row in mailbox_sizes (an upsert) and only then draws its seq: within a mailbox,
+            // creates commit one after another, in seq order (PostgresStore.submitCreateMessage).
+            """
+            CREATE TABLE messages (
+                seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+                recipient TEXT NOT NULL,
+                id TEXT NOT NULL,
+                author TEXT NOT NULL,
+                created_at BIGINT NOT NULL,
+                expires_at BIGINT NOT NULL,
+                size BIGINT NOT NULL,
+                envelope TEXT NOT NULL,
+                lease_until BIGINT,
+                lease_holder TEXT,
+                UNIQUE (recipient, id)
+            )
+            """,
+            "CREATE INDEX messages_by_mailbox ON messages (recipient, seq)",
+            "CREATE INDEX messages_by_expiry ON messages (expires_at)",
+            // author in byte order (collation "C"), as SQLite pages it.
+            """
+            CREATE TABLE blocked (
+                owner TEXT NOT NULL,
+                author TEXT COLLATE "C" NOT NULL,
+                created_at BIGINT NOT NULL,
+                PRIMARY KEY (owner, author)
+            )
+            """,
+            // Only hashes of session secrets are stored. kind: 0 = access, 1 = refresh; no row of
+            // another kind can be read as an access session. family ties a sign-in's sessions
+            // together, so reuse of a spent refresh token can revoke them all.
+            """
+            CREATE TABLE sessions (
+                hash BYTEA PRIMARY KEY,
+                kind SMALLINT NOT NULL CHECK (kind IN (0, 1)),
+                uid TEXT NOT NULL,
+                family BYTEA NOT NULL,
+                expires_at BIGINT NOT NULL,
+                spent SMALLINT NOT NULL DEFAULT 0 CHECK (spent IN (0, 1))
+            )
+            """,
+            "CREATE INDEX sessions_by_family ON sessions (family)",
+            "CREATE INDEX sessions_by_expiry ON sessions (expires_at)",
+            "CREATE INDEX sessions_by_uid ON sessions (uid)",
+            // Each mailbox's stored rows and each author's stored bytes, kept by the triggers
+            // below, so that the pending limit and the author quota are one lookup per create. A
+            // row is gone with the last message: no trace of a mailbox or author with nothing
+            // stored. A mailbox's row is also the lock that orders its creates (see messages).
+            """
+            CREATE TABLE mailbox_sizes (
+                recipient TEXT PRIMARY KEY,
+                stored BIGINT NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE author_sizes (
+                author TEXT PRIMARY KEY,
+                bytes BIGINT NOT NULL
+            )
+            """,
+            """
+            CREATE FUNCTION mailslot_message_stored() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                INSERT INTO mailbox_sizes (recipient, stored) VALUES (NEW.recipient, 1)
+                    ON CONFLICT (recipient) DO UPDATE SET stored = mailbox_sizes.stored + 1;
+                INSERT INTO author_sizes (author, bytes) VALUES (NEW.author, NEW.size)
+                    ON CONFLICT (author) DO UPDATE SET bytes = author_sizes.bytes + NEW.size;
+                RETURN NULL;
+            END $$
+            """,
+            """
+            CREATE FUNCTION mailslot_message_erased() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                UPDATE mailbox_sizes SET stored = stored - 1 WHERE recipient = OLD.recipient;
+                DELETE FROM mailbox_sizes WHERE recipient = OLD.recipient AND stored <= 0;
+                UPDATE author_sizes SET bytes = bytes - OLD.size WHERE author = OLD.author;
+                DELETE FROM author_sizes WHERE author = OLD.author AND bytes <= 0;
+                RETURN NULL;
+            END $$
+            """,
+            "CREATE TRIGGER messages_stored AFTER INSERT ON messages FOR EACH ROW EXECUTE FUNCTION mailslot_message_stored()",
+            "CREATE TRIGGER messages_erased AFTER DELETE ON messages FOR EACH ROW EXECUTE FUNCTION mailslot_message_erased()",
+        ]),
+    ]
+
+    /// Applies the migrations the database lacks, one node at a time; refuses a database whose
+    /// version is newer than ``latestVersion``.
+    static func migrate(_ client: PostgresClient, logger: Logger) async throws {
+        try await PostgresStore.transaction(client, logger: logger) { connection, logger in
+            // Held until this transaction ends: a second node waits here, then finds the work done.
+            try await connection.query("SELECT pg_advisory_xact_lock(\(lockKey))", logger: logger)
+            try await connection.query("""
+                CREATE TABLE IF NOT EXISTS mailslot_migrations (
+                    version INTEGER PRIMARY KEY,
+                    name TEXT NOT NULL,
+                    applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+                )
+                """, logger: logger)
+            let current = try await version(connection, logger: logger)
+            guard current <= latestVersion else {
+                throw Refusal(description: """
+                    the database's schema is version \(current), newer than this relay knows (\(latestVersion)): \
+                    upgrade the relay, or point it at another database
+                    """)
+            }
+            for migration in migrations where migration.version > current {
+                for statement in migration.sql {
+                    try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                }
+                try await connection.query("INSERT INTO mailslot_migrations (version, name) VALUES (\(migration.version), \(migration.name))",
+                                           logger: logger)
+                logger.info("database migrated", metadata: ["version": "\(migration.version)"])
+            }
+        }
+    }
+
+    /// The database's schema version: 0 when nothing was migrated.
+    static func version(_ connection: PostgresConnection, logger: Logger) async throws -> Int32 {
+        let rows = try await connection.query("SELECT coalesce(max(version), 0) FROM mailslot_migrations", logger: logger)
+        for try await version in rows.decode(Int32.self) { return version }
+        return 0
+    }
+}

@@ -1,0 +1,508 @@
+import Foundation
+import Logging
+import PostgresNIO
+
+/// The relay's store on PostgreSQL (``RelayStore``), through a pooled `PostgresClient`, for relays
+/// that share one database. Selected by `--database-url`; the tables are ``PostgresSchema``'s.
+///
+/// The client's `run()` (its pool) runs in a task this store owns, from `init` until ``close()``,
+/// rather than as a service of the relay's ServiceGroup: the store outlives the group — the
+/// subscriptions' last acks and the final ``checkpoint()`` come after the server stopped — and a
+/// store used without a relay (the tests) needs it too. ``prepare()`` applies the migrations
+/// before the relay serves.
+///
+/// Creates and erasures share transactions (``PostgresGroupCommit``); the other writes run in
+/// transactions of their own. Times are milliseconds since the epoch, passed in.
+final class PostgresStore: RelayStore {
+    let client: PostgresClient
+    let metrics: RelayMetrics?
+    let logger: Logger
+    /// The database's URL with its password replaced (``PostgresURL/redacted(_:)``), for messages.
+    let location: String
+    /// No local disk to watch: the database server's space is its operator's.
+    var diskSpace: DiskSpace? { nil }
+    private let group: PostgresGroupCommit
+    private let running: Task<Void, Never>
+
+    /// A store on the database at `url` (``PostgresURL``); nothing is connected until it is used.
+    /// Throws a ``RelayConfigurationError`` (without the password) for a URL it cannot read.
+    init(url: String, metrics: RelayMetrics? = nil, logger: Logger) throws {
+        var configuration = try PostgresURL.configuration(url)
+        configuration.options.maximumConnections = 16
+        var logger = logger
+        // The driver logs statements and their bound values below `info`: envelopes and session
+        // hashes have no place in a log.
+        if logger.logLevel < .info { logger.logLevel = .info }
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        self.client = client
+        self.metrics = metrics
+        self.logger = logger
+        location = PostgresURL.redacted(url)
+        group = PostgresGroupCommit(client: client, logger: logger)
+        running = Task { await client.run() }
+    }
+
+    /// A store on `url`, migrated and ready.
+    static func open(url: String, metrics: RelayMetrics? = nil, logger: Logger) async throws -> PostgresStore {
+        let store = try PostgresStore(url: url, metrics: metrics, logger: logger)
+        do { try await store.prepare() } catch {
+            await store.close()
+            throw error
+        }
+        return store
+    }
+
+    /// Applies pending migrations (``PostgresSchema/migrate(_:logger:)``); a database it cannot
+    /// reach or use is a sentence for the operator, naming it without its password.
+    func prepare() async throws {
+        do {
+            try await connected(within: Self.startTimeout)
+            try await PostgresSchema.migrate(client, logger: logger)
+        } catch let error as PSQLError {
+            // PSQLError's own description is generic on purpose; the server's message carries no secret.
+            let detail = error.serverInfo?[.message].map { ": \($0)" } ?? ""
+            throw PostgresSchema.Refusal(description: "cannot open the database at \(location) (\(error.code))\(detail)")
+        }
+    }
+
+    /// How long ``prepare()`` waits for a first connection before it gives up.
+    static let startTimeout: Duration = .seconds(15)
+
+    /// Waits for a connection from the pool, at most `timeout`: the pool itself retries a failing
+    /// connection (a wrong password, a server not up) for ever, logging each failure, and a relay
+    /// must not wait silently at start.
+    private func connected(within timeout: Duration) async throws {
+        try await within(timeout) { [client] in try await client.withConnection { _ in } }
+    }
+
+    /// `body`'s result, or a ``PostgresSchema/Refusal`` once `timeout` passed. `body` is then
+    /// cancelled but not waited for: a pool's lease may take its time to notice.
+    private func within<T: Sendable>(_ timeout: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        // A ticket takes the first result only: the work's, or the timer's.
+        let outcome = CommitTicket<T>()
+        let work = Task {
+            do { outcome.resolve(.success(try await body())) } catch { outcome.resolve(.failure(error)) }
+        }
+        let timer = Task { [location] in
+            guard (try? await Task.sleep(for: timeout)) != nil else { return }
+            outcome.resolve(.failure(PostgresSchema.Refusal(description: """
+                cannot connect to the database at \(location) within \(timeout) (the log says why)
+                """)))
+            work.cancel()
+        }
+        defer { timer.cancel() }
+        return try await outcome.value
+    }
+
+    /// How long ``isReady()`` waits for the database: `/readyz` answers while it is down.
+    static let readinessTimeout: Duration = .seconds(2)
+
+    /// Stops the pool: connections close; later operations fail.
+    func close() async {
+        running.cancel()
+        await running.value
+    }
+
+    // MARK: Transactions
+
+    /// Whether PostgreSQL aborted a statement to resolve a conflict between transactions (a
+    /// deadlock, a serialization failure): nothing of the transaction stayed, and running it
+    /// again may succeed.
+    static func isRetryable(_ error: PSQLError) -> Bool {
+        guard let state = error.serverInfo?[.sqlState] else { return false }
+        return state == "40P01" || state == "40001"
+    }
+
+    /// Runs `body` in a transaction on a pooled connection: committed when it returns, rolled back
+    /// when it throws (its error, as thrown, not wrapped). A transaction aborted by a conflict
+    /// (``isRetryable(_:)``) runs again, up to `attempts` times in all.
+    static func transaction<T: Sendable>(_ client: PostgresClient, logger: Logger, attempts: Int = 3,
+                                         _ body: @Sendable (PostgresConnection, Logger) async throws -> T) async throws -> T {
+        var attempt = 1
+        while true {
+            do {
+                return try await client.withConnection { connection in
+                    try await connection.query("BEGIN", logger: logger)
+                    do {
+                        let value = try await body(connection, logger)
+                        try await connection.query("COMMIT", logger: logger)
+                        return value
+                    } catch {
+                        // A broken connection cannot roll back; the pool closes it, and the server
+                        // rolls back what it had.
+                        _ = try? await connection.query("ROLLBACK", logger: logger)
+                        throw error
+                    }
+                }
+            } catch let error as PSQLError where isRetryable(error) && attempt < attempts {
+                attempt += 1
+                // A short, varied pause, so the two sides of a deadlock do not meet again at once.
+                try await Task.sleep(for: .milliseconds(Int.random(in: 1...10) * attempt))
+            }
+        }
+    }
+
+    /// A write transaction, timed as `operation` (a fixed name, never data).
+    func write<T: Sendable>(_ operation: String, _ body: @escaping @Sendable (PostgresConnection, Logger) async throws -> T) async throws -> T {
+        let start = ContinuousClock.now
+        defer { metrics?.store(operation, ContinuousClock.now - start) }
+        return try await Self.transaction(client, logger: logger, body)
+    }
+
+    /// A write that shares a transaction with others (``PostgresGroupCommit``), queued at once.
+    func groupSubmit<T: Sendable>(_ operation: String, _ updates: @escaping @Sendable (PostgresConnection, Logger) async throws -> T,
+                                  committed: (@Sendable (T) -> Void)? = nil) -> CommitTicket<T> {
+        let start = ContinuousClock.now
+        return group.submit(updates, committed: committed, finished: { [metrics] in metrics?.store(operation, ContinuousClock.now - start) })
+    }
+
+    /// A read on a pooled connection (one statement: its own snapshot), timed as `operation`.
+    func read<T: Sendable>(_ operation: String, _ body: @Sendable (PostgresConnection, Logger) async throws -> T) async throws -> T {
+        let start = ContinuousClock.now
+        defer { metrics?.store(operation, ContinuousClock.now - start) }
+        return try await client.withConnection { connection in try await body(connection, logger) }
+    }
+
+    /// The first row `query` returns, if any.
+    static func first(_ connection: PostgresConnection, _ query: PostgresQuery, _ logger: Logger) async throws -> PostgresRow? {
+        try await connection.query(query, logger: logger).collect().first
+    }
+
+    /// Whether the store can take writes: the database answers and its schema is this binary's.
+    func isReady() async -> Bool {
+        do {
+            return try await within(Self.readinessTimeout) { [client, logger] in
+                try await client.withConnection { connection in
+                    try await PostgresSchema.version(connection, logger: logger) == PostgresSchema.latestVersion
+                }
+            }
+        } catch {
+            return false
+        }
+    }
+
+    /// All mailboxes together: pending (unexpired) messages and the creation time of the oldest.
+    func pendingSummary(now: Int64) async throws -> (count: Int, oldestCreatedAt: Int64?) {
+        try await read("pending_summary") { connection, logger in
+            let row = try await Self.first(connection, "SELECT count(*), min(created_at) FROM messages WHERE expires_at > \(now)", logger)
+            guard let (count, oldest) = try row?.decode((Int64, Int64?).self) else { return (0, nil) }
+            return (Int(count), oldest)
+        }
+    }
+
+    // MARK: Messages
+
+    /// Stores a message, with the refusals of ``SQLiteStore`` in the same order: an identical retry
+    /// is answered as a duplicate before any limit; then conflict, blocked, stale keys, the
+    /// pending limit, the author quota. Queued at once (``groupSubmit(_:_:committed:)``).
+    ///
+    /// Per-mailbox order: the mailbox's row in `mailbox_sizes` is locked (an upsert) before
+    /// anything else, and so before the insert draws its `seq`; the lock is held until COMMIT.
+    /// Two creates to one mailbox thus commit one after the other in `seq` order, and a reader
+    /// that saw a `seq` never later finds a lower one appear behind its cursor. The author's row
+    /// in `author_sizes` is locked the same way before the quota check, so concurrent creates
+    /// (other nodes) cannot both take the last bytes; always mailbox first, then author, as the
+    /// erase trigger does.
+    func submitCreateMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String?, now: Int64,
+                             expiresAt: Int64, limits: CreateLimits,
+                             whenCommitted: (@Sendable (StoredMessage) -> Void)?) -> CommitTicket<CreateOutcome> {
+        groupSubmit("create_message", { connection, logger in
+            var stored = try await Self.first(connection, """
+                INSERT INTO mailbox_sizes (recipient, stored) VALUES (\(recipient), 0)
+                ON CONFLICT (recipient) DO UPDATE SET stored = mailbox_sizes.stored RETURNING stored
+                """, logger)?.decode(Int64.self) ?? 0
+            var erasedExpired = false
+            if let row = try await Self.first(connection, """
+                SELECT \(unescaped: StoredMessage.columns) FROM messages WHERE recipient = \(recipient) AND id = \(id)
+                """, logger) {
+                let existing = try StoredMessage(postgres: row)
+                if existing.expiresAt <= now {
+                    // Expired but not swept yet: it is gone for every purpose, so erase it now.
+                    try await connection.query("DELETE FROM messages WHERE seq = \(existing.seq)", logger: logger)
+                    erasedExpired = true
+                    stored -= 1
+                } else {
+                    guard existing.author == author, existing.envelope == envelope else { throw StoreRefusal.conflict }
+                    return .duplicate(existing)
+                }
+            }
+            if try await Self.first(connection, "SELECT 1 FROM blocked WHERE owner = \(recipient) AND author = \(author)", logger) != nil {
+                throw StoreRefusal.blocked
+            }
+            if let keyID {
+                // No bundle, or one without a key id, names no keys: stale as well. Key ids are
+                // public (anyone may fetch the bundle): no need for a constant-time compare.
+                let current = try await Self.first(connection, "SELECT key_id FROM key_bundles WHERE uid = \(recipient)", logger)?
+                    .decode(String?.self) ?? nil
+                guard current == keyID else { throw StoreRefusal.staleKeys }
+            }
+            // No disk check here (``diskSpace`` is nil): the database server's space is its own.
+            guard try await Self.pending(connection, logger, recipient: recipient, stored: stored, now: now,
+                                         atLeast: limits.maxPending) < limits.maxPending else {
+                throw StoreRefusal.mailboxFull
+            }
+            let authorBytes = try await Self.first(connection, """
+                INSERT INTO author_sizes (author, bytes) VALUES (\(author), 0)
+                ON CONFLICT (author) DO UPDATE SET bytes = author_sizes.bytes RETURNING bytes
+                """, logger)?.decode(Int64.self) ?? 0
+            guard authorBytes + Int64(size) <= limits.maxAuthorBytes else { throw StoreRefusal.authorQuota }
+            guard let seq = try await Self.first(connection, """
+                INSERT INTO messages (recipient, id, author, created_at, expires_at, size, envelope)
+                VALUES (\(recipient), \(id), \(author), \(now), \(expiresAt), \(Int64(size)), \(envelope)) RETURNING seq
+                """, logger)?.decode(Int64.self) else { throw PostgresSchema.Refusal(description: "an insert returned no seq") }
+            let message = StoredMessage(seq: seq, recipient: recipient, id: id, author: author, createdAt: now,
+                                        expiresAt: expiresAt, envelope: envelope, size: size)
+            return .created(message, erasedExpired: erasedExpired)
+        }, committed: { outcome in
+            if case .created(let message, _) = outcome { whenCommitted?(message) }
+        })
+    }
+
+    /// The unexpired message `id` of `recipient`'s mailbox.
+    func message(recipient: String, id: String, now: Int64) async throws -> StoredMessage? {
+        try await read("message") { connection, logger in
+            try await Self.first(connection, """
+                SELECT \(unescaped: StoredMessage.columns) FROM messages WHERE recipient = \(recipient) AND id = \(id) AND expires_at > \(now)
+                """, logger).map(StoredMessage.init(postgres:))
+        }
+    }
+
+    /// Unexpired messages of a mailbox after `seq`, oldest first: at most `limit`, and no more
+    /// than `maxBytes` of envelope text unless the first alone is larger. `more`: a message
+    /// after the last one returned is waiting (as far as this read could tell).
+    func messages(recipient: String, after seq: Int64, limit: Int, maxBytes: Int, now: Int64) async throws -> (messages: [StoredMessage], more: Bool) {
+        try await read("messages") { connection, logger in
+            let rows = try await connection.query("""
+                SELECT \(unescaped: StoredMessage.columns) FROM messages
+                WHERE recipient = \(recipient) AND seq > \(seq) AND expires_at > \(now) ORDER BY seq LIMIT \(Int64(limit) + 1)
+                """, logger: logger)
+            var page: [StoredMessage] = []
+            var bytes = 0
+            for try await row in rows {
+                let message = try StoredMessage(postgres: row)
+                bytes += message.envelope.utf8.count
+                // The rest of the rows are drained by the sequence's end; at most one more was asked for.
+                guard page.count < limit, page.isEmpty || bytes <= maxBytes else { return (page, true) }
+                page.append(message)
+            }
+            return (page, false)
+        }
+    }
+
+    /// The number of unexpired messages waiting in a mailbox.
+    func pendingCount(recipient: String, now: Int64) async throws -> Int {
+        try await read("pending_count") { connection, logger in
+            let stored = try await Self.first(connection, "SELECT stored FROM mailbox_sizes WHERE recipient = \(recipient)", logger)?
+                .decode(Int64.self) ?? 0
+            return try await Self.pending(connection, logger, recipient: recipient, stored: stored, now: now)
+        }
+    }
+
+    /// The unexpired messages of a mailbox that stores `stored` rows: those less the expired ones
+    /// the sweeper has not erased yet. With `atLeast`, a mailbox storing fewer rows than that is
+    /// answered from its row count alone — the common case of every create.
+    private static func pending(_ connection: PostgresConnection, _ logger: Logger, recipient: String, stored: Int64, now: Int64,
+                                atLeast limit: Int = 0) async throws -> Int {
+        guard stored > 0, stored >= limit else { return Int(stored) }
+        let expired = try await first(connection, """
+            SELECT count(*) FROM messages WHERE recipient = \(recipient) AND expires_at <= \(now)
+            """, logger)?.decode(Int64.self) ?? 0
+        return Int(stored - expired)
+    }
+
+    /// Erases message `id` of `recipient`'s mailbox — only if `author` wrote it, when given (an
+    /// unsend must not erase a newer message that reuses the id). True if an unexpired message
+    /// was erased; an expired one is erased too, but reported as absent. Queued at once.
+    func submitDeleteMessage(recipient: String, id: String, author: String?, now: Int64) -> CommitTicket<Bool> {
+        groupSubmit("delete_message") { connection, logger in
+            let row: PostgresRow? = if let author {
+                try await Self.first(connection, """
+                    DELETE FROM messages WHERE recipient = \(recipient) AND id = \(id) AND author = \(author) RETURNING expires_at
+                    """, logger)
+            } else {
+                try await Self.first(connection, "DELETE FROM messages WHERE recipient = \(recipient) AND id = \(id) RETURNING expires_at", logger)
+            }
+            guard let expiresAt = try row?.decode(Int64.self) else { return false }
+            return expiresAt > now
+        }
+    }
+
+    /// Takes (`until` set) or releases (`until` nil) the processing lease on a message, as
+    /// `holder`. The row is locked while it is checked, so a running lease of another holder is
+    /// never overwritten, however many workers (and nodes) race for it.
+    func setLease(recipient: String, id: String, until: Int64?, holder: String, now: Int64) async throws -> LeaseOutcome {
+        try await write("set_lease") { connection, logger in
+            guard let row = try await Self.first(connection, """
+                SELECT \(unescaped: StoredMessage.columns) FROM messages
+                WHERE recipient = \(recipient) AND id = \(id) AND expires_at > \(now) FOR UPDATE
+                """, logger) else { return .notFound }
+            let current = try StoredMessage(postgres: row)
+            if let leaseUntil = current.leaseUntil, leaseUntil > now, current.leaseHolder != holder { return .held }
+            let leaseHolder: String? = until == nil ? nil : holder
+            guard let updated = try await Self.first(connection, """
+                UPDATE messages SET lease_until = \(until), lease_holder = \(leaseHolder) WHERE seq = \(current.seq)
+                RETURNING \(unescaped: StoredMessage.columns)
+                """, logger) else { return .notFound }
+            return .updated(try StoredMessage(postgres: updated))
+        }
+    }
+
+    /// Erases every expired message and session, in transactions of at most `batch` rows and
+    /// about `batchBytes` of envelopes each, so that no write waits long behind a sweep. Safe to
+    /// run beside another sweep: a row already erased is simply not erased again. The number of
+    /// messages erased.
+    func sweepExpired(now: Int64, batch: Int, batchBytes: Int) async throws -> Int {
+        var erased = 0
+        while true {
+            let (selected, deleted) = try await write("sweep_expired") { connection, logger -> (Int, Int) in
+                let rows = try await connection.query("""
+                    SELECT seq, size FROM messages WHERE expires_at <= \(now) ORDER BY expires_at LIMIT \(Int64(batch))
+                    """, logger: logger)
+                var seqs: [Int64] = []
+                var bytes: Int64 = 0
+                for try await (seq, size) in rows.decode((Int64, Int64).self) where seqs.isEmpty || bytes < Int64(batchBytes) {
+                    seqs.append(seq)
+                    bytes += size
+                }
+                guard !seqs.isEmpty else { return (0, 0) }
+                // Rows another sweep erased meanwhile are simply not erased again.
+                let deleted = try await Self.first(connection, """
+                    WITH erased AS (DELETE FROM messages WHERE seq = ANY(\(seqs)) RETURNING 1) SELECT count(*) FROM erased
+                    """, logger)?.decode(Int64.self) ?? 0
+                return (seqs.count, Int(deleted))
+            }
+            erased += deleted
+            if selected == 0 || Task.isCancelled { break }
+        }
+        // Expired sessions are kept a day, so that using one says `session_expired`, not `unauthenticated`.
+        let sessionBatch = Int64(batch * 4)
+        while try await write("sweep_sessions", { connection, logger in
+            try await Self.first(connection, """
+                WITH erased AS (DELETE FROM sessions WHERE hash IN (
+                    SELECT hash FROM sessions WHERE expires_at <= \(now - 24 * 3600 * 1000) LIMIT \(sessionBatch)) RETURNING 1)
+                SELECT count(*) FROM erased
+                """, logger)?.decode(Int64.self) ?? 0
+        }) == sessionBatch, !Task.isCancelled {}
+        return erased
+    }
+
+    /// Erased rows are gone for every reader at once, but their bytes stay in PostgreSQL's files
+    /// as dead tuples until VACUUM reclaims them (and in WAL segments until recycled): nothing this
+    /// call can shorten yet (SECURITY.md; a later step tunes autovacuum). Always complete.
+    @discardableResult
+    func checkpoint() async throws -> Bool { true }
+
+    // MARK: Documents, key bundles, block lists
+
+    func document(uid: String) async throws -> Data? {
+        try await read("document") { connection, logger in
+            try await Self.first(connection, "SELECT body FROM documents WHERE uid = \(uid)", logger)?.decode(Data.self)
+        }
+    }
+
+    func putDocument(uid: String, body: Data, now: Int64) async throws {
+        try await write("put_document") { connection, logger in
+            _ = try await connection.query("""
+                INSERT INTO documents (uid, body, updated_at) VALUES (\(uid), \(body), \(now))
+                ON CONFLICT (uid) DO UPDATE SET body = excluded.body, updated_at = excluded.updated_at
+                """, logger: logger)
+        }
+    }
+
+    @discardableResult
+    func deleteDocument(uid: String) async throws -> Bool {
+        try await write("delete_document") { connection, logger in
+            try await Self.first(connection, "DELETE FROM documents WHERE uid = \(uid) RETURNING 1", logger) != nil
+        }
+    }
+
+    func keyBundle(uid: String) async throws -> Data? {
+        try await read("key_bundle") { connection, logger in
+            try await Self.first(connection, "SELECT bundle FROM key_bundles WHERE uid = \(uid)", logger)?.decode(Data.self)
+        }
+    }
+
+    /// Publishes `uid`'s verified bundle with its key id (``KeyBundle/keyID``).
+    func putKeyBundle(uid: String, bundle: Data, keyID: String, now: Int64) async throws {
+        try await write("put_key_bundle") { connection, logger in
+            _ = try await connection.query("""
+                INSERT INTO key_bundles (uid, bundle, key_id, updated_at) VALUES (\(uid), \(bundle), \(keyID), \(now))
+                ON CONFLICT (uid) DO UPDATE SET bundle = excluded.bundle, key_id = excluded.key_id, updated_at = excluded.updated_at
+                """, logger: logger)
+        }
+    }
+
+    @discardableResult
+    func deleteKeyBundle(uid: String) async throws -> Bool {
+        try await write("delete_key_bundle") { connection, logger in
+            try await Self.first(connection, "DELETE FROM key_bundles WHERE uid = \(uid) RETURNING 1", logger) != nil
+        }
+    }
+
+    /// The authors `owner` has blocked, in byte order, after `cursor`; at most `limit`.
+    func blocked(owner: String, after cursor: String, limit: Int) async throws -> [String] {
+        try await read("blocked") { connection, logger in
+            // The column's collation is "C": byte order, as SQLite's, whatever the database's.
+            let rows = try await connection.query("""
+                SELECT author FROM blocked WHERE owner = \(owner) AND author > \(cursor) ORDER BY author LIMIT \(Int64(limit))
+                """, logger: logger)
+            var authors: [String] = []
+            for try await author in rows.decode(String.self) { authors.append(author) }
+            return authors
+        }
+    }
+
+    /// Blocks `author` for `owner`, unless the block list already holds `limit` entries. The
+    /// owner's list is locked (an advisory lock for the transaction) while it is counted, so
+    /// concurrent blocks cannot together pass the limit.
+    func block(owner: String, author: String, now: Int64, limit: Int) async throws {
+        try await write("block") { connection, logger in
+            try await Self.lock(connection, logger, space: .blockList, key: owner)
+            let count = try await Self.first(connection, "SELECT count(*) FROM blocked WHERE owner = \(owner)", logger)?.decode(Int64.self) ?? 0
+            if count >= limit,
+               try await Self.first(connection, "SELECT 1 FROM blocked WHERE owner = \(owner) AND author = \(author)", logger) == nil {
+                throw StoreRefusal.blockListFull
+            }
+            try await connection.query("""
+                INSERT INTO blocked (owner, author, created_at) VALUES (\(owner), \(author), \(now)) ON CONFLICT DO NOTHING
+                """, logger: logger)
+        }
+    }
+
+    @discardableResult
+    func unblock(owner: String, author: String) async throws -> Bool {
+        try await write("unblock") { connection, logger in
+            try await Self.first(connection, "DELETE FROM blocked WHERE owner = \(owner) AND author = \(author) RETURNING 1", logger) != nil
+        }
+    }
+
+    /// What a transaction-level advisory lock of ``lock(_:_:space:key:)`` guards; the two-key
+    /// form keeps these apart from the migrations' one-key lock.
+    enum LockSpace: Int32 {
+        case blockList = 1
+        case signIns = 2
+    }
+
+    /// Takes the advisory lock on `key` in `space` until the transaction ends.
+    static func lock(_ connection: PostgresConnection, _ logger: Logger, space: LockSpace, key: String) async throws {
+        try await connection.query("SELECT pg_advisory_xact_lock(\(space.rawValue), hashtext(\(key)))", logger: logger)
+    }
+}
+
+extension StoredMessage {
+    /// A row selected with ``columns``, from PostgreSQL.
+    init(postgres row: PostgresRow) throws {
+        let (seq, recipient, id, author, createdAt, expiresAt, size, envelope, leaseUntil, leaseHolder) =
+            try row.decode((Int64, String, String, String, Int64, Int64, Int64, String, Int64?, String?).self)
+        self.seq = seq
+        self.recipient = recipient
+        self.id = id
+        self.author = author
+        self.createdAt = createdAt
+        self.expiresAt = expiresAt
+        self.size = Int(size)
+        self.envelope = envelope
+        self.leaseUntil = leaseUntil
+        self.leaseHolder = leaseHolder
+    }
+}

@@ -1,0 +1,486 @@
+import Foundation
+import MailslotTestSupport
+import Synchronization
+import Testing
+@testable import MailslotRelay
+
+/// One behavioural contract for every store backend (``RelayStore``): each test runs against the
+/// embedded SQLite store and against PostgreSQL. The PostgreSQL cases need the cluster of
+/// `tools/postgres run` (as tools/test runs them); without it they are not among the arguments,
+/// and the PostgreSQL-only tests below report themselves skipped, with the reason.
+@Suite struct StoreContractTests {
+    enum Backend: String, CaseIterable, CustomTestStringConvertible, Sendable {
+        case sqlite, postgresql
+        var testDescription: String { rawValue }
+
+        /// The backends this run can test: PostgreSQL only with a cluster to test it on.
+        static var available: [Backend] { TestDatabase.unavailable == nil ? allCases : [.sqlite] }
+
+        /// Runs `body` with `count` stores on one new, empty database (several stores: several
+        /// relays sharing it), and removes the database afterwards.
+        func withStores<T>(_ count: Int = 1, _ body: ([any RelayStore]) async throws -> T) async throws -> T {
+            switch self {
+            case .sqlite:
+                let folder = FileManager.default.temporaryDirectory.appendingPathComponent("store-contract-\(UUID().uuidString)")
+                try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+                defer { try? FileManager.default.removeItem(at: folder) }
+                let path = folder.appendingPathComponent("relay.sqlite").path
+                return try await body((0..<count).map { _ in try SQLiteStore(path: path) })
+            case .postgresql:
+                if let reason = TestDatabase.unavailable { try Test.cancel(Comment(rawValue: reason)) }
+                return try await TestDatabase.with { url in
+                    var stores: [PostgresStore] = []
+                    do {
+                        for _ in 0..<count { stores.append(try await PostgresStore.open(url: url, logger: TestRelay.logger)) }
+                        let value = try await body(stores)
+                        for store in stores { await store.close() }
+                        return value
+                    } catch {
+                        for store in stores { await store.close() }
+                        throw error
+                    }
+                }
+            }
+        }
+
+        func withStore<T>(_ body: (any RelayStore) async throws -> T) async throws -> T {
+            try await withStores(1) { try await body($0[0]) }
+        }
+    }
+
+    static let now: Int64 = 1_800_000_000_000
+    static let roomy = CreateLimits(maxPending: 10_000, maxAuthorBytes: 1 << 40)
+
+    /// A create with the suite's defaults: `envelope` stands for `size` bytes.
+    @discardableResult
+    static func create(_ store: any RelayStore, to recipient: String = "bob", id: String, author: String = "alice",
+                       envelope: String = "envelope", size: Int = 512, keyID: String? = nil, now: Int64 = now,
+                       ttl: Int64 = 3_600_000, limits: CreateLimits = roomy) async throws -> CreateOutcome {
+        try await store.createMessage(recipient: recipient, id: id, author: author, envelope: envelope, size: size, keyID: keyID,
+                                      now: now, expiresAt: now + ttl, limits: limits)
+    }
+
+    @Test(arguments: Backend.available)
+    func createsDuplicatesAndConflicts(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            guard case .created(let first, erasedExpired: false) = try await Self.create(store, id: "m1") else {
+                Issue.record("not created"); return
+            }
+            #expect(first.recipient == "bob" && first.author == "alice" && first.envelope == "envelope" && first.size == 512)
+            #expect(try await Self.create(store, id: "m1") == .duplicate(first), "an identical retry changes nothing")
+            await #expect(throws: StoreRefusal.conflict) { try await Self.create(store, id: "m1", envelope: "other") }
+            await #expect(throws: StoreRefusal.conflict) { try await Self.create(store, id: "m1", author: "mallory") }
+            #expect(try await store.message(recipient: "bob", id: "m1", now: Self.now) == first)
+            #expect(try await store.message(recipient: "carol", id: "m1", now: Self.now) == nil, "ids are per mailbox")
+            // An expired, unswept message under the id is erased to make room.
+            try await Self.create(store, id: "m2", ttl: 10)
+            let later = Self.now + 20
+            #expect(try await store.message(recipient: "bob", id: "m2", now: later) == nil)
+            guard case .created(let second, erasedExpired: true) = try await Self.create(store, id: "m2", author: "mallory", now: later) else {
+                Issue.record("the expired message was not replaced"); return
+            }
+            #expect(second.seq > first.seq && second.author == "mallory")
+            #expect(try await store.pendingCount(recipient: "bob", now: later) == 2)
+        }
+    }
+
+    /// The refusals come in SQLite's order: identical retry, conflict, blocked, stale keys,
+    /// pending limit, author quota.
+    @Test(arguments: Backend.available)
+    func refusalsComeInTheirOrder(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            try await store.putKeyBundle(uid: "bob", bundle: Data([1, 2, 3]), keyID: "k1", now: Self.now)
+            let tight = CreateLimits(maxPending: 2, maxAuthorBytes: 2 * 512)
+            let stored = try await Self.create(store, id: "m1", keyID: "k1", limits: tight).message
+            try await Self.create(store, id: "m2", keyID: "k1", limits: tight)
+            try await store.block(owner: "bob", author: "alice", now: Self.now, limit: 10)
+            // Full mailbox, author over quota, blocked, stale keys: an identical retry is still answered.
+            #expect(try await Self.create(store, id: "m1", keyID: "k2", limits: tight) == .duplicate(stored))
+            await #expect(throws: StoreRefusal.conflict) { try await Self.create(store, id: "m1", envelope: "x", keyID: "k2", limits: tight) }
+            await #expect(throws: StoreRefusal.blocked) { try await Self.create(store, id: "m3", keyID: "k2", limits: tight) }
+            try await store.unblock(owner: "bob", author: "alice")
+            await #expect(throws: StoreRefusal.staleKeys) { try await Self.create(store, id: "m3", keyID: "k2", limits: tight) }
+            await #expect(throws: StoreRefusal.staleKeys) { try await Self.create(store, to: "carol", id: "m3", keyID: "k1") }
+            await #expect(throws: StoreRefusal.mailboxFull) { try await Self.create(store, id: "m3", keyID: "k1", limits: tight) }
+            await #expect(throws: StoreRefusal.authorQuota) { try await Self.create(store, to: "carol", id: "m3", limits: tight) }
+            // Nothing refused was stored.
+            #expect(try await store.pendingCount(recipient: "bob", now: Self.now) == 2)
+            #expect(try await store.pendingCount(recipient: "carol", now: Self.now) == 0)
+            #expect(try await store.message(recipient: "carol", id: "m3", now: Self.now) == nil)
+        }
+    }
+
+    @Test(arguments: Backend.available)
+    func thePendingLimitDiscountsExpiredUnsweptMessages(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            let limits = CreateLimits(maxPending: 3, maxAuthorBytes: 1 << 40)
+            try await Self.create(store, id: "short", ttl: 10, limits: limits)
+            try await Self.create(store, id: "a", limits: limits)
+            try await Self.create(store, id: "b", limits: limits)
+            await #expect(throws: StoreRefusal.mailboxFull) { try await Self.create(store, id: "c", limits: limits) }
+            let later = Self.now + 20
+            #expect(try await store.pendingCount(recipient: "bob", now: later) == 2)
+            try await Self.create(store, id: "c", now: later, limits: limits)
+            await #expect(throws: StoreRefusal.mailboxFull) { try await Self.create(store, id: "d", now: later, limits: limits) }
+            #expect(try await store.sweepExpired(now: later) == 1)
+            #expect(try await store.pendingCount(recipient: "bob", now: later) == 3)
+        }
+    }
+
+    @Test(arguments: Backend.available)
+    func theAuthorQuotaSpansMailboxesAndIsFreedByErasures(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            let limits = CreateLimits(maxPending: 100, maxAuthorBytes: 1000)
+            try await Self.create(store, to: "bob", id: "m1", size: 400, limits: limits)
+            try await Self.create(store, to: "carol", id: "m2", size: 400, limits: limits)
+            await #expect(throws: StoreRefusal.authorQuota) { try await Self.create(store, to: "dave", id: "m3", size: 400, limits: limits) }
+            try await Self.create(store, to: "dave", id: "m3", author: "erin", size: 400, limits: limits)
+            #expect(try await store.deleteMessage(recipient: "bob", id: "m1", now: Self.now))
+            try await Self.create(store, to: "dave", id: "m4", size: 400, limits: limits)
+            // Expired and swept: its bytes are free too.
+            try await Self.create(store, to: "erin", id: "m5", author: "frank", size: 900, ttl: 10, limits: limits)
+            await #expect(throws: StoreRefusal.authorQuota) { try await Self.create(store, to: "erin", id: "m6", author: "frank", size: 200, limits: limits) }
+            #expect(try await store.sweepExpired(now: Self.now + 20) == 1)
+            try await Self.create(store, to: "erin", id: "m6", author: "frank", size: 900, now: Self.now + 20, limits: limits)
+        }
+    }
+
+    @Test(arguments: Backend.available)
+    func erasuresSweepsAndSizes(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            for n in 0..<5 { try await Self.create(store, id: "short\(n)", ttl: 10) }
+            try await Self.create(store, id: "long1", now: Self.now + 1)
+            try await Self.create(store, to: "carol", id: "long2", now: Self.now + 2)
+            let summary = try await store.pendingSummary(now: Self.now)
+            #expect(summary.count == 7 && summary.oldestCreatedAt == Self.now)
+            // Only the author who wrote it may unsend it; an ack (no author) may erase it.
+            #expect(try await store.deleteMessage(recipient: "bob", id: "long1", author: "mallory", now: Self.now) == false)
+            #expect(try await store.message(recipient: "bob", id: "long1", now: Self.now) != nil)
+            #expect(try await store.deleteMessage(recipient: "bob", id: "long1", author: "alice", now: Self.now))
+            #expect(try await store.deleteMessage(recipient: "bob", id: "long1", now: Self.now) == false, "already gone")
+            // An expired message is erased too, but reported absent.
+            #expect(try await store.deleteMessage(recipient: "bob", id: "short0", now: Self.now + 20) == false)
+            // Batches of two rows: the sweep goes on until nothing expired is left.
+            #expect(try await store.sweepExpired(now: Self.now + 20, batch: 2, batchBytes: 1 << 20) == 4)
+            #expect(try await store.sweepExpired(now: Self.now + 20, batch: 2, batchBytes: 1 << 20) == 0)
+            #expect(try await store.pendingCount(recipient: "bob", now: Self.now + 20) == 0)
+            let after = try await store.pendingSummary(now: Self.now + 20)
+            #expect(after.count == 1 && after.oldestCreatedAt == Self.now + 2)
+            // Expired sessions are kept a day, then swept.
+            try await store.insertSessionPair(uid: "alice", family: Data([1]), accessHash: Data([2]), accessExpiresAt: Self.now,
+                                              refreshHash: Data([3]), refreshExpiresAt: Self.now, maxFamilies: 8)
+            _ = try await store.sweepExpired(now: Self.now + 1000)
+            #expect(try await store.session(hash: Data([3])) != nil)
+            _ = try await store.sweepExpired(now: Self.now + 24 * 3600 * 1000 + 1)
+            #expect(try await store.session(hash: Data([2])) == nil)
+            #expect(try await store.session(hash: Data([3])) == nil)
+            #expect(try await store.checkpoint())
+        }
+    }
+
+    @Test(arguments: Backend.available)
+    func pagesAreBoundedInCountAndBytes(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            var seqs: [Int64] = []
+            for n in 0..<5 {
+                seqs.append(try await Self.create(store, id: "m\(n)", envelope: String(repeating: "e", count: 100)).message.seq)
+            }
+            try await Self.create(store, to: "carol", id: "other")
+            let all = try await store.messages(recipient: "bob", after: 0, limit: 10, maxBytes: .max, now: Self.now)
+            #expect(all.messages.map(\.seq) == seqs && !all.more)
+            let counted = try await store.messages(recipient: "bob", after: 0, limit: 2, maxBytes: .max, now: Self.now)
+            #expect(counted.messages.map(\.seq) == Array(seqs[0..<2]) && counted.more)
+            let weighed = try await store.messages(recipient: "bob", after: seqs[0], limit: 10, maxBytes: 250, now: Self.now)
+            #expect(weighed.messages.map(\.seq) == Array(seqs[1..<3]) && weighed.more)
+            let large = try await store.messages(recipient: "bob", after: 0, limit: 10, maxBytes: 50, now: Self.now)
+            #expect(large.messages.map(\.seq) == [seqs[0]] && large.more, "the first alone, however large")
+            let last = try await store.messages(recipient: "bob", after: seqs[3], limit: 1, maxBytes: .max, now: Self.now)
+            #expect(last.messages.map(\.seq) == [seqs[4]] && !last.more)
+            #expect(try await store.messages(recipient: "bob", after: 0, limit: 10, maxBytes: .max, now: Self.now + 3_600_000).messages.isEmpty,
+                    "expired messages are not listed")
+        }
+    }
+
+    /// Writes submitted one after another are applied in that order, and the commit hooks run
+    /// in commit order.
+    @Test(arguments: Backend.available)
+    func submittedWritesKeepTheirOrder(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            let hooked = Shared<[StoredMessage]>([])
+            var tickets: [CommitTicket<CreateOutcome>] = []
+            for n in 0..<20 {
+                tickets.append(store.submitCreateMessage(recipient: "bob", id: "m\(n)", author: "alice", envelope: "e", size: 512, keyID: nil,
+                                                         now: Self.now, expiresAt: Self.now + 60_000, limits: Self.roomy,
+                                                         whenCommitted: { message in hooked.update { $0.append(message) } }))
+            }
+            // A create and the erasure of the same id, submitted back to back.
+            let created = store.submitCreateMessage(recipient: "bob", id: "x", author: "alice", envelope: "e", size: 512, keyID: nil,
+                                                    now: Self.now, expiresAt: Self.now + 60_000, limits: Self.roomy, whenCommitted: nil)
+            let erased = store.submitDeleteMessage(recipient: "bob", id: "x", author: nil, now: Self.now)
+            var seqs: [Int64] = []
+            for ticket in tickets { seqs.append(try await ticket.value.message.seq) }
+            #expect(seqs == seqs.sorted() && Set(seqs).count == 20, "seqs in submission order")
+            if case .created = try await created.value {} else { Issue.record("x was not created") }
+            #expect(try await erased.value, "the erasure came after the create")
+            #expect(try await store.message(recipient: "bob", id: "x", now: Self.now) == nil)
+            #expect(hooked.value.map(\.seq) == seqs, "every create told once, in commit order")
+            let listed = try await store.messages(recipient: "bob", after: 0, limit: 100, maxBytes: .max, now: Self.now)
+            #expect(listed.messages.map(\.id) == (0..<20).map { "m\($0)" })
+        }
+    }
+
+    /// Many tasks on two stores (two relays) create in one mailbox at once while a reader polls
+    /// it: every message is stored, seqs strictly increase, and no poll ever shows a message below
+    /// the highest seq an earlier poll had seen that the earlier poll did not show (a reader
+    /// whose cursor passed it would have skipped it for good).
+    @Test(arguments: Backend.available)
+    func aMailboxsOrderNeverLetsAReaderSkipAMessage(_ backend: Backend) async throws {
+        try await backend.withStores(2) { stores in
+            let writers = 8, perWriter = 25
+            let done = Shared(false)
+            let reader = stores[0]
+            let polling = Task { () -> [[Int64]] in
+                var polls: [[Int64]] = []
+                let deadline = ContinuousClock.now + .seconds(60)
+                while polls.count < 20_000, ContinuousClock.now < deadline {
+                    let finished = done.value
+                    let page = try await reader.messages(recipient: "bob", after: 0, limit: 10_000, maxBytes: .max, now: Self.now)
+                    polls.append(page.messages.map(\.seq))
+                    if finished { break }
+                    // A short pause: the writers (and the tests running beside this one) need the CPU too.
+                    try await Task.sleep(for: .milliseconds(1))
+                }
+                return polls
+            }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for writer in 0..<writers {
+                    let store = stores[writer % stores.count]
+                    group.addTask {
+                        for n in 0..<perWriter {
+                            try await Self.create(store, id: "w\(writer)-\(n)", author: "author\(writer)")
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            done.update { $0 = true }
+            let polls = try await polling.value
+            let final = try await reader.messages(recipient: "bob", after: 0, limit: 10_000, maxBytes: .max, now: Self.now)
+            let ids = Set(final.messages.map(\.id))
+            #expect(ids.count == writers * perWriter && ids == Set((0..<writers).flatMap { w in (0..<perWriter).map { "w\(w)-\($0)" } }))
+            #expect(zip(final.messages, final.messages.dropFirst()).allSatisfy { $0.seq < $1.seq }, "seqs strictly increase")
+            #expect(polls.count > 1)
+            var seen = Set<Int64>(), highest: Int64 = 0
+            for (index, poll) in polls.enumerated() {
+                let late = poll.filter { $0 < highest && !seen.contains($0) }
+                #expect(late.isEmpty, "poll \(index) showed \(late) below \(highest), unseen before")
+                seen.formUnion(poll)
+                highest = max(highest, poll.last ?? 0)
+            }
+        }
+    }
+
+    @Test(arguments: Backend.available)
+    func leasesAreHeldUntilReleasedOrExpired(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            try await Self.create(store, id: "m1")
+            guard case .updated(let taken) = try await store.setLease(recipient: "bob", id: "m1", until: Self.now + 1000, holder: "w1", now: Self.now) else {
+                Issue.record("not taken"); return
+            }
+            #expect(taken.leaseUntil == Self.now + 1000 && taken.leaseHolder == "w1")
+            #expect(try await store.setLease(recipient: "bob", id: "m1", until: Self.now + 1000, holder: "w2", now: Self.now) == .held)
+            #expect(try await store.message(recipient: "bob", id: "m1", now: Self.now)?.leaseHolder == "w1")
+            guard case .updated(let released) = try await store.setLease(recipient: "bob", id: "m1", until: nil, holder: "w1", now: Self.now) else {
+                Issue.record("not released"); return
+            }
+            #expect(released.leaseUntil == nil && released.leaseHolder == nil)
+            guard case .updated = try await store.setLease(recipient: "bob", id: "m1", until: Self.now + 10, holder: "w2", now: Self.now) else {
+                Issue.record("not taken after release"); return
+            }
+            guard case .updated(let after) = try await store.setLease(recipient: "bob", id: "m1", until: Self.now + 100, holder: "w1", now: Self.now + 20) else {
+                Issue.record("an expired lease still held"); return
+            }
+            #expect(after.leaseHolder == "w1")
+            #expect(try await store.setLease(recipient: "bob", id: "nope", until: Self.now + 10, holder: "w1", now: Self.now) == .notFound)
+        }
+    }
+
+    @Test(arguments: Backend.available)
+    func sessionsRotateAreRevokedOnReuseAndAreBounded(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            func hash(_ text: String) -> Data { Data(text.utf8) }
+            // Three sign-ins, capped at three: a fourth revokes the least recently refreshed.
+            for n in 1...3 {
+                #expect(try await store.insertSessionPair(uid: "alice", family: hash("f\(n)"), accessHash: hash("a\(n)"),
+                                                          accessExpiresAt: Self.now + 1000, refreshHash: hash("r\(n)"),
+                                                          refreshExpiresAt: Self.now + 10_000 + Int64(n), maxFamilies: 3) == 0)
+            }
+            #expect(try await store.session(hash: hash("a1")) == StoredSession(kind: .access, uid: "alice", family: hash("f1"),
+                                                                                 expiresAt: Self.now + 1000, spent: false))
+            // f1 refreshes: now f2 is the least recently refreshed.
+            #expect(try await store.rotateRefresh(hash: hash("r1"), now: Self.now, accessHash: hash("a1b"), accessExpiresAt: Self.now + 2000,
+                                                  refreshHash: hash("r1b"), refreshExpiresAt: Self.now + 20_000) == .rotated(uid: "alice"))
+            #expect(try await store.session(hash: hash("a1")) == nil, "the previous access session ends with the rotation")
+            #expect(try await store.session(hash: hash("r1"))?.spent == true)
+            #expect(try await store.insertSessionPair(uid: "alice", family: hash("f4"), accessHash: hash("a4"), accessExpiresAt: Self.now + 1000,
+                                                      refreshHash: hash("r4"), refreshExpiresAt: Self.now + 30_000, maxFamilies: 3) == 1)
+            #expect(try await store.session(hash: hash("a2")) == nil, "f2 evicted")
+            #expect(try await store.session(hash: hash("r2")) == nil, "f2 evicted")
+            #expect(try await store.session(hash: hash("a1b")) != nil)
+            #expect(try await store.session(hash: hash("a3")) != nil)
+            try await store.insertSessionPair(uid: "bob", family: hash("fb"), accessHash: hash("ab"), accessExpiresAt: Self.now + 1000,
+                                              refreshHash: hash("rb"), refreshExpiresAt: Self.now + 10, maxFamilies: 1)
+            #expect(try await store.session(hash: hash("a3")) != nil, "another uid's sign-ins are not alice's")
+            // Reuse of a spent token revokes the whole family.
+            #expect(try await store.rotateRefresh(hash: hash("r1"), now: Self.now, accessHash: hash("x"), accessExpiresAt: Self.now + 1,
+                                                  refreshHash: hash("y"), refreshExpiresAt: Self.now + 1) == .reused)
+            #expect(try await store.session(hash: hash("a1b")) == nil)
+            #expect(try await store.session(hash: hash("r1b")) == nil)
+            #expect(try await store.rotateRefresh(hash: hash("nope"), now: Self.now, accessHash: hash("x"), accessExpiresAt: Self.now + 1,
+                                                  refreshHash: hash("y"), refreshExpiresAt: Self.now + 1) == .invalid)
+            #expect(try await store.rotateRefresh(hash: hash("rb"), now: Self.now + 20, accessHash: hash("x"), accessExpiresAt: Self.now + 1,
+                                                  refreshHash: hash("y"), refreshExpiresAt: Self.now + 1) == .invalid, "expired")
+            #expect(try await store.rotateRefresh(hash: hash("a3"), now: Self.now, accessHash: hash("x"), accessExpiresAt: Self.now + 1,
+                                                  refreshHash: hash("y"), refreshExpiresAt: Self.now + 1) == .invalid, "not a refresh token")
+            // Rotating in a loop keeps only the latest 16 spent tokens.
+            var current = "r3"
+            for n in 0..<20 {
+                let next = "loop\(n)"
+                #expect(try await store.rotateRefresh(hash: hash(current), now: Self.now, accessHash: hash("la\(n)"), accessExpiresAt: Self.now + 1000,
+                                                      refreshHash: hash(next), refreshExpiresAt: Self.now + 40_000 + Int64(n)) == .rotated(uid: "alice"))
+                current = next
+            }
+            #expect(try await store.rotateRefresh(hash: hash("r3"), now: Self.now, accessHash: hash("x"), accessExpiresAt: Self.now + 1,
+                                                  refreshHash: hash("y"), refreshExpiresAt: Self.now + 1) == .invalid, "forgotten, not reused")
+            #expect(try await store.session(hash: hash("loop3"))?.spent == true, "the latest 16 spent tokens are kept")
+            #expect(try await store.session(hash: hash("loop2")) == nil)
+            try await store.revokeFamily(hash("f3"))
+            #expect(try await store.session(hash: hash(current)) == nil)
+            #expect(try await store.session(hash: hash("a3")) == nil)
+            #expect(try await store.session(hash: hash("a4")) != nil)
+        }
+    }
+
+    @Test(arguments: Backend.available)
+    func documentsKeyBundlesAndBlockLists(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            #expect(try await store.document(uid: "alice") == nil)
+            try await store.putDocument(uid: "alice", body: Data([0, 1, 2]), now: Self.now)
+            try await store.putDocument(uid: "alice", body: Data([3, 255]), now: Self.now + 1)
+            #expect(try await store.document(uid: "alice") == Data([3, 255]))
+            #expect(try await store.deleteDocument(uid: "alice"))
+            #expect(try await store.deleteDocument(uid: "alice") == false)
+            try await store.putKeyBundle(uid: "bob", bundle: Data([9]), keyID: "k1", now: Self.now)
+            try await store.putKeyBundle(uid: "bob", bundle: Data([8, 0]), keyID: "k2", now: Self.now)
+            #expect(try await store.keyBundle(uid: "bob") == Data([8, 0]))
+            await #expect(throws: StoreRefusal.staleKeys) { try await Self.create(store, id: "m1", keyID: "k1") }
+            try await Self.create(store, id: "m1", keyID: "k2")
+            #expect(try await store.deleteKeyBundle(uid: "bob"))
+            #expect(try await store.keyBundle(uid: "bob") == nil)
+            #expect(try await store.deleteKeyBundle(uid: "bob") == false)
+            await #expect(throws: StoreRefusal.staleKeys) { try await Self.create(store, id: "m2", keyID: "k2") }
+            // Block lists: byte order, paged after a cursor, capped.
+            for author in ["b", "Z", "a", "é", "B"] { try await store.block(owner: "bob", author: author, now: Self.now, limit: 5) }
+            #expect(try await store.blocked(owner: "bob", after: "", limit: 10) == ["B", "Z", "a", "b", "é"])
+            #expect(try await store.blocked(owner: "bob", after: "Z", limit: 2) == ["a", "b"])
+            await #expect(throws: StoreRefusal.blockListFull) { try await store.block(owner: "bob", author: "c", now: Self.now, limit: 5) }
+            try await store.block(owner: "bob", author: "a", now: Self.now, limit: 5)  // already there: no refusal
+            try await store.block(owner: "carol", author: "c", now: Self.now, limit: 5)
+            #expect(try await store.unblock(owner: "bob", author: "a"))
+            #expect(try await store.unblock(owner: "bob", author: "a") == false)
+            try await store.block(owner: "bob", author: "c", now: Self.now, limit: 5)
+            #expect(try await store.blocked(owner: "bob", after: "", limit: 10) == ["B", "Z", "b", "c", "é"])
+            #expect(await store.isReady())
+        }
+    }
+
+    /// Nodes starting at once migrate one at a time, each version once; a database migrated by a
+    /// newer binary is refused with a sentence, and a running store on it is not ready.
+    @Test(.enabled(if: TestDatabase.unavailable == nil, "MAILSLOT_TEST_DATABASE_URL is not set: run the tests under tools/postgres run"))
+    func postgreSQLMigratesOnceAndRefusesANewerSchema() async throws {
+        try await TestDatabase.with { url in
+            let stores = try (0..<3).map { _ in try PostgresStore(url: url, logger: TestRelay.logger) }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for store in stores { group.addTask { try await store.prepare() } }
+                try await group.waitForAll()
+            }
+            let versions = try await stores[0].client.query("SELECT version FROM mailslot_migrations ORDER BY version")
+                .collect().map { try $0.decode(Int32.self) }
+            #expect(versions == PostgresSchema.migrations.map(\.version), "each version applied once")
+            for store in stores { #expect(await store.isReady()) }
+            let future = PostgresSchema.latestVersion + 1
+            try await stores[0].client.query("INSERT INTO mailslot_migrations (version, name) VALUES (\(future), 'from the future')")
+            let refusal = await #expect(throws: PostgresSchema.Refusal.self) { try await PostgresStore.open(url: url, logger: TestRelay.logger) }
+            #expect(refusal?.description.contains("version \(future), newer than this relay knows (\(PostgresSchema.latestVersion))") == true)
+            #expect(await stores[1].isReady() == false)
+            for store in stores { await store.close() }
+        }
+    }
+
+    /// A database URL is read strictly, and its password never appears in an error.
+    @Test func databaseURLsAreCheckedAndTheirPasswordsNeverShown() throws {
+        let configuration = try PostgresURL.configuration("postgresql://relay:s%40cret@[::1]:6543/mail%20slot?sslmode=disable")
+        #expect(configuration.host == "::1" && configuration.port == 6543)
+        #expect(configuration.username == "relay" && configuration.password == "s@cret" && configuration.database == "mail slot")
+        #expect(try PostgresURL.configuration("postgres://relay@db.example/mailslot").port == 5432)
+        for text in ["mysql://relay:hunter22@db/mailslot", "postgres://relay:hunter22@db", "postgres://:hunter22@db/mailslot",
+                     "postgres://relay:hunter22@db/mailslot?sslmode=allow", "postgres://relay:hunter22@db/mailslot?sslrootcert=x",
+                     "postgres://relay:hunter22@db:0/mailslot", "relay:hunter22@db/mailslot"] {
+            #expect {
+                _ = try PostgresURL.configuration(text)
+            } throws: { error in
+                let said = "\(error)"
+                return error is RelayConfigurationError && said.contains("--database-url") && !said.contains("hunter22")
+            }
+        }
+        #expect(PostgresURL.redacted("postgres://relay:hunter22@db/mailslot") == "postgres://relay:***@db/mailslot")
+        #expect(PostgresURL.redacted("postgres://relay@db/mailslot") == "postgres://relay@db/mailslot")
+    }
+
+    /// A PostgreSQL store whose server does not answer is not ready, and says so at once rather
+    /// than when the pool gives up (it never does).
+    @Test func aPostgreSQLStoreWithoutItsServerIsNotReady() async throws {
+        // Port 1 on loopback: nothing listens there.
+        let store = try PostgresStore(url: "postgres://relay:hunter22@127.0.0.1:1/mailslot?sslmode=disable", logger: TestRelay.logger)
+        let start = ContinuousClock.now
+        #expect(await store.isReady() == false)
+        #expect(ContinuousClock.now - start < PostgresStore.readinessTimeout + .seconds(5), "a loaded machine may be slow, not this slow")
+        await store.close()
+    }
+
+    /// The relay on PostgreSQL, end to end: a send, its live delivery on a subscription, the ack
+    /// that erases it.
+    @Test(.enabled(if: TestDatabase.unavailable == nil, "MAILSLOT_TEST_DATABASE_URL is not set: run the tests under tools/postgres run"))
+    func aRelayOnPostgreSQLDeliversAndErases() async throws {
+        try await TestDatabase.with { url in
+            try await withTestRelay(configure: { $0.databaseURL = url }) { relay in
+                #expect(relay.relay.store is PostgresStore)
+                let alice = try await relay.signIn("alice").session
+                let bob = try await relay.signIn("bob").session
+                #expect(try await relay.send(alice, to: "bob", id: messageID(1)).status == 201)
+                let socket = TestSocket.open(relay, "bob", session: bob)
+                let ready = try #require(try await socket.next())
+                #expect(ready.type == "ready" && ready.pending == 1)
+                #expect(try await socket.next()?.message?.id == messageID(1), "the backlog")
+                #expect(try await relay.send(alice, to: "bob", id: messageID(2)).status == 201)
+                #expect(try await socket.next()?.message?.id == messageID(2), "pushed as it lands")
+                for n in 1...2 {
+                    try await socket.send(.ack(messageID(n)))
+                    let acked = try #require(try await socket.next())
+                    #expect(acked.type == "acked" && acked.id == messageID(n))
+                }
+                #expect(try await relay.relay.store.pendingCount(recipient: "bob", now: Clock.now()) == 0, "nothing is left")
+                #expect(try await relay.call("GET", "/readyz").status == 200)
+                await socket.close()
+            }
+        }
+    }
+}
+
+/// A value several tasks share.
+final class Shared<T: Sendable>: Sendable {
+    private let state: Mutex<T>
+    init(_ value: T) { state = Mutex(value) }
+    var value: T { state.withLock { $0 } }
+    func update(_ change: (inout T) -> Void) { state.withLock { change(&$0) } }
+}
