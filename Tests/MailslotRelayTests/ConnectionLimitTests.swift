@@ -94,11 +94,13 @@ import Testing
 
     @Test func aSubscriptionOutlivesTheDeadlines() async throws {
         try await withTestRelay(configure: { $0.headerTimeout = 1; $0.idleTimeout = 1 }) { relay in
-            let bob = try await relay.signIn("bob")
+            let bob = try await relay.signIn("bob"), alice = try await relay.signIn("alice")
             let socket = try await TestSocket.subscribed(relay, "bob", session: bob.session)
+            // Past both deadlines. (Alice signs in before: after the sleep her send goes on a new
+            // connection, not on a kept-alive one the 1 s idle timeout may be closing that moment.)
             try await Task.sleep(for: .seconds(2.5))
             #expect(await !socket.isFinished, "an upgraded connection is the ping's to watch")
-            try await relay.send(try await relay.signIn("alice").session, to: "bob", id: messageID(1))
+            try await relay.send(alice.session, to: "bob", id: messageID(1))
             #expect(try await socket.next()?.type == "message")
             await socket.close()
         }
