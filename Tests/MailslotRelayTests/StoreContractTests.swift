@@ -7,8 +7,10 @@ import Testing
 /// One behavioural contract for every store backend (``RelayStore``): each test runs against the
 /// embedded SQLite store and against PostgreSQL. The PostgreSQL cases need the cluster of
 /// `tools/postgres run` (as tools/test runs them); without it they are not among the arguments,
-/// and the PostgreSQL-only tests below report themselves skipped, with the reason.
-@Suite struct StoreContractTests {
+/// and the PostgreSQL-only tests below report themselves skipped, with the reason. One case at a
+/// time: each PostgreSQL case makes a database and up to 32 connections, and the rest of the
+/// suite (relays and sockets with second-scale deadlines) runs beside it on two cores.
+@Suite(.serialized) struct StoreContractTests {
     enum Backend: String, CaseIterable, CustomTestStringConvertible, Sendable {
         case sqlite, postgresql
         var testDescription: String { rawValue }
