@@ -42,13 +42,8 @@ import Testing
 
     @Test func aMessageInFlightToAReinstalledDeviceComesBackAsUndeliveredAndCanBeResent() async throws {
         try await withTestRelay { relay in
-            let alice = try relay.client("alice"), bob = try relay.client("bob")
-            try await alice.signIn()
-            try await bob.signIn()
             // Sealed to bob's old keys, and still waiting on the relay when bob reinstalls.
-            guard case .sent(let id) = try await alice.send(text: "in flight", to: "bob") else { Issue.record("not sent"); return }
-            let newBob = try relay.client("bob", profile: "bob-2")
-            try await newBob.signIn()
+            let (alice, newBob, id) = try await messageInFlightToAReinstall(relay, text: "in flight")
 
             // Bob's new device cannot open it: it keeps why, acknowledges it, and tells alice.
             #expect(try await newBob.receive().isEmpty)
@@ -124,18 +119,10 @@ import Testing
 
     @Test func theNoticeWaitsForTheAckAndAResendTakesBackACopyStillOnTheRelay() async throws {
         try await withTestRelay { relay in
-            let alice = try relay.client("alice"), bob = try relay.client("bob")
-            try await alice.signIn()
-            try await bob.signIn()
-            guard case .sent(let id) = try await alice.send(text: "before the reinstall", to: "bob") else { Issue.record("not sent"); return }
-            let newBob = try relay.client("bob", profile: "bob-2")
-            try await newBob.signIn()
+            let (alice, newBob, id) = try await messageInFlightToAReinstall(relay, text: "before the reinstall")
 
             // The new device rejects the message and queues a notice — but its ack is lost.
-            let me = try await newBob.identity()
-            let page = try await newBob.authorized { try await newBob.api.list("bob", after: nil, session: $0) }
-            let record = try #require(page.messages.first)
-            let notice = try #require(try await newBob.accept(record, as: me).notice)
+            let notice = try #require(try await newBob.acceptFirstWithoutAck().notice)
             #expect(try await newBob.flush(now: Date().addingTimeInterval(86_400)) == 1, "unreleased: not sent before the ack")
             #expect(try await alice.receive().isEmpty)
             #expect(try await alice.outgoing().first { $0.id == id }?.state == .sent)
@@ -148,8 +135,7 @@ import Testing
             #expect(try await alice.outgoing().first { $0.id == id }?.state == .undelivered)
             #expect(try await relay.pending("bob") == 0)
 
-            // Had the old copy still been waiting, the resend takes it back first: resend once
-            // more after putting it back as alice's old client would have left it.
+            // Trusted, the message goes again under its id (the old copy is gone: acknowledged).
             try await alice.trust("bob")
             guard case .sent = try await alice.resend(id) else { Issue.record("not resent"); return }
             #expect(try await newBob.receive().map(\.message.payload.text) == ["before the reinstall"])
@@ -158,17 +144,9 @@ import Testing
 
     @Test func aResendWhileTheUnreadableCopyStillWaitsIsNotAConflict() async throws {
         try await withTestRelay { relay in
-            let alice = try relay.client("alice"), bob = try relay.client("bob")
-            try await alice.signIn()
-            try await bob.signIn()
-            guard case .sent(let id) = try await alice.send(text: "still waiting", to: "bob") else { Issue.record("not sent"); return }
-            let newBob = try relay.client("bob", profile: "bob-2")
-            try await newBob.signIn()
+            let (alice, newBob, id) = try await messageInFlightToAReinstall(relay, text: "still waiting")
             // The notice leaves before the ack (as if the ack had failed after it): the old copy waits.
-            let me = try await newBob.identity()
-            let page = try await newBob.authorized { try await newBob.api.list("bob", after: nil, session: $0) }
-            let record = try #require(page.messages.first)
-            let notice = try #require(try await newBob.accept(record, as: me).notice)
+            let notice = try #require(try await newBob.acceptFirstWithoutAck().notice)
             await newBob.notify(notice)
             #expect(try await relay.pending("bob") == 1, "not acknowledged")
             _ = try await alice.receive()
@@ -266,6 +244,20 @@ import Testing
             let current = try await alice.refreshKeys(of: "bob")
             #expect(try await relay.status(ofSending: envelope, session, to: "bob", id: id, keyID: current.keyID) == 201)
         }
+    }
+}
+
+extension KeyChangeTests {
+    /// Alice sends bob a message, then bob reinstalls (a new profile, new keys, the same uid)
+    /// before receiving it: alice, bob's new device, and the message's id.
+    func messageInFlightToAReinstall(_ relay: TestRelay, text: String) async throws -> (MailslotClient, MailslotClient, String) {
+        let alice = try relay.client("alice"), bob = try relay.client("bob")
+        try await alice.signIn()
+        try await bob.signIn()
+        guard case .sent(let id) = try await alice.send(text: text, to: "bob") else { throw TestRelayError("not sent") }
+        let newBob = try relay.client("bob", profile: "bob-2")
+        try await newBob.signIn()
+        return (alice, newBob, id)
     }
 }
 

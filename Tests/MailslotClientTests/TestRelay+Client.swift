@@ -1,7 +1,8 @@
 import Foundation
-import MailslotClient
+@testable import MailslotClient
 import MailslotTestSupport
 import MailslotWire
+import Testing
 
 extension TestRelay {
     /// A client for `uid` with its own database in the test's folder (`profile` names another one
@@ -18,5 +19,16 @@ extension TestRelay {
     func pending(_ uid: String) async throws -> Int {
         let page = try await call("GET", "/v1/users/\(uid)/messages", session: try await signIn(uid).session)
         return try page.decoded(MessagePage.self).messages.count
+    }
+}
+
+extension MailslotClient {
+    /// What this client makes of the first message waiting for it — stored or rejected, and the
+    /// notice it queued — without acknowledging it, as after a crash or a lost ack.
+    func acceptFirstWithoutAck() async throws -> Accepted {
+        let me = try await identity()
+        let uid = me.uid
+        let page = try await authorized { try await api.list(uid, after: nil, session: $0) }
+        return try await accept(try #require(page.messages.first), as: me)
     }
 }

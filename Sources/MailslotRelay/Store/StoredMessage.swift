@@ -20,7 +20,9 @@ struct StoredMessage: Sendable, Equatable {
     let leaseUntil: Int64?
     let leaseHolder: String?
 
-    init(seq: Int64, recipient: String, id: String, author: String, createdAt: Int64, expiresAt: Int64, envelope: String, size: Int) {
+    /// A message with every field; a new one has no lease.
+    init(seq: Int64, recipient: String, id: String, author: String, createdAt: Int64, expiresAt: Int64, envelope: String, size: Int,
+         leaseUntil: Int64? = nil, leaseHolder: String? = nil) {
         self.seq = seq
         self.recipient = recipient
         self.id = id
@@ -29,8 +31,8 @@ struct StoredMessage: Sendable, Equatable {
         self.expiresAt = expiresAt
         self.size = size
         self.envelope = envelope
-        leaseUntil = nil
-        leaseHolder = nil
+        self.leaseUntil = leaseUntil
+        self.leaseHolder = leaseHolder
     }
 
     /// The columns ``init(row:)`` reads, in its order: read by position, which spares a

@@ -494,15 +494,7 @@ extension StoredMessage {
     init(postgres row: PostgresRow) throws {
         let (seq, recipient, id, author, createdAt, expiresAt, size, envelope, leaseUntil, leaseHolder) =
             try row.decode((Int64, String, String, String, Int64, Int64, Int64, String, Int64?, String?).self)
-        self.seq = seq
-        self.recipient = recipient
-        self.id = id
-        self.author = author
-        self.createdAt = createdAt
-        self.expiresAt = expiresAt
-        self.size = Int(size)
-        self.envelope = envelope
-        self.leaseUntil = leaseUntil
-        self.leaseHolder = leaseHolder
+        self.init(seq: seq, recipient: recipient, id: id, author: author, createdAt: createdAt, expiresAt: expiresAt,
+                  envelope: envelope, size: Int(size), leaseUntil: leaseUntil, leaseHolder: leaseHolder)
     }
 }

@@ -1,0 +1,79 @@
+import Synchronization
+
+/// The queue behind a store's group commit, whatever the backend: writes wait in submission
+/// order, one drainer at a time commits everything that waits as one batch (what arrived while the
+/// previous batch committed), and no write waits for a timer — a lone write commits at once.
+/// Each caller is answered only after its batch committed (or with the batch's error); the
+/// `committed` calls run after the commit, one after another, in apply order.
+///
+/// `Write` is the backend's own step: it applies one write inside the batch's transaction (in a
+/// savepoint of its own, so a refusal undoes only that write) and records the write's outcome.
+/// It throws only when the transaction itself is broken; then the whole batch fails.
+final class WriteBatches<Write: Sendable>: Sendable {
+    /// One write's outcome, set by its step inside the transaction and read once it committed.
+    final class Outcome<T: Sendable>: @unchecked Sendable {
+        // @unchecked: written by the one drainer inside the transaction, read by `complete` after
+        // it; the commit orders the two.
+        var result: Result<T, any Error>?
+    }
+
+    private struct Pending: Sendable {
+        let write: Write
+        /// Runs after a successful commit, in apply order, before any caller resumes.
+        let committed: @Sendable () -> Void
+        let complete: @Sendable ((any Error)?) -> Void
+    }
+
+    private let commit: @Sendable ([Write]) async throws -> Void
+    private let state = Mutex<(queue: [Pending], draining: Bool)>(([], false))
+
+    /// Batches committed by `commit`, which runs the steps in order in one transaction.
+    init(commit: @escaping @Sendable ([Write]) async throws -> Void) {
+        self.commit = commit
+    }
+
+    /// Queues the step `step(outcome)` makes and returns the ticket its result will be on.
+    /// `committed` gets the result first, in commit order, if the write succeeded and the batch
+    /// committed; `finished` runs when the ticket is resolved, either way.
+    func submit<T: Sendable>(_ step: (Outcome<T>) -> Write, committed: (@Sendable (T) -> Void)?,
+                             finished: (@Sendable () -> Void)?) -> CommitTicket<T> {
+        let ticket = CommitTicket<T>()
+        let outcome = Outcome<T>()
+        let pending = Pending(
+            write: step(outcome),
+            committed: {
+                if let committed, case .success(let value) = outcome.result { committed(value) }
+            },
+            complete: { commitError in
+                finished?()
+                ticket.resolve(commitError.map { .failure($0) } ?? outcome.result!)
+            })
+        let start = state.withLock { state -> Bool in
+            state.queue.append(pending)
+            defer { state.draining = true }
+            return !state.draining
+        }
+        if start { Task { await self.drain() } }
+        return ticket
+    }
+
+    /// Commits batch after batch until nothing waits.
+    private func drain() async {
+        while true {
+            let batch = state.withLock { state -> [Pending] in
+                let batch = state.queue
+                state.queue.removeAll(keepingCapacity: true)
+                if batch.isEmpty { state.draining = false }
+                return batch
+            }
+            if batch.isEmpty { return }
+            do {
+                try await commit(batch.map(\.write))
+                for pending in batch { pending.committed() }
+                for pending in batch { pending.complete(nil) }
+            } catch {
+                for pending in batch { pending.complete(error) }
+            }
+        }
+    }
+}
