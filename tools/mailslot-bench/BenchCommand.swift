@@ -90,7 +90,7 @@ struct RunCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        SpawnedRelay.cleanUpOnSignals()
+        Teardown.installSignalHandlers()
         let fileLimit = ProcessStats.raiseFileLimit()
         let needed = 2 * (senders + recipients + slowRecipients + subscribers) + 64
         if fileLimit > 0, fileLimit < UInt64(needed) {
