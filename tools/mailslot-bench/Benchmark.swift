@@ -371,7 +371,7 @@ struct Benchmark {
             }
         }
         let clusterReport = cluster?.report(target: target, senders: s.senders, recipients: s.recipients + s.slowRecipients,
-                                            messages: storedTotal, elapsed: elapsed)
+                                            messages: storedTotal, seconds: Monotonic.seconds(start, end))
         lines += clusterReport?.lines ?? []
         let machine = ProcessStats.machine()
         lines.append("  machine: " + machine.map { "\($0.0) \($0.1)" }.joined(separator: "; "))

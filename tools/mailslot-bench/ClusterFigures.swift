@@ -51,9 +51,10 @@ struct ClusterFigures {
                               serverMemory: target.database?.serverMemory() ?? (nil, nil))
     }
 
-    /// The report's lines and JSON members, for `messages` stored over `elapsed` seconds by
-    /// `senders` senders to `recipients` recipients.
-    func report(target: RelayTarget, senders: Int, recipients: Int, messages: Int, elapsed: Double) -> (lines: [String], json: [(String, JSON)]) {
+    /// The report's lines and JSON members, for `messages` stored by `senders` senders to
+    /// `recipients` recipients; rates over `seconds`, from the clock's start to the drain (the
+    /// readings' window, whether or not everything arrived).
+    func report(target: RelayTarget, senders: Int, recipients: Int, messages: Int, seconds: Double) -> (lines: [String], json: [(String, JSON)]) {
         func delta(_ before: Double?, _ after: Double?) -> Double? { before.flatMap { b in after.map { $0 - b } } }
         func perMessage(_ seconds: Double?) -> Double? { seconds.map { $0 * 1e6 / Double(max(1, messages)) } }
         let count = target.nodes.count
@@ -81,9 +82,9 @@ struct ClusterFigures {
         }
         let serverCPU = delta(before.serverCPU, after.serverCPU)
         let commits = before.commits.flatMap { b in after.commits.map { $0 - b } }
-        let commitsPerSecond = commits.map { Double($0) / elapsed }
+        let commitsPerSecond = commits.map { Double($0) / seconds }
         let notifications = delta(before.notifications, after.notifications)
-        let notificationsPerSecond = notifications.map { $0 / elapsed }
+        let notificationsPerSecond = notifications.map { $0 / seconds }
         if target.database != nil {
             lines.append("  PostgreSQL server: CPU \(Format.optional(perMessage(serverCPU), "%.1f")) µs/msg (\(Format.optional(serverCPU, "%.2f")) s),"
                          + " RSS at end \(Format.bytes(serverMemory.rss)) (PSS \(Format.bytes(serverMemory.pss)));"
