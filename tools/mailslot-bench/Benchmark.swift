@@ -22,8 +22,9 @@ struct RunReport {
     let problems: [String]
 }
 
-/// One measured run against one relay: set up users and sockets, start the clock, send, drain,
-/// check, and report.
+/// One measured run against one relay, or several nodes on one database (each client on the
+/// node the target's placement gives it): set up users and sockets, start the clock, send,
+/// drain, check, and report.
 struct Benchmark {
     let settings: RunSettings
     let target: RelayTarget

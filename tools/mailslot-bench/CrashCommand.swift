@@ -14,7 +14,9 @@ struct CrashCommand: AsyncParsableCommand {
             the create is idempotent), recipients keep one store of ids across reconnects, as a client does. \
             At the end every mailbox is drained. PASS when every send answered 2xx was stored by its \
             recipient exactly once (a redelivery of a stored id is deduplicated, not a loss), no send is \
-            left unanswered, and the relay holds 0 messages. Exit 1 on FAIL.
+            left unanswered, and the relay holds 0 messages. Exit 1 on FAIL. With --nodes N and \
+            --postgres or --database-url, N relays share one database and are killed in turn; the \
+            clients of the killed node reconnect to the next one at once and return once it is back.
             """
     )
 
