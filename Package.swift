@@ -119,6 +119,8 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
+                // Commits per second of the database several relay nodes share (DatabaseProbe).
+                .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             path: "tools/mailslot-bench"
         ),

@@ -45,6 +45,10 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
     case internalError = "internal"
     /// The relay's disk is (nearly) full: it takes no new messages until space is freed.
     case storageFull = "storage_full"
+    /// The relay cannot reach its database for now (it is restarting or failing over): retry
+    /// after `Retry-After` seconds. A write answered so may or may not have been stored;
+    /// repeating it is safe.
+    case unavailable = "unavailable"
 
     /// The HTTP status that goes with the code.
     public var status: Int {
@@ -60,6 +64,7 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
         case .rateLimited, .mailboxFull, .authorQuota, .tooManyReads: 429
         case .internalError: 500
         case .storageFull: 507
+        case .unavailable: 503
         }
     }
 }
@@ -74,7 +79,7 @@ public struct Problem: Sendable, Equatable, Codable, Error {
     public let title: String
     /// What went wrong this time, for people. Never echoes secrets, tokens or envelopes.
     public let detail: String?
-    /// Seconds after which a refused request may be retried (429, 507).
+    /// Seconds after which a refused request may be retried (429, 503, 507).
     public let retryAfter: Int?
 
     /// A problem with `code`, and optionally what went wrong this time.

@@ -406,12 +406,12 @@ import Testing
                 for store in stores { group.addTask { try await store.prepare() } }
                 try await group.waitForAll()
             }
-            let versions = try await stores[0].client.query("SELECT version FROM mailslot_migrations ORDER BY version")
+            let versions = try await stores[0].pool.client.query("SELECT version FROM mailslot_migrations ORDER BY version")
                 .collect().map { try $0.decode(Int32.self) }
             #expect(versions == PostgresSchema.migrations.map(\.version), "each version applied once")
             for store in stores { #expect(await store.isReady()) }
             let future = PostgresSchema.latestVersion + 1
-            try await stores[0].client.query("INSERT INTO mailslot_migrations (version, name) VALUES (\(future), 'from the future')")
+            try await stores[0].pool.client.query("INSERT INTO mailslot_migrations (version, name) VALUES (\(future), 'from the future')")
             let refusal = await #expect(throws: PostgresSchema.Refusal.self) { try await PostgresStore.open(url: url, logger: TestRelay.logger) }
             #expect(refusal?.description.contains("version \(future), newer than this relay knows (\(PostgresSchema.latestVersion))") == true)
             #expect(await stores[1].isReady() == false)

@@ -43,12 +43,43 @@ enum TestDatabase {
 
     /// Runs one statement as the cluster's superuser, outside any transaction.
     private static func admin(_ url: String, _ sql: String) async throws {
+        _ = try await adminQuery(url, sql)
+    }
+
+    /// The first column of the first row of `sql`, run as the cluster's superuser (0 when none).
+    static func admin(_ sql: String) async throws -> Int64 {
+        guard let adminURL else { throw Unavailable() }
+        return try await adminQuery(adminURL, sql)
+    }
+
+    private static func adminQuery(_ url: String, _ sql: String) async throws -> Int64 {
         let client = PostgresClient(configuration: try PostgresURL.configuration(url), backgroundLogger: TestRelay.logger)
         let running = Task { await client.run() }
         defer { running.cancel() }
-        try await client.query(PostgresQuery(unsafeSQL: sql), logger: TestRelay.logger)
+        let rows = try await client.query(PostgresQuery(unsafeSQL: sql), logger: TestRelay.logger).collect()
+        let value = (try? rows.first?.decode(Int64.self)) ?? 0
         running.cancel()
         await running.value
+        return value
+    }
+
+    /// The database name in a URL `with(_:)` made.
+    static func name(of url: String) -> String {
+        URLComponents(string: url).map { String($0.path.drop(while: { $0 == "/" })) } ?? ""
+    }
+
+    /// pg_ctl for the test cluster (`tools/postgres` sets MAILSLOT_TEST_PGCTL), to stop and start it.
+    static let pgctl = ProcessInfo.processInfo.environment["MAILSLOT_TEST_PGCTL"].flatMap { $0.isEmpty ? nil : $0 }
+
+    /// Runs pg_ctl with `arguments`; throws when it fails.
+    static func pgctl(_ arguments: [String]) async throws {
+        guard let pgctl else { throw Unavailable() }
+        let result = try await ProcessRunner.run(URL(fileURLWithPath: pgctl), arguments)
+        guard result.status == 0 else { throw PgctlFailed(description: "pg_ctl \(arguments.joined(separator: " ")): \(result.stderr)") }
+    }
+
+    struct PgctlFailed: Error, CustomStringConvertible {
+        let description: String
     }
 }
 

@@ -36,7 +36,11 @@ struct RunCommand: AsyncParsableCommand {
             `message` frame and the relay answers `acked` once it has erased it. Latencies are measured \
             from the send (in an open loop, from the moment the scheduler meant to send, so a slow relay \
             cannot hide its backlog) to the delivery and to the `acked` frame. Progress goes to stderr once \
-            a second; the summary to stdout; with --json the last line of stdout is one JSON object.
+            a second; the summary to stdout; with --json the last line of stdout is one JSON object. \
+            With --nodes N and --postgres or --database-url, N spawned relays share one PostgreSQL \
+            database (senders and recipients on different nodes with --placement split), and the \
+            report adds each node's CPU and memory, the database server's, commits and cross-node \
+            notifications per second.
             """
     )
 
@@ -90,7 +94,7 @@ struct RunCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        SpawnedRelay.cleanUpOnSignals()
+        Teardown.installSignalHandlers()
         let fileLimit = ProcessStats.raiseFileLimit()
         let needed = 2 * (senders + recipients + slowRecipients + subscribers) + 64
         if fileLimit > 0, fileLimit < UInt64(needed) {

@@ -22,8 +22,9 @@ struct RunReport {
     let problems: [String]
 }
 
-/// One measured run against one relay: set up users and sockets, start the clock, send, drain,
-/// check, and report.
+/// One measured run against one relay, or several nodes on one database (each client on the
+/// node the target's placement gives it): set up users and sockets, start the clock, send,
+/// drain, check, and report.
 struct Benchmark {
     let settings: RunSettings
     let target: RelayTarget
@@ -80,7 +81,7 @@ struct Benchmark {
                 let plan = RecipientPlan(user: user, acks: !isSlow, measures: !isSlow, senderUIDs: senderUIDs,
                                          presealed: presealed[user.uid].map { Array($0.utf8) }, pinned: pinned)
                 let ledger = Locked(RecipientLedger())
-                sockets.append(BenchRecipient.start(plan, ledger: ledger, http: http, counters: counters))
+                sockets.append(BenchRecipient.start(plan, ledger: ledger, http: target.recipientHTTP(recipientLedgers.count), counters: counters))
                 recipientLedgers.append(ledger)
                 recipientPlans.append(plan)
             }
@@ -90,7 +91,7 @@ struct Benchmark {
                                       quota: s.messages.map { $0 / s.senders + (index < $0 % s.senders ? 1 : 0) },
                                       duration: s.duration.map { UInt64($0 * 1e9) }, pacing: pacing(index),
                                       body: e2e ? body : nil)
-                let (socket, ledger) = BenchSender.start(plan, http: http, gate: gate, counters: counters)
+                let (socket, ledger) = BenchSender.start(plan, http: target.senderHTTP(index), gate: gate, counters: counters)
                 sockets.append(socket)
                 senderLedgers.append(ledger)
             }
@@ -100,7 +101,8 @@ struct Benchmark {
             }
             try await checkSockets(sockets, counters: counters)
 
-            // The clock.
+            // The clock. (Several nodes: their counters and the database's first, which takes a moment.)
+            let clusterBefore = target.isCluster ? await ClusterReading.take(target) : nil
             let cpuBefore = await target.cpuSeconds(), ownBefore = ProcessStats.ownCPUSeconds()
             let start = Monotonic.now() + 20_000_000
             let progress = ProgressPrinter()
@@ -120,6 +122,7 @@ struct Benchmark {
             let end = Monotonic.now()
             let cpuAfter = await target.cpuSeconds(), ownAfter = ProcessStats.ownCPUSeconds()
             let samples = progress.stop()
+            let clusterAfter = target.isCluster ? await ClusterReading.take(target) : nil
             if !(sendingEnded && answered && drained) { status("not everything arrived; counting what did") }
 
             // Slow consumers: reconnect them as acking recipients; the relay brings their whole
@@ -135,7 +138,7 @@ struct Benchmark {
                     let plan = recipientPlans[index]
                     let drainer = RecipientPlan(user: plan.user, acks: true, measures: false, senderUIDs: plan.senderUIDs,
                                                 presealed: plan.presealed, pinned: plan.pinned)
-                    sockets.append(BenchRecipient.start(drainer, ledger: recipientLedgers[index], http: http, counters: counters))
+                    sockets.append(BenchRecipient.start(drainer, ledger: recipientLedgers[index], http: target.recipientHTTP(index), counters: counters))
                 }
                 slowDrained = try await waitProgressing(counters: counters, sockets: sockets, what: "the slow recipients' backlog") { _ in
                     slowIndexes.allSatisfy { index in recipientLedgers[index].withLock { $0.erased == $0.stored } }
@@ -146,6 +149,10 @@ struct Benchmark {
             let remaining = await relayRemaining(users: senders + recipients + slow)
             let peak = await target.peakResidentBytes()
             let rssAtEnd = await target.residentBytes()
+            var cluster: ClusterFigures?
+            if let clusterBefore, let clusterAfter {
+                cluster = await ClusterFigures.finish(target, before: clusterBefore, after: clusterAfter)
+            }
             await closeAll(sockets)
             sockets = []
 
@@ -153,7 +160,7 @@ struct Benchmark {
                           senders: senderLedgers.map(\.current), ledgers: recipientLedgers.map(\.current),
                           destinations: destinations, body: body, remaining: remaining, peak: peak, rssAtEnd: rssAtEnd,
                           idle: idle, slowBacklog: slowBacklog, complete: sendingEnded && answered && drained && slowDrained,
-                          counts: counters.current)
+                          counts: counters.current, cluster: cluster)
         } catch {
             gate.open(nil)
             for socket in sockets { socket.abandon() }
@@ -189,7 +196,9 @@ struct Benchmark {
         var opened = 0
         for batch in stride(from: 0, to: count, by: 200) {
             let batchEnd = min(batch + 200, count)
-            for user in users[batch..<batchEnd] { sockets.append(IdleSubscriber.start(user, http: http, counters: counters)) }
+            for (index, user) in users[batch..<batchEnd].enumerated() {
+                sockets.append(IdleSubscriber.start(user, http: target.idleHTTP(batch + index), counters: counters))
+            }
             guard await waitUntil(seconds: 30, { let c = counters.current; return c.ready >= batchEnd || c.failure != nil }) else {
                 throw BenchFailure.failed("only \(counters.current.ready) of \(batchEnd) idle sockets got their ready frame within 30 s")
             }
@@ -205,8 +214,8 @@ struct Benchmark {
     /// Fails the run if a socket failed or the relay closed one, or the relay died.
     private func checkSockets(_ sockets: [Socket], counters: Counters) async throws {
         if let failure = counters.current.failure { throw BenchFailure.failed(failure) }
-        if let pid = target.spawned?.pid, kill(pid, 0) != 0 {
-            throw BenchFailure.failed("the relay process died:\n\(target.spawned?.logTail() ?? "")")
+        if let dead = target.deadNode {
+            throw BenchFailure.failed("the relay process\(target.nodes.count > 1 ? " of node \(dead.number)" : "") died:\n\(dead.node.spawned?.logTail() ?? "")")
         }
         if let ended = sockets.lazy.compactMap(\.unexpectedEnd).first {
             throw BenchFailure.failed("a socket ended during the run: \(ended)")
@@ -253,7 +262,7 @@ struct Benchmark {
         var gauge: Int?
         // A gauge may be updated a moment after the erasure: give it a few seconds to reach 0. (A
         // remote relay's gauge counts other users' messages too: read once, for the report only.)
-        for _ in 0..<(target.spawned != nil ? 30 : 1) {
+        for _ in 0..<(target.ownsStore ? 30 : 1) {
             guard let value = await target.metrics()?["mailslot_messages_pending"] else { break }
             gauge = Int(value)
             if value == 0 { break }
@@ -271,7 +280,7 @@ struct Benchmark {
                         senders: [SenderLedger], ledgers: [RecipientLedger], destinations: [Destination], body: MessageBody,
                         remaining: (gauge: Int?, listed: Int?), peak: Int?, rssAtEnd: Int?,
                         idle: (before: Int?, after: Int?, opened: Int)?, slowBacklog: Int, complete: Bool,
-                        counts: LiveCounts) -> RunReport {
+                        counts: LiveCounts, cluster: ClusterFigures?) -> RunReport {
         let s = settings
         // Lost: stored by the relay (a 2xx answer) and never delivered to the recipient it was for.
         var lost = 0, storedTotal = 0, storedNormal = 0
@@ -315,7 +324,7 @@ struct Benchmark {
         let deliveredPerSecond = Double(deliveredNormal) / elapsed
         let relayCPU: Double? = cpu.0.flatMap { before in cpu.1.map { ($0 - before) * 1e6 / Double(max(1, storedTotal)) } }
         let ownCPU = own * 1e6 / Double(max(1, storedTotal))
-        let remainingCount = target.spawned != nil ? (remaining.gauge ?? remaining.listed) : remaining.listed
+        let remainingCount = target.ownsStore ? (remaining.gauge ?? remaining.listed) : remaining.listed
         let perIdle: Double? = idle.flatMap { idle in
             guard let before = idle.before, let after = idle.after, idle.opened > 0 else { return nil }
             return Double(after - before) / Double(idle.opened)
@@ -362,13 +371,17 @@ struct Benchmark {
                                     Format.bytes(sample.residentBytes)))
             }
         }
+        let clusterReport = cluster?.report(target: target, senders: s.senders, recipients: s.recipients + s.slowRecipients,
+                                            messages: storedTotal, seconds: Monotonic.seconds(start, end))
+        lines += clusterReport?.lines ?? []
         let machine = ProcessStats.machine()
         lines.append("  machine: " + machine.map { "\($0.0) \($0.1)" }.joined(separator: "; "))
         lines.append(problems.isEmpty ? "  PASS: nothing lost, nothing duplicated, nothing left on the relay" : "  FAIL: " + problems.joined(separator: "; "))
 
-        let json = JSON.object([
-            ("mode", .string(s.mode.rawValue)),
-            ("relay", .string(target.spawned != nil ? "spawned" : http.base)),
+        // Several nodes: theirs and the database's figures after the settings that name the relay.
+        var members: [(String, JSON)] = [("mode", .string(s.mode.rawValue)), ("relay", .string(target.isSpawned ? "spawned" : http.base))]
+        members += clusterReport?.json ?? []
+        members += [
             ("senders", .int(s.senders)), ("recipients", .int(s.recipients)), ("slow_recipients", .int(s.slowRecipients)),
             ("subscribers", .int(s.subscribers)),
             ("size", .int(s.size)), ("body_bytes", .int(body.bodyBytes)), ("envelope_bytes", .int(body.envelopeBytes)),
@@ -394,7 +407,8 @@ struct Benchmark {
             ("machine", .object(machine.map { ($0.0, .string($0.1)) })),
             ("ok", .bool(problems.isEmpty)),
             ("problems", .array(problems.map(JSON.string))),
-        ])
+        ]
+        let json = JSON.object(members)
         return RunReport(summary: lines.joined(separator: "\n"), json: json, problems: problems)
     }
 }

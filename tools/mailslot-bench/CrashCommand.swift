@@ -14,7 +14,9 @@ struct CrashCommand: AsyncParsableCommand {
             the create is idempotent), recipients keep one store of ids across reconnects, as a client does. \
             At the end every mailbox is drained. PASS when every send answered 2xx was stored by its \
             recipient exactly once (a redelivery of a stored id is deduplicated, not a loss), no send is \
-            left unanswered, and the relay holds 0 messages. Exit 1 on FAIL.
+            left unanswered, and the relay holds 0 messages. Exit 1 on FAIL. With --nodes N and \
+            --postgres or --database-url, N relays share one database and are killed in turn; the \
+            clients of the killed node reconnect to the next one at once and return once it is back.
             """
     )
 
@@ -45,6 +47,8 @@ struct CrashCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The relay executable (default: mailslot-relay next to this one).", valueName: "PATH"))
     var relayBinary: String?
 
+    @OptionGroup var cluster: ClusterOptions
+
     @OptionGroup var output: RunOutput
 
     func validate() throws {
@@ -60,12 +64,12 @@ struct CrashCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        SpawnedRelay.cleanUpOnSignals()
+        Teardown.installSignalHandlers()
         ProcessStats.raiseFileLimit()
         let report: RunReport
         do {
             let target = try await RelayTarget.spawn(binary: relayBinary, durability: durability, audience: Defaults.audience,
-                                                     maxEnvelopeBytes: nil)
+                                                     maxEnvelopeBytes: nil, cluster: cluster)
             do {
                 report = try await CrashTest(command: self, target: target).run()
             } catch {
@@ -95,9 +99,15 @@ struct KillRecord {
     let unconfirmed: Int
     /// From the restart to `/healthz` answering, seconds.
     let recovery: Double
+    /// The node killed (1-based).
+    let node: Int
+    /// Sockets the kill cut; with several nodes they reconnected to the next node at once.
+    let cut: Int
 }
 
-/// One crash test against one spawned relay.
+/// One crash test against spawned relays: one, killed and restarted again and again, or several
+/// on one database, killed in turn while the clients of the dead node reconnect to the next one
+/// (and go back to their own node once it answers again, so the placement holds).
 struct CrashTest {
     let command: CrashCommand
     let target: RelayTarget
@@ -105,7 +115,7 @@ struct CrashTest {
     private func status(_ text: String) { if !command.output.quiet { Console.error("mailslot-bench: \(text)") } }
 
     func run() async throws -> RunReport {
-        guard let relay = target.spawned else { throw BenchFailure.failed("the crash test needs a spawned relay") }
+        guard target.isSpawned else { throw BenchFailure.failed("the crash test needs spawned relays") }
         let http = target.http
         let prefix = Users.runPrefix()
         let senderUIDs = (0..<command.senders).map { "\(prefix)-s\(String(format: "%04d", $0))" }
@@ -129,25 +139,39 @@ struct CrashTest {
         let outboxes = senders.map { _ in Locked(Outbox()) }
         let ledgers = recipients.map { _ in Locked(RecipientLedger()) }
         let counters = Counters(LiveCounts())
-        let perRound = senders.count + recipients.count
+        // The clients: the recipients, then the senders. Each is connected to one node: its own
+        // (the placement's) unless that node is down.
+        let clientCount = recipientPlans.count + senderPlans.count, nodeCount = target.nodes.count
+        let home = recipientPlans.indices.map { target.placement.recipientNode($0, nodes: nodeCount) }
+            + senderPlans.indices.map { target.placement.senderNode($0, nodes: nodeCount) }
+        var current = home
+        let everyone = Array(0..<clientCount)
         var readyWanted = 0
-        var sockets: [Socket] = []
+        var sockets = [Socket?](repeating: nil, count: clientCount)
 
-        func connect() async throws {
-            sockets = recipientPlans.indices.map { BenchRecipient.start(recipientPlans[$0], ledger: ledgers[$0], http: http, counters: counters) }
-                + senderPlans.indices.map { CrashSender.connect(senderPlans[$0], window: command.window, outbox: outboxes[$0], http: http, counters: counters) }
-            readyWanted += perRound
+        func connect(_ clients: [Int]) async throws {
+            for client in clients {
+                let http = target.nodes[current[client]].http
+                if client < recipientPlans.count {
+                    sockets[client] = BenchRecipient.start(recipientPlans[client], ledger: ledgers[client], http: http, counters: counters)
+                } else {
+                    let sender = client - recipientPlans.count
+                    sockets[client] = CrashSender.connect(senderPlans[sender], window: command.window, outbox: outboxes[sender], http: http, counters: counters)
+                }
+            }
+            readyWanted += clients.count
             let wanted = readyWanted
             guard await waitUntil(seconds: 30, { counters.current.ready >= wanted }) else {
-                throw BenchFailure.failed("only \(counters.current.ready - (wanted - perRound)) of \(perRound) sockets got ready within 30 s after a start:\n\(relay.logTail())")
+                throw BenchFailure.failed("only \(counters.current.ready - (wanted - clients.count)) of \(clients.count) sockets got ready within 30 s after a start:\n\(logTails())")
             }
         }
-        func disconnect(_ gently: Bool) async {
-            if gently { for socket in sockets { await socket.close() } }
+        func disconnect(_ clients: [Int], gently: Bool) async {
+            let closing = clients.compactMap { sockets[$0] }
+            if gently { for socket in closing { await socket.close() } }
             await withTaskGroup(of: Void.self) { group in
-                for socket in sockets { group.addTask { await socket.finish(within: gently ? 10 : 5) } }
+                for socket in closing { group.addTask { await socket.finish(within: gently ? 10 : 5) } }
             }
-            sockets = []
+            for client in clients { sockets[client] = nil }
         }
         func unconfirmed() -> Int {
             ledgers.reduce(0) { total, ledger in total + ledger.withLock { $0.unconfirmed() } }
@@ -159,45 +183,65 @@ struct CrashTest {
         let start = Monotonic.now()
         var killLog: [KillRecord] = []
         do {
-            try await connect()
+            try await connect(everyone)
             status("traffic from \(command.senders) senders to \(command.recipients) recipients; \(command.kills) kills ahead")
             for number in 1...command.kills {
-                try await trafficPause(counters: counters, relay: relay)
+                try await trafficPause(counters: counters)
+                // Several nodes: each in turn.
+                let victim = (number - 1) % nodeCount
+                let node = target.nodes[victim]
+                guard let relay = node.spawned else { throw BenchFailure.failed("the crash test needs spawned relays") }
                 let storedBefore = counters.current.created
                 let inFlight = outboxes.reduce(0) { $0 + $1.withLock { $0.inFlight } }
                 let pendingAcks = unconfirmed()
                 let at = Monotonic.seconds(start, Monotonic.now())
                 await relay.kill()
-                await disconnect(false)
+                let cut = everyone.filter { current[$0] == victim }
+                await disconnect(cut, gently: false)
+                if nodeCount > 1 {
+                    // As a client of a cluster would: straight to another node, while this one restarts.
+                    for client in cut { current[client] = (victim + 1) % nodeCount }
+                    try await connect(cut)
+                }
                 let restart = Monotonic.now()
                 try relay.start()
-                try await relay.waitHealthy(http)
+                try await relay.waitHealthy(node.http)
                 let recovery = Monotonic.seconds(restart, Monotonic.now())
-                killLog.append(KillRecord(at: at, storedBefore: storedBefore, inFlight: inFlight, unconfirmed: pendingAcks, recovery: recovery))
-                status(String(format: "kill %d/%d at %.1f s: %d stored so far, %d sends in flight, %d acks unconfirmed; back in %.2f s",
-                              number, command.kills, at, storedBefore, inFlight, pendingAcks, recovery))
-                try await connect()
+                killLog.append(KillRecord(at: at, storedBefore: storedBefore, inFlight: inFlight, unconfirmed: pendingAcks, recovery: recovery,
+                                          node: victim + 1, cut: cut.count))
+                status(String(format: "kill %d/%d%@ at %.1f s: %d stored so far, %d sends in flight, %d acks unconfirmed; back in %.2f s",
+                              number, command.kills, nodeCount > 1 ? " (node \(victim + 1), \(cut.count) sockets moved)" : "",
+                              at, storedBefore, inFlight, pendingAcks, recovery))
+                if nodeCount == 1 {
+                    try await connect(cut)
+                } else {
+                    // Home again, so that the placement holds (with split, every message crosses nodes).
+                    let returning = everyone.filter { home[$0] == victim && current[$0] != victim }
+                    await disconnect(returning, gently: true)
+                    for client in returning { current[client] = victim }
+                    try await connect(returning)
+                }
             }
-            try await trafficPause(counters: counters, relay: relay)
+            try await trafficPause(counters: counters)
 
             // The end: no new messages; everything waiting is answered, then every mailbox drains.
             status("stopping new sends; waiting for the last answers and the drain")
             for outbox in outboxes { outbox.withLock { $0.closed = true } }
             var answered = false
             for round in 0..<3 {
-                answered = try await waitProgress(counters: counters, relay: relay) {
+                answered = try await waitProgress(counters: counters) {
                     outboxes.allSatisfy { $0.withLock { $0.unanswered == 0 } }
                 }
                 if answered { break }
                 // Refused sends stay in the outbox: a new socket sends them again.
                 status("sends still unanswered; reconnecting the senders (\(round + 1)/3)")
-                await disconnect(true)
-                try await connect()
+                await disconnect(everyone, gently: true)
+                try await connect(everyone)
             }
             // Drained: every recipient has every message stored for it, and every ack its current
             // socket sent is confirmed. (An ack the relay committed just before a kill never gets
             // its `acked`; the relay no longer holds that message, which the count below checks.)
-            var drained = try await waitProgress(counters: counters, relay: relay) {
+            var drained = try await waitProgress(counters: counters) {
                 currentUnconfirmed() == 0 && expectedPerRecipient(outboxes: outboxes, destinations: destinations.count).enumerated().allSatisfy { index, expected in
                     ledgers[index].withLock { $0.stored } >= expected
                 }
@@ -219,28 +263,34 @@ struct CrashTest {
             }
             let remainingGauge = await target.metrics()?["mailslot_messages_pending"].map { Int($0) }
             let lostConfirmations = unconfirmed()
-            await disconnect(true)
+            await disconnect(everyone, gently: true)
             return report(outboxes: outboxes.map(\.current), ledgers: ledgers.map(\.current), destinations: destinations.count,
                           killLog: killLog, remaining: (remainingGauge, remainingListed), lostConfirmations: lostConfirmations,
                           complete: answered && drained,
                           seconds: Monotonic.seconds(start, Monotonic.now()), body: body)
         } catch {
-            for socket in sockets { socket.abandon() }
+            for socket in sockets { socket?.abandon() }
             throw error
         }
     }
 
+    /// The last lines of every node's output, for error messages.
+    private func logTails() -> String {
+        guard target.nodes.count > 1 else { return target.nodes[0].spawned?.logTail() ?? "" }
+        return target.nodes.enumerated().map { "node \($0.offset + 1):\n" + ($0.element.spawned?.logTail() ?? "") }.joined(separator: "\n")
+    }
+
     /// Lets traffic flow for a random stretch, making sure some messages got through since the last start.
-    private func trafficPause(counters: Counters, relay: SpawnedRelay) async throws {
+    private func trafficPause(counters: Counters) async throws {
         let before = counters.current.created
         try await Task.sleep(nanoseconds: UInt64(Double.random(in: command.minInterval...command.maxInterval) * 1e9))
         guard await waitUntil(seconds: command.output.drainTimeout, { counters.current.created > before }) else {
-            throw BenchFailure.failed("no message was stored for \(Int(command.output.drainTimeout)) s after a restart:\n\(relay.logTail())")
+            throw BenchFailure.failed("no message was stored for \(Int(command.output.drainTimeout)) s after a restart:\n\(logTails())")
         }
     }
 
     /// Waits for `done` while the counts keep moving (at most `drainTimeout` seconds without change).
-    private func waitProgress(counters: Counters, relay: SpawnedRelay, _ done: () -> Bool) async throws -> Bool {
+    private func waitProgress(counters: Counters, _ done: () -> Bool) async throws -> Bool {
         var last = counters.current
         var lastChange = Monotonic.now()
         while !done() {
@@ -251,7 +301,9 @@ struct CrashTest {
             } else if Monotonic.seconds(lastChange, Monotonic.now()) > command.output.drainTimeout {
                 return false
             }
-            if let pid = relay.pid, kill(pid, 0) != 0 { throw BenchFailure.failed("the relay died:\n\(relay.logTail())") }
+            if let dead = target.deadNode {
+                throw BenchFailure.failed("the relay\(target.nodes.count > 1 ? " of node \(dead.number)" : "") died:\n\(dead.node.spawned?.logTail() ?? "")")
+            }
             try await Task.sleep(nanoseconds: 20_000_000)
         }
         return true
@@ -301,7 +353,8 @@ struct CrashTest {
                 return sender >= outboxes.count || outboxes[sender].entries[sequence]?.stored != true
             }.count
         }
-        let remainingCount = remaining.gauge ?? remaining.listed
+        // On a database others may use too, the store-wide gauge is not ours to check.
+        let remainingCount = target.ownsStore ? (remaining.gauge ?? remaining.listed) : remaining.listed
         var problems: [String] = []
         if lost > 0 { problems.append("\(lost) answered messages never reached their recipient") }
         if duplicates > 0 { problems.append("\(duplicates) messages came back after their erasure was confirmed") }
@@ -318,9 +371,12 @@ struct CrashTest {
         var lines: [String] = []
         lines.append("mailslot-bench crash — \(target.description), durability \(command.durability ?? "default")")
         lines.append("  \(command.senders) senders → \(command.recipients) recipients, window \(command.window), \(body.envelopeBytes) B envelopes; \(killLog.count) kill -9 in \(String(format: "%.1f", seconds)) s")
+        let nodes = target.nodes.count
+        if nodes > 1 { lines.append("  \(nodes) nodes, killed in turn; \(target.placement.describe(nodes: nodes)); the clients of a killed node moved to the next one") }
         for (number, kill) in killLog.enumerated() {
-            lines.append(String(format: "    kill %2d at %6.1f s: %6d stored before, %4d sends in flight, %4d acks unconfirmed; healthy again in %.2f s",
-                                number + 1, kill.at, kill.storedBefore, kill.inFlight, kill.unconfirmed, kill.recovery))
+            lines.append(String(format: "    kill %2d%@ at %6.1f s: %6d stored before, %4d sends in flight, %4d acks unconfirmed; healthy again in %.2f s",
+                                number + 1, nodes > 1 ? " (node \(kill.node), \(kill.cut) sockets moved)" : "",
+                                kill.at, kill.storedBefore, kill.inFlight, kill.unconfirmed, kill.recovery))
         }
         lines.append("  kills that hit sends in flight: \(hitInFlight)/\(killLog.count); that hit unconfirmed acks: \(hitUnconfirmed)/\(killLog.count)")
         lines.append("  \(stored) messages answered 2xx; \(resent) sends repeated after a kill (\(recreated) created again after an erasure)")
@@ -330,8 +386,14 @@ struct CrashTest {
                      + (refusals.isEmpty ? "" : "; refusals along the way: \(refusals.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))"))
         lines.append(problems.isEmpty ? "PASS" : "FAIL: " + problems.joined(separator: "; "))
 
-        let json = JSON.object([
-            ("test", .string("crash")), ("durability", command.durability.map(JSON.string) ?? .null),
+        // Several nodes: how many and where the clients were, and each kill's node.
+        let cluster: [(String, JSON)] = target.isCluster ? [
+            ("nodes", .int(nodes)), ("placement", .string(target.placement.rawValue)),
+            ("store", .string(target.database != nil ? "postgresql" : "unknown")),
+        ] : []
+        var members: [(String, JSON)] = [("test", .string("crash"))] + cluster
+        members += [
+            ("durability", command.durability.map(JSON.string) ?? .null),
             ("kills", .int(killLog.count)), ("senders", .int(command.senders)), ("recipients", .int(command.recipients)),
             ("window", .int(command.window)), ("envelope_bytes", .int(body.envelopeBytes)), ("seconds", .number(seconds)),
             ("stored", .int(stored)), ("lost", .int(lost)), ("duplicated", .int(duplicates)), ("unanswered", .int(unanswered)),
@@ -342,10 +404,12 @@ struct CrashTest {
             ("refusals", .object(refusals.sorted { $0.key < $1.key }.map { ($0.key, .int($0.value)) })),
             ("kill_log", .array(killLog.map { kill in
                 .object([("at_s", .number(kill.at)), ("stored_before", .int(kill.storedBefore)), ("in_flight", .int(kill.inFlight)),
-                         ("unconfirmed_acks", .int(kill.unconfirmed)), ("recovery_s", .number(kill.recovery))])
+                         ("unconfirmed_acks", .int(kill.unconfirmed)), ("recovery_s", .number(kill.recovery))]
+                        + (nodes > 1 ? [("node", .int(kill.node)), ("sockets_moved", .int(kill.cut))] : []))
             })),
             ("pass", .bool(problems.isEmpty)), ("problems", .array(problems.map(JSON.string))),
-        ])
+        ]
+        let json = JSON.object(members)
         return RunReport(summary: lines.joined(separator: "\n"), json: json, problems: problems)
     }
 }

@@ -3,13 +3,32 @@ import Foundation
 /// What the kernel says about a process (Linux `/proc`), and about the machine. Nil wherever the
 /// file is missing (another OS, or the process is gone).
 enum ProcessStats {
-    /// User plus system CPU time of `pid`, in seconds (`/proc/PID/stat` fields 14 and 15).
-    static func cpuSeconds(pid: Int32) -> Double? {
+    /// User plus system CPU time of `pid`, in seconds (`/proc/PID/stat` fields 14 and 15); with
+    /// `includingReapedChildren`, plus that of the children it has waited for (fields 16 and 17).
+    static func cpuSeconds(pid: Int32, includingReapedChildren: Bool = false) -> Double? {
+        guard let fields = statFields(pid), fields.count > 14 else { return nil }
+        let used = (includingReapedChildren ? fields[11...14] : fields[11...12]).compactMap { Double($0) }
+        guard used.count == (includingReapedChildren ? 4 : 2) else { return nil }
+        return used.reduce(0, +) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// The processes whose parent is `parent` (field 4 of every `/proc/PID/stat`).
+    static func children(of parent: Int32) -> [Int32] {
+        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc") else { return [] }
+        return entries.compactMap { Int32($0) }.filter { pid in
+            statFields(pid).flatMap { $0.count > 1 ? Int32($0[1]) : nil } == parent
+        }
+    }
+
+    /// The proportional set size of `pid` (`Pss` in `smaps_rollup`: shared pages divided among
+    /// the processes that map them), in bytes.
+    static func proportionalBytes(pid: Int32) -> Int? { field("Pss:", in: "/proc/\(pid)/smaps_rollup") }
+
+    /// The fields of `/proc/PID/stat` after "pid (comm)": field 3 (state) first. The command name
+    /// may hold spaces and parentheses, so the fields start after its last ")".
+    private static func statFields(_ pid: Int32) -> [Substring]? {
         guard let text = read("/proc/\(pid)/stat"), let close = text.lastIndex(of: ")") else { return nil }
-        // After "pid (comm)" the fields start at 3 (state): utime is field 14, stime 15.
-        let fields = text[text.index(after: close)...].split(separator: " ")
-        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
-        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+        return text[text.index(after: close)...].split(separator: " ")
     }
 
     /// The resident set size of `pid` now (`VmRSS`), in bytes.
@@ -71,8 +90,11 @@ enum ProcessStats {
         return facts
     }
 
-    private static func statusField(_ name: String, pid: Int32) -> Int? {
-        guard let text = read("/proc/\(pid)/status"),
+    private static func statusField(_ name: String, pid: Int32) -> Int? { field(name, in: "/proc/\(pid)/status") }
+
+    /// A `Name:   12345 kB` line of a `/proc` file, in bytes.
+    private static func field(_ name: String, in path: String) -> Int? {
+        guard let text = read(path),
               let line = text.split(separator: "\n").first(where: { $0.hasPrefix(name) }) else { return nil }
         // "VmRSS:	   12345 kB"
         let number = line.dropFirst(name.count).split(whereSeparator: { $0 == " " || $0 == "\t" }).first

@@ -3,7 +3,7 @@ import Foundation
 /// A `mailslot-relay serve` this bench started: its own temporary data folder, a free loopback
 /// port and a fresh issuer key, with limits high enough that the bench is never rate-limited.
 /// It can be killed and started again on the same folder and port (the crash test); at the end
-/// it is stopped and its folder deleted, also when the bench is interrupted.
+/// it is stopped and its folder deleted, also when the bench is interrupted (``Teardown``).
 final class SpawnedRelay: Sendable {
     /// The relay executable.
     let binary: URL
@@ -13,10 +13,12 @@ final class SpawnedRelay: Sendable {
     let port: Int
     /// The arguments of `serve`.
     let arguments: [String]
-    private let process = Locked<Process?>(nil)
-
-    /// Relays alive in this process, for the signal handler.
-    private static let alive = Locked<[SpawnedRelay]>([])
+    /// The environment of `serve`: the bench's, with the database URL (if any) in
+    /// `MAILSLOT_DATABASE_URL` — never on a command line, which `ps` shows.
+    private let environment: [String: String]
+    private let process: Locked<Process?>
+    /// The clean-up registered with ``Teardown`` while the relay exists.
+    private let teardown: UUID
 
     /// The data folder.
     var dataDirectory: URL { root.appendingPathComponent("data") }
@@ -43,10 +45,20 @@ final class SpawnedRelay: Sendable {
         return url
     }
 
-    /// Prepares a relay (folder, port, arguments) without starting it.
-    init(binary: URL, issuerPublicKey: String, audience: String, durability: String?, maxEnvelopeBytes: Int?) throws {
+    /// Prepares a relay (folder, port, arguments) without starting it; with `databaseURL`, on that
+    /// PostgreSQL database instead of SQLite in its folder.
+    init(binary: URL, issuerPublicKey: String, audience: String, durability: String?, maxEnvelopeBytes: Int?,
+         databaseURL: String? = nil) throws {
         self.binary = binary
-        root = FileManager.default.temporaryDirectory.appendingPathComponent("mailslot-bench-\(UUID().uuidString.prefix(8))")
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("mailslot-bench-\(UUID().uuidString.prefix(8))")
+        let process = Locked<Process?>(nil)
+        self.root = root
+        self.process = process
+        // Registered before the folder exists, so that an interruption never leaves it behind.
+        teardown = Teardown.add {
+            if let pid = process.withLock({ $0?.processIdentifier }) { Foundation.kill(pid, SIGKILL) }
+            try? FileManager.default.removeItem(at: root)
+        }
         try FileManager.default.createDirectory(at: root.appendingPathComponent("data"), withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
         port = try Self.freePort()
@@ -67,7 +79,10 @@ final class SpawnedRelay: Sendable {
         if let durability { arguments += ["--durability", durability] }
         if let maxEnvelopeBytes { arguments += ["--max-envelope-bytes", "\(maxEnvelopeBytes)"] }
         self.arguments = arguments
-        Self.alive.withLock { $0.append(self) }
+        // The bench's own MAILSLOT_DATABASE_URL never leaks in: SQLite unless a database is given.
+        var environment = ProcessInfo.processInfo.environment
+        environment["MAILSLOT_DATABASE_URL"] = databaseURL
+        self.environment = environment
     }
 
     /// The running process's id, if it runs.
@@ -85,6 +100,7 @@ final class SpawnedRelay: Sendable {
         let started = Process()
         started.executableURL = binary
         started.arguments = arguments
+        started.environment = environment
         started.standardOutput = log
         started.standardError = log
         started.standardInput = FileHandle.nullDevice
@@ -133,7 +149,7 @@ final class SpawnedRelay: Sendable {
     /// Deletes the temporary folder (data and log).
     func remove() {
         try? FileManager.default.removeItem(at: root)
-        Self.alive.withLock { $0.removeAll { $0 === self } }
+        Teardown.remove(teardown)
     }
 
     /// The last lines of the relay's output, for error messages.
@@ -142,26 +158,6 @@ final class SpawnedRelay: Sendable {
         let text = String(decoding: data, as: UTF8.self).split(separator: "\n").suffix(lines).joined(separator: "\n")
         return text.isEmpty ? "(no relay output)" : text
     }
-
-    /// On SIGINT or SIGTERM: kill every spawned relay, delete its folder, exit 130.
-    static func cleanUpOnSignals() {
-        for signalNumber in [SIGINT, SIGTERM] {
-            signal(signalNumber, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
-            source.setEventHandler {
-                for relay in alive.withLock({ $0 }) {
-                    if let pid = relay.pid { Foundation.kill(pid, SIGKILL) }
-                    try? FileManager.default.removeItem(at: relay.root)
-                }
-                Console.error("mailslot-bench: interrupted")
-                exit(130)
-            }
-            source.resume()
-            signalSources.withLock { $0.append(source) }
-        }
-    }
-
-    private static let signalSources = Locked<[any DispatchSourceSignal]>([])
 
     /// A port nothing listens on now: bind port 0 on loopback and read what the kernel chose.
     private static func freePort() throws -> Int {

@@ -19,12 +19,17 @@ extension Problem {
     /// A write refused, or failed, for lack of disk space.
     static let storageFull = Problem(.storageFull, "the relay is short of disk space; try later", retryAfter: 60)
 
-    /// What a client is told of an error: a problem as it is, a full disk as `storage_full`,
-    /// anything else as `internal` (whose cause stays in the relay's log, by type only).
+    /// A request the relay could not serve because its database is unreachable.
+    static let unavailable = Problem(.unavailable, "the relay cannot reach its database; try again shortly", retryAfter: 2)
+
+    /// What a client is told of an error: a problem as it is, a full disk as `storage_full`, an
+    /// unreachable database as `unavailable`, anything else as `internal` (whose cause stays in
+    /// the relay's log, by type only).
     static func answering(_ error: any Error) -> Problem {
         switch error {
         case let problem as Problem: problem
         case StoreFailure.storageFull: .storageFull
+        case StoreFailure.unavailable: .unavailable
         default: Problem(.internalError)
         }
     }
@@ -41,8 +46,8 @@ struct ProblemMiddleware: RouterMiddleware {
             return try await next(request, context)
         } catch let problem as Problem {
             throw problem
-        } catch StoreFailure.storageFull {
-            throw Problem.storageFull
+        } catch let failure as StoreFailure {
+            throw Problem.answering(failure)
         } catch let error as HTTPError {
             switch error.status {
             case .notFound: throw Problem(.notFound, "no such route")

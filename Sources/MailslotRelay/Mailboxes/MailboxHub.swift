@@ -2,6 +2,9 @@ import Synchronization
 
 /// Who is subscribed to which mailbox, so that a new message reaches its owner's subscription at
 /// once. One subscription per mailbox: a newer one takes over and the older one is told to end.
+/// With several relays on one store, "newer" is the higher generation, drawn from the store
+/// (``ClusterSignals/announceSubscription(to:)``), and other nodes' events arrive through
+/// ``handle(_:)``: their new messages make a subscription read the store again.
 ///
 /// A committed message is handed to its mailbox's subscription (``push(_:)``), so that a
 /// subscription that has caught up with the store delivers it without reading it back. The
@@ -15,6 +18,8 @@ final class MailboxHub: Sendable {
     /// Wake-ups and the end are calls, not a stream: an idle subscription keeps no task waiting.
     final class Subscription: Sendable {
         let id: Int
+        /// Orders subscriptions to one mailbox, on every node: the highest is the live one.
+        let generation: Int64
         private let onWake: @Sendable () -> Void
         private let onEnd: @Sendable () -> Void
         private let ended = Mutex(false)
@@ -33,8 +38,9 @@ final class MailboxHub: Sendable {
         /// full keeps none: see ``forgetFresh()``.)
         static let freshLimit = (messages: 256, bytes: 256 * 1024)
 
-        init(id: Int, onWake: @escaping @Sendable () -> Void, onEnd: @escaping @Sendable () -> Void) {
+        init(id: Int, generation: Int64, onWake: @escaping @Sendable () -> Void, onEnd: @escaping @Sendable () -> Void) {
             self.id = id
+            self.generation = generation
             self.onWake = onWake
             self.onEnd = onEnd
         }
@@ -93,6 +99,12 @@ final class MailboxHub: Sendable {
             fresh.withLock { $0 = Fresh(incomplete: true) }
         }
 
+        /// The store changed in ways this node did not see (another node wrote): read it again.
+        func recheck() {
+            forgetFresh()
+            wake()
+        }
+
         /// Call just before reading the store: what was pushed until now is in that read (every
         /// push follows its commit), so it is dropped; what is pushed from now on is kept.
         func startStoreRead() {
@@ -100,20 +112,72 @@ final class MailboxHub: Sendable {
         }
     }
 
-    private let state = Mutex<(subscriptions: [String: Subscription], nextID: Int)>(([:], 0))
+    private struct State {
+        var subscriptions: [String: Subscription] = [:]
+        var nextID = 0
+        /// The newest generations other nodes announced for mailboxes without a subscription
+        /// here: a subscription whose generation was drawn before one of these, but registered
+        /// after it arrived, is already replaced. Only that short race needs them; kept bounded.
+        var elsewhere: [String: (generation: Int64, at: ContinuousClock.Instant)] = [:]
+    }
 
-    /// Registers a subscription for `uid`'s mailbox, ending the previous one. The second value is
-    /// the subscription it replaced, if any. `onWake` is called when there may be something to
-    /// deliver, `onEnd` once when a newer subscription takes over (or on ``unsubscribe(_:_:)``).
-    func subscribe(_ uid: String, onWake: @escaping @Sendable () -> Void = {},
+    /// At most this many announcements from other nodes are remembered, each for ``elsewhereKept``.
+    static let elsewhereLimit = 4096
+    static let elsewhereKept: Duration = .seconds(30)
+
+    private let state = Mutex(State())
+
+    /// Registers a subscription for `uid`'s mailbox, ending the previous one. `generation` orders
+    /// it among subscriptions to the mailbox on every node (nil: after every earlier one, for a
+    /// store no other node shares); a subscription older than one already known is ended at once.
+    /// The second value is the subscription it replaced, if any. `onWake` is called when there
+    /// may be something to deliver, `onEnd` once when a newer subscription takes over (or on
+    /// ``unsubscribe(_:_:)``).
+    func subscribe(_ uid: String, generation: Int64? = nil, onWake: @escaping @Sendable () -> Void = {},
                    onEnd: @escaping @Sendable () -> Void = {}) -> (Subscription, replaced: Subscription?) {
-        let (subscription, previous) = state.withLock { state in
+        let (subscription, previous, superseded) = state.withLock { state in
             state.nextID += 1
-            let subscription = Subscription(id: state.nextID, onWake: onWake, onEnd: onEnd)
-            return (subscription, state.subscriptions.updateValue(subscription, forKey: uid))
+            let subscription = Subscription(id: state.nextID, generation: generation ?? Int64(state.nextID), onWake: onWake, onEnd: onEnd)
+            if let newer = state.elsewhere[uid], newer.generation > subscription.generation {
+                return (subscription, Subscription?.none, true)
+            }
+            if let current = state.subscriptions[uid], current.generation > subscription.generation {
+                return (subscription, nil, true)
+            }
+            state.elsewhere[uid] = nil
+            return (subscription, state.subscriptions.updateValue(subscription, forKey: uid), false)
         }
         previous?.end()
+        if superseded { subscription.end() }
         return (subscription, previous)
+    }
+
+    /// Another node's event: a subscription there ends an older one here; new messages make
+    /// the mailbox's subscription here read the store again.
+    func handle(_ event: ClusterEvent) {
+        switch event {
+        case .changed(let mailboxes):
+            let found = state.withLock { state in mailboxes.compactMap { state.subscriptions[$0] } }
+            for subscription in found { subscription.recheck() }
+        case .recheckAll:
+            for subscription in state.withLock({ Array($0.subscriptions.values) }) { subscription.recheck() }
+        case .subscribed(let uid, let generation):
+            let replaced = state.withLock { state -> Subscription? in
+                if let current = state.subscriptions[uid] {
+                    guard current.generation < generation else { return nil }
+                    state.subscriptions[uid] = nil
+                    return current
+                }
+                let now = ContinuousClock.now
+                if state.elsewhere.count >= Self.elsewhereLimit {
+                    state.elsewhere = state.elsewhere.filter { $0.value.at.duration(to: now) < Self.elsewhereKept }
+                    if state.elsewhere.count >= Self.elsewhereLimit { state.elsewhere.removeAll() }
+                }
+                if (state.elsewhere[uid]?.generation ?? 0) < generation { state.elsewhere[uid] = (generation, now) }
+                return nil
+            }
+            replaced?.end()
+        }
     }
 
     /// Removes `subscription` if it is still the current one for `uid`.

@@ -28,6 +28,14 @@ final class RelayMetrics: Sendable {
     /// refused for lack of space (`storage_full`).
     let diskFreeBytes: CoreMetrics.Gauge
     let storageFull: CoreMetrics.Gauge
+    /// Several relays on one database: notifications this node sent (one per commit batch that
+    /// created or unsent messages, and one per new subscription) and received from other nodes.
+    let clusterNotificationsSent: CoreMetrics.Counter
+    let clusterNotificationsReceived: CoreMetrics.Counter
+    /// 1 while this node listens for the others' notifications; 0 while it reconnects.
+    let clusterListening: CoreMetrics.Gauge
+    /// Times this node re-read every live subscription (after it listened again).
+    let clusterRechecks: CoreMetrics.Counter
     /// The store's hot operations, made once: a lookup by name in the registry costs a lock.
     private let storeTimers: [String: CoreMetrics.Timer]
 
@@ -56,6 +64,10 @@ final class RelayMetrics: Sendable {
         oldestPendingAge = CoreMetrics.Gauge(label: "mailslot_messages_oldest_pending_age_seconds", factory: factory)
         diskFreeBytes = CoreMetrics.Gauge(label: "mailslot_disk_free_bytes", factory: factory)
         storageFull = CoreMetrics.Gauge(label: "mailslot_storage_full", factory: factory)
+        clusterNotificationsSent = CoreMetrics.Counter(label: "mailslot_cluster_notifications_sent_total", factory: factory)
+        clusterNotificationsReceived = CoreMetrics.Counter(label: "mailslot_cluster_notifications_received_total", factory: factory)
+        clusterListening = CoreMetrics.Gauge(label: "mailslot_cluster_listening", factory: factory)
+        clusterRechecks = CoreMetrics.Counter(label: "mailslot_cluster_rechecks_total", factory: factory)
         var timers: [String: CoreMetrics.Timer] = [:]
         for operation in ["create_message", "message", "messages", "delete_message", "session", "pending_count"] {
             timers[operation] = CoreMetrics.Timer(label: "mailslot_store_duration_seconds", dimensions: [("operation", operation)],

@@ -99,7 +99,7 @@ public struct Relay: Sendable {
     /// the relay listens, and closed when it stops.
     public func run(onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
         do {
-            try await store.prepare()
+            try await prepareStore()
             let group = ServiceGroup(configuration: .init(services: [application(onServerRunning: onServerRunning)],
                                                           gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
             try await group.run()
@@ -115,6 +115,13 @@ public struct Relay: Sendable {
 }
 
 extension Relay {
+    /// Readies the store before the relay listens (``RelayStore/prepare()``), and lets the other
+    /// relays sharing it, if any, reach this one's hub.
+    func prepareStore() async throws {
+        try await store.prepare()
+        store.cluster?.start { [hub = mailboxes.hub] event in hub.handle(event) }
+    }
+
     /// After the server stopped: subscriptions' last commits land before the final checkpoint.
     func finishSubscriptions() async throws {
         subscriberTasks.stop()

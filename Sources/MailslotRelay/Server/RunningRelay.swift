@@ -36,7 +36,7 @@ extension Relay {
     /// Starts the relay in the background and returns once it is listening; throws what kept
     /// it from listening (a port in use, say) instead of waiting for ever.
     public func start() async throws -> RunningRelay {
-        do { try await store.prepare() } catch {
+        do { try await prepareStore() } catch {
             await store.close()
             throw error
         }

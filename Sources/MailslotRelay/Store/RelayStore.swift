@@ -29,6 +29,10 @@ enum StoreRefusal: Error, Equatable {
 enum StoreFailure: Error, Equatable {
     /// The disk is full, even after the reserve was released.
     case storageFull
+    /// The database cannot be reached (PostgreSQL down, restarting or failing over). Whether a
+    /// write that failed so was committed is unknown: retrying it is safe (creates are
+    /// idempotent by id and envelope; a repeated erase finds nothing).
+    case unavailable
 }
 
 /// What a create may take: the per-mailbox and per-author bounds.
@@ -92,6 +96,9 @@ struct StoredSession: Sendable, Equatable {
 protocol RelayStore: Sendable {
     /// The data folder's free space, when the store is on a local disk it watches; nil otherwise.
     var diskSpace: DiskSpace? { get }
+
+    /// The other relays sharing this store, when there can be any (PostgreSQL); nil otherwise.
+    var cluster: (any ClusterSignals)? { get }
 
     /// Whether the store can take writes now (for `/readyz`).
     func isReady() async -> Bool
@@ -178,6 +185,9 @@ protocol RelayStore: Sendable {
 }
 
 extension RelayStore {
+    /// A store only this process uses: no other relay to hear from.
+    var cluster: (any ClusterSignals)? { nil }
+
     /// Nothing to prepare: the store was ready when it opened.
     func prepare() async throws {}
 

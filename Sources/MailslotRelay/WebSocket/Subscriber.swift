@@ -82,19 +82,17 @@ final class Subscriber: Sendable {
         session.metrics.webSocketsOpen.increment()
         guard !session.tasks.isStopping else { return finish(.shuttingDown) }
         let principal: SessionService.Principal
+        let generation: Int64?
         do {
             principal = try await session.sessions.authenticate(authorization: authorization, now: Clock.now())
             try session.mailboxes.authorizeSubscription(principal, owner: owner)
-        } catch let problem as Problem {
-            // The upgrade cannot answer 401/403 itself, so the first frame says it, then the socket closes.
-            send(SubscriptionSession.text(.error(problem)))
-            finish(.refused(UInt16(4000 + problem.code.status), problem.code.rawValue))
-            return
+            // With other relays on the store, they end their older subscriptions to this mailbox.
+            generation = try await session.mailboxes.store.cluster?.announceSubscription(to: owner)
         } catch {
-            finish(.serverError)
-            return
+            return refuse(error)
         }
-        let (subscription, _) = session.hub.subscribe(owner, onWake: { self.wake() }, onEnd: { self.finish(.replaced) })
+        let (subscription, _) = session.hub.subscribe(owner, generation: generation, onWake: { self.wake() },
+                                                      onEnd: { self.finish(.replaced) })
         guard state.withLock({ state in
             guard state.phase == .starting else { return false }
             state.principal = principal
@@ -108,8 +106,7 @@ final class Subscriber: Sendable {
             let pending = try await session.mailboxes.store.pendingCount(recipient: owner, now: Clock.now())
             try await write(SubscriptionSession.text(.ready(pending: pending)), waiting: true)
         } catch {
-            finish(.serverError)
-            return
+            return refuse(error)
         }
         let startReader = state.withLock { state -> Bool in
             guard state.phase == .starting else { return false }
@@ -122,6 +119,16 @@ final class Subscriber: Sendable {
         scheduleTick()
         wake()
         if startReader { session.tasks.spawn { await self.readLoop() } }
+    }
+
+    /// Ends a subscription that could not start: a refusal (401, 403) or an unreachable database
+    /// (503) is told in an error frame first — the upgrade cannot answer with a status itself —
+    /// then the socket closes with 4000 + the status; anything else closes it with 1011.
+    private func refuse(_ error: any Error) {
+        guard error is Problem || error is StoreFailure else { return finish(.serverError) }
+        let problem = Problem.answering(error)
+        send(SubscriptionSession.text(.error(problem)))
+        finish(.refused(UInt16(4000 + problem.code.status), problem.code.rawValue))
     }
 
     // MARK: Delivering
@@ -202,6 +209,12 @@ final class Subscriber: Sendable {
                     session.metrics.messagesDelivered.increment()
                 }
             }
+        } catch StoreFailure.unavailable where channel.isActive {
+            // The database is out of reach for now: the subscription stays open and tries the store
+            // again in a second (and at every wake-up meanwhile), until it answers.
+            caughtUp = false
+            channel.eventLoop.scheduleTask(in: .seconds(1)) { self.wake() }
+            return nil
         } catch {
             // The socket is gone, or the store failed (1011: the client reconnects, and what was not
             // acknowledged is delivered again).
@@ -327,8 +340,12 @@ final class Subscriber: Sendable {
         }
         guard let principal = state.withLock({ $0.phase == .open ? $0.principal : nil }) else { return }
         session.tasks.spawn {
-            guard Clock.now() < principal.expiresAt,
-                  (try? await self.session.sessions.authenticate(authorization: self.authorization, now: Clock.now())) != nil else {
+            guard Clock.now() < principal.expiresAt else { return self.finish(.sessionEnded) }
+            do {
+                _ = try await self.session.sessions.authenticate(authorization: self.authorization, now: Clock.now())
+            } catch StoreFailure.unavailable {
+                // The database is out of reach: the session may well be valid; check at the next tick.
+            } catch {
                 return self.finish(.sessionEnded)
             }
             self.scheduleTick()

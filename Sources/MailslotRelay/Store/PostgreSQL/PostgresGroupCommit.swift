@@ -11,28 +11,40 @@ import PostgresNIO
 /// node's creates from contending for the same mailbox locks. A batch that PostgreSQL aborts as
 /// a deadlock or serialization failure (another transaction — a sweep, another node — locked the
 /// same mailboxes in another order) was rolled back as a whole, so it is applied again, a few times.
+///
+/// The mailboxes a batch's writes touched (those that say so) are announced once per batch, inside
+/// its transaction, to the other relays (``PostgresNotifications``).
 final class PostgresGroupCommit: Sendable {
-    /// One write, in a savepoint of its own.
-    typealias Step = @Sendable (PostgresConnection, Logger) async throws -> Void
+    /// One write, in a savepoint of its own; the mailbox it touched, when other relays must hear of it.
+    typealias Step = @Sendable (PostgresConnection, Logger) async throws -> String?
+    /// Announces the mailboxes a batch touched, inside its transaction.
+    typealias Announce = @Sendable ([String], PostgresConnection, Logger) async throws -> Void
 
     /// Attempts of a batch that PostgreSQL aborted to resolve a lock conflict.
     static let attempts = 5
 
     private let batches: WriteBatches<Step>
 
-    init(client: PostgresClient, logger: Logger) {
+    init(pool: PostgresPool, logger: Logger, announce: Announce?) {
         batches = WriteBatches { steps in
-            try await PostgresStore.transaction(client, logger: logger, attempts: Self.attempts) { connection, logger in
-                for step in steps { try await step(connection, logger) }
+            try await PostgresStore.transaction(pool, logger: logger, attempts: Self.attempts) { connection, logger in
+                var touched: [String] = []
+                var seen = Set<String>()
+                for step in steps {
+                    if let mailbox = try await step(connection, logger), seen.insert(mailbox).inserted { touched.append(mailbox) }
+                }
+                if !touched.isEmpty, let announce { try await announce(touched, connection, logger) }
             }
         }
     }
 
     /// Queues `updates` for the next shared transaction at once and returns the ticket its result
-    /// will be on; writes are applied in submission order. `committed` gets the result first, in
-    /// commit order, if `updates` succeeded and the transaction committed; `finished` runs when
-    /// the ticket is resolved, either way.
+    /// will be on; writes are applied in submission order. `touches` names the mailbox a
+    /// successful result touched, to announce. `committed` gets the result first, in commit order,
+    /// if `updates` succeeded and the transaction committed; `finished` runs when the ticket is
+    /// resolved, either way.
     func submit<T: Sendable>(_ updates: @escaping @Sendable (PostgresConnection, Logger) async throws -> T,
+                             touches: (@Sendable (T) -> String?)? = nil,
                              committed: (@Sendable (T) -> Void)? = nil,
                              finished: (@Sendable () -> Void)? = nil) -> CommitTicket<T> {
         batches.submit({ outcome in
@@ -42,6 +54,7 @@ final class PostgresGroupCommit: Sendable {
                     let value = try await updates(connection, logger)
                     try await connection.query("RELEASE SAVEPOINT group_write", logger: logger)
                     outcome.result = .success(value)
+                    return touches?(value)
                 } catch let error as PSQLError where PostgresStore.isRetryable(error) {
                     throw error  // the batch as a whole is rolled back and applied again
                 } catch {
@@ -49,6 +62,7 @@ final class PostgresGroupCommit: Sendable {
                     // Undo this write alone; if even that fails, the whole batch fails.
                     try await connection.query("ROLLBACK TO SAVEPOINT group_write", logger: logger)
                     try await connection.query("RELEASE SAVEPOINT group_write", logger: logger)
+                    return nil
                 }
             }
         }, committed: committed, finished: finished)

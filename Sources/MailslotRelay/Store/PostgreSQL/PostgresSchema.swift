@@ -20,6 +20,8 @@ enum PostgresSchema {
 
     /// The advisory lock key every node takes to migrate ("mailslot" in ASCII, as a number).
     static let lockKey: Int64 = 0x6D61_696C_736C_6F74
+    /// The advisory lock key of the VACUUM after erasures: one node at a time runs it.
+    static let vacuumLockKey: Int64 = lockKey + 1
 
     /// The newest version this binary knows.
     static var latestVersion: Int32 { migrations.last!.version }
@@ -134,12 +136,38 @@ enum PostgresSchema {
             "CREATE TRIGGER messages_stored AFTER INSERT ON messages FOR EACH ROW EXECUTE FUNCTION mailslot_message_stored()",
             "CREATE TRIGGER messages_erased AFTER DELETE ON messages FOR EACH ROW EXECUTE FUNCTION mailslot_message_erased()",
         ]),
+        Migration(version: 2, name: "subscription generations; erasure-minded autovacuum", sql: [
+            // A new subscription's generation: the highest one, on any node, is the live one
+            // (PostgresNotifications.announceSubscription).
+            "CREATE SEQUENCE subscription_generations AS BIGINT",
+            // The triggers name their tables unqualified: they must find them whoever deletes a
+            // message (an operator as another role, a restore), not only under the relay's search_path.
+            "ALTER FUNCTION mailslot_message_stored() SET search_path FROM CURRENT",
+            "ALTER FUNCTION mailslot_message_erased() SET search_path FROM CURRENT",
+            // An erased message's bytes stay in the table's pages until VACUUM frees the space and
+            // a later write overwrites it (SECURITY.md "Erasure on PostgreSQL"). Tables of
+            // short-lived rows are vacuumed after a fixed number of dead rows rather than a
+            // fraction of the table, and without the cost pauses that let autovacuum fall behind.
+            """
+            ALTER TABLE messages SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 500,
+                autovacuum_vacuum_cost_delay = 0, autovacuum_vacuum_insert_scale_factor = 0,
+                autovacuum_vacuum_insert_threshold = 5000)
+            """,
+            """
+            ALTER TABLE documents SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 50,
+                autovacuum_vacuum_cost_delay = 0)
+            """,
+            """
+            ALTER TABLE key_bundles SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 50,
+                autovacuum_vacuum_cost_delay = 0)
+            """,
+        ]),
     ]
 
     /// Applies the migrations the database lacks, one node at a time; refuses a database whose
     /// version is newer than ``latestVersion``.
-    static func migrate(_ client: PostgresClient, logger: Logger) async throws {
-        try await PostgresStore.transaction(client, logger: logger) { connection, logger in
+    static func migrate(_ pool: PostgresPool, logger: Logger) async throws {
+        try await PostgresStore.transaction(pool, logger: logger) { connection, logger in
             // Held until this transaction ends: a second node waits here, then finds the work done.
             try await connection.query("SELECT pg_advisory_xact_lock(\(lockKey))", logger: logger)
             try await connection.query("""

@@ -14,7 +14,7 @@ import PostgresNIO
 /// Creates and erasures share transactions (``PostgresGroupCommit``); the other writes run in
 /// transactions of their own. Times are milliseconds since the epoch, passed in.
 final class PostgresStore: RelayStore {
-    let client: PostgresClient
+    let pool: PostgresPool
     let metrics: RelayMetrics?
     let logger: Logger
     /// The database's URL with its password replaced (``PostgresURL/redacted(_:)``), for messages.
@@ -22,25 +22,33 @@ final class PostgresStore: RelayStore {
     /// No local disk to watch: the database server's space is its operator's.
     var diskSpace: DiskSpace? { nil }
     private let group: PostgresGroupCommit
-    private let running: Task<Void, Never>
+    /// What this relay tells the others sharing the database, and hears from them.
+    let notifications: PostgresNotifications
+    var cluster: (any ClusterSignals)? { notifications }
 
     /// A store on the database at `url` (``PostgresURL``); nothing is connected until it is used.
     /// Throws a ``RelayConfigurationError`` (without the password) for a URL it cannot read.
     init(url: String, metrics: RelayMetrics? = nil, logger: Logger) throws {
-        var configuration = try PostgresURL.configuration(url)
-        configuration.options.maximumConnections = 16
+        let configuration = try PostgresURL.configuration(url)
         var logger = logger
         // The driver logs statements and their bound values below `info`: envelopes and session
         // hashes have no place in a log.
         if logger.logLevel < .info { logger.logLevel = .info }
-        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
-        self.client = client
+        let pool = PostgresPool(configuration: configuration, maximumConnections: Self.poolSize, name: "mailslot-relay", logger: logger)
+        self.pool = pool
         self.metrics = metrics
         self.logger = logger
         location = PostgresURL.redacted(url)
-        group = PostgresGroupCommit(client: client, logger: logger)
-        running = Task { await client.run() }
+        let notifications = PostgresNotifications(node: ClusterNotification.newNode(), pool: pool, configuration: configuration,
+                                                  metrics: metrics, logger: logger)
+        self.notifications = notifications
+        group = PostgresGroupCommit(pool: pool, logger: logger) { mailboxes, connection, logger in
+            try await notifications.notify(.changed(mailboxes: mailboxes), on: connection, logger: logger)
+        }
     }
+
+    /// Connections each relay opens to the database at most (besides its listening one).
+    static let poolSize = 16
 
     /// A store on `url`, migrated and ready.
     static func open(url: String, metrics: RelayMetrics? = nil, logger: Logger) async throws -> PostgresStore {
@@ -57,7 +65,9 @@ final class PostgresStore: RelayStore {
     func prepare() async throws {
         do {
             try await connected(within: Self.startTimeout)
-            try await PostgresSchema.migrate(client, logger: logger)
+            try await PostgresSchema.migrate(pool, logger: logger)
+        } catch StoreFailure.unavailable {
+            throw PostgresSchema.Refusal(description: "lost the database at \(location) while migrating it (the log says why)")
         } catch let error as PSQLError {
             // PSQLError's own description is generic on purpose; the server's message carries no secret.
             let detail = error.serverInfo?[.message].map { ": \($0)" } ?? ""
@@ -72,7 +82,7 @@ final class PostgresStore: RelayStore {
     /// connection (a wrong password, a server not up) for ever, logging each failure, and a relay
     /// must not wait silently at start.
     private func connected(within timeout: Duration) async throws {
-        try await within(timeout) { [client] in try await client.withConnection { _ in } }
+        try await within(timeout) { [pool] in try await pool.client.withConnection { _ in } }
     }
 
     /// `body`'s result, or a ``PostgresSchema/Refusal`` once `timeout` passed. `body` is then
@@ -99,8 +109,8 @@ final class PostgresStore: RelayStore {
 
     /// Stops the pool: connections close; later operations fail.
     func close() async {
-        running.cancel()
-        await running.value
+        await notifications.stop()
+        await pool.close()
     }
 
     // MARK: Transactions
@@ -116,12 +126,12 @@ final class PostgresStore: RelayStore {
     /// Runs `body` in a transaction on a pooled connection: committed when it returns, rolled back
     /// when it throws (its error, as thrown, not wrapped). A transaction aborted by a conflict
     /// (``isRetryable(_:)``) runs again, up to `attempts` times in all.
-    static func transaction<T: Sendable>(_ client: PostgresClient, logger: Logger, attempts: Int = 3,
-                                         _ body: @Sendable (PostgresConnection, Logger) async throws -> T) async throws -> T {
+    static func transaction<T: Sendable>(_ pool: PostgresPool, logger: Logger, attempts: Int = 3,
+                                         _ body: @escaping @Sendable (PostgresConnection, Logger) async throws -> T) async throws -> T {
         var attempt = 1
         while true {
             do {
-                return try await client.withConnection { connection in
+                return try await pool.withConnection { connection in
                     try await connection.query("BEGIN", logger: logger)
                     do {
                         let value = try await body(connection, logger)
@@ -146,21 +156,24 @@ final class PostgresStore: RelayStore {
     func write<T: Sendable>(_ operation: String, _ body: @escaping @Sendable (PostgresConnection, Logger) async throws -> T) async throws -> T {
         let start = ContinuousClock.now
         defer { metrics?.store(operation, ContinuousClock.now - start) }
-        return try await Self.transaction(client, logger: logger, body)
+        return try await Self.transaction(pool, logger: logger, body)
     }
 
-    /// A write that shares a transaction with others (``PostgresGroupCommit``), queued at once.
+    /// A write that shares a transaction with others (``PostgresGroupCommit``), queued at once;
+    /// the mailbox `touches` names for its result is announced to the other relays.
     func groupSubmit<T: Sendable>(_ operation: String, _ updates: @escaping @Sendable (PostgresConnection, Logger) async throws -> T,
+                                  touches: (@Sendable (T) -> String?)? = nil,
                                   committed: (@Sendable (T) -> Void)? = nil) -> CommitTicket<T> {
         let start = ContinuousClock.now
-        return group.submit(updates, committed: committed, finished: { [metrics] in metrics?.store(operation, ContinuousClock.now - start) })
+        return group.submit(updates, touches: touches, committed: committed,
+                            finished: { [metrics] in metrics?.store(operation, ContinuousClock.now - start) })
     }
 
     /// A read on a pooled connection (one statement: its own snapshot), timed as `operation`.
-    func read<T: Sendable>(_ operation: String, _ body: @Sendable (PostgresConnection, Logger) async throws -> T) async throws -> T {
+    func read<T: Sendable>(_ operation: String, _ body: @escaping @Sendable (PostgresConnection, Logger) async throws -> T) async throws -> T {
         let start = ContinuousClock.now
         defer { metrics?.store(operation, ContinuousClock.now - start) }
-        return try await client.withConnection { connection in try await body(connection, logger) }
+        return try await pool.withConnection { [logger] connection in try await body(connection, logger) }
     }
 
     /// The first row `query` returns, if any.
@@ -170,9 +183,10 @@ final class PostgresStore: RelayStore {
 
     /// Whether the store can take writes: the database answers and its schema is this binary's.
     func isReady() async -> Bool {
+        guard !pool.recentlyFailed else { return false }
         do {
-            return try await within(Self.readinessTimeout) { [client, logger] in
-                try await client.withConnection { connection in
+            return try await within(Self.readinessTimeout) { [pool, logger] in
+                try await pool.withConnection { connection in
                     try await PostgresSchema.version(connection, logger: logger) == PostgresSchema.latestVersion
                 }
             }
@@ -253,6 +267,8 @@ final class PostgresStore: RelayStore {
             let message = StoredMessage(seq: seq, recipient: recipient, id: id, author: author, createdAt: now,
                                         expiresAt: expiresAt, envelope: envelope, size: size)
             return .created(message, erasedExpired: erasedExpired)
+        }, touches: { outcome in
+            if case .created = outcome { recipient } else { nil }
         }, committed: { outcome in
             if case .created(let message, _) = outcome { whenCommitted?(message) }
         })
@@ -324,6 +340,10 @@ final class PostgresStore: RelayStore {
             }
             guard let expiresAt = try row?.decode(Int64.self) else { return false }
             return expiresAt > now
+        } touches: { erased in
+            // An unsend must reach a subscription on another node that may hold the message in memory;
+            // the owner's own acknowledgement needs no announcement (docs/architecture.md).
+            erased && author != nil ? recipient : nil
         }
     }
 
@@ -387,10 +407,26 @@ final class PostgresStore: RelayStore {
     }
 
     /// Erased rows are gone for every reader at once, but their bytes stay in PostgreSQL's files
-    /// as dead tuples until VACUUM reclaims them (and in WAL segments until recycled): nothing this
-    /// call can shorten yet (SECURITY.md; a later step tunes autovacuum). Always complete.
+    /// until VACUUM frees the space and later rows overwrite it (and in WAL segments until they are
+    /// recycled; SECURITY.md "Erasure on PostgreSQL"). So after erasures the relay vacuums the
+    /// messages table (the ``ErasureScheduler`` calls this at most once per erasure delay): one
+    /// node at a time, the others skip — the running VACUUM serves them. Always complete.
     @discardableResult
-    func checkpoint() async throws -> Bool { true }
+    func checkpoint() async throws -> Bool {
+        try await read("vacuum") { connection, logger in
+            // A session-level lock, not a transaction's: VACUUM cannot run inside a transaction.
+            guard try await Self.first(connection, "SELECT pg_try_advisory_lock(\(PostgresSchema.vacuumLockKey))", logger)?
+                .decode(Bool.self) == true else { return }
+            do {
+                try await connection.query("VACUUM messages", logger: logger)
+            } catch {
+                _ = try? await connection.query("SELECT pg_advisory_unlock(\(PostgresSchema.vacuumLockKey))", logger: logger)
+                throw error
+            }
+            try await connection.query("SELECT pg_advisory_unlock(\(PostgresSchema.vacuumLockKey))", logger: logger)
+        }
+        return true
+    }
 
     // MARK: Documents, key bundles, block lists
 

@@ -1,0 +1,30 @@
+// Several relays sharing one store: what each tells the others, so that a message stored through
+// one node reaches its owner's subscription on another at once, and a new subscription on one
+// node ends the older one on another. The store stays the truth: a signal only says "read the
+// store again", so a lost signal delays a delivery but never loses it. A store only one process
+// uses (SQLite) has no signals: its relay's own hub sees every write.
+
+/// What another node said.
+enum ClusterEvent: Sendable, Equatable {
+    /// Messages were stored in (or unsent from) these mailboxes.
+    case changed(mailboxes: [String])
+    /// Anything may have changed (a signal too large to name the mailboxes, or signals missed
+    /// while this node was not listening): every live subscription reads the store again.
+    case recheckAll
+    /// A subscription to `mailbox` began with `generation`: a subscription with a lower one ends.
+    case subscribed(mailbox: String, generation: Int64)
+}
+
+/// The carrier of ``ClusterEvent``s between the relays that share a store.
+protocol ClusterSignals: Sendable {
+    /// Delivers the other nodes' events to `handler`, until ``stop()``; after any gap in
+    /// listening (a dropped connection), a ``ClusterEvent/recheckAll`` once listening again.
+    func start(_ handler: @escaping @Sendable (ClusterEvent) -> Void)
+
+    /// Draws a generation for a new subscription to `mailbox`, higher than every one drawn before
+    /// on any node, and tells the other nodes (their older subscriptions to it end).
+    func announceSubscription(to mailbox: String) async throws -> Int64
+
+    /// Stops listening.
+    func stop() async
+}

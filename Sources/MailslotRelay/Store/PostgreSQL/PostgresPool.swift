@@ -1,0 +1,121 @@
+import Logging
+import PostgresNIO
+import Synchronization
+
+/// The PostgreSQL store's connections: a `PostgresClient` pool whose every use is bounded in time
+/// and whose failures to reach the server become ``StoreFailure/unavailable``.
+///
+/// While the server is down, the pool keeps retrying in the background and queues what asks for
+/// a connection — for up to a minute before it fails them. A relay must answer sooner: a use
+/// that has no connection within ``leaseTimeout`` gives up, and after a failure to reach the
+/// server, uses fail at once for ``failFastInterval`` before one is let through to try again. So
+/// during an outage every request is answered `503 unavailable` within seconds, and when the
+/// server returns the next use finds it (the pool reconnects by itself): nothing to restart.
+final class PostgresPool: Sendable {
+    let client: PostgresClient
+    private let logger: Logger
+    private let running: Task<Void, Never>
+    /// When the last failure to reach the server happened, if it is recent.
+    private let lastFailure = Mutex<ContinuousClock.Instant?>(nil)
+
+    /// How long a use waits for a connection before it is answered ``StoreFailure/unavailable``.
+    static let leaseTimeout: Duration = .seconds(3)
+    /// How long after a failure to reach the server uses fail without trying.
+    static let failFastInterval: Duration = .seconds(1)
+
+    /// A pool of at most `maximumConnections`, running until ``close()``; its connections show
+    /// as `name` in `pg_stat_activity.application_name`.
+    init(configuration: PostgresClient.Configuration, maximumConnections: Int, name: String, logger: Logger) {
+        var configuration = configuration
+        configuration.options.maximumConnections = maximumConnections
+        configuration.options.connectTimeout = .seconds(3)
+        configuration.options.additionalStartupParameters.append(("application_name", name))
+        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
+        self.client = client
+        self.logger = logger
+        running = Task { await client.run() }
+    }
+
+    /// Stops the pool: connections close; later uses fail.
+    func close() async {
+        running.cancel()
+        await running.value
+    }
+
+    /// Whether the server was unreachable moments ago (uses fail at once meanwhile).
+    var recentlyFailed: Bool {
+        lastFailure.withLock { last in
+            guard let failed = last else { return false }
+            if failed.duration(to: .now) < Self.failFastInterval { return true }
+            last = nil
+            return false
+        }
+    }
+
+    /// Runs `body` on a pooled connection. Throws ``StoreFailure/unavailable`` when no connection
+    /// comes within ``leaseTimeout`` or the connection fails under `body`; `body`'s own errors
+    /// (a refusal, a constraint) as they are.
+    func withConnection<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        if recentlyFailed { throw StoreFailure.unavailable }
+        let lease = Lease()
+        let work = Task { [client] () async throws -> T in
+            try await client.withConnection { (connection: PostgresConnection) async throws -> T in
+                lease.leased.store(true, ordering: .sequentiallyConsistent)
+                return try await body(connection)
+            }
+        }
+        // Only the wait for a connection is cancelled: a transaction under way is let finish (or
+        // fail with its connection), so that no answer claims less than what was committed.
+        let timer = Task {
+            guard (try? await Task.sleep(for: Self.leaseTimeout)) != nil else { return }
+            if !lease.leased.load(ordering: .sequentiallyConsistent) {
+                lease.gaveUp.store(true, ordering: .sequentiallyConsistent)
+                work.cancel()
+            }
+        }
+        defer { timer.cancel() }
+        do {
+            // The caller's cancellation reaches `body` as if it ran in the caller's task.
+            return try await withTaskCancellationHandler { try await work.value } onCancel: { work.cancel() }
+        } catch where lease.gaveUp.load(ordering: .sequentiallyConsistent) || Self.isUnreachable(error) {
+            let first = lastFailure.withLock { last in defer { last = .now }; return last == nil }
+            if first {
+                // Once per outage, not once per request. The code and SQLSTATE only: no statement, no value.
+                logger.warning("cannot reach the database; answering 503 unavailable until it is back", metadata: [
+                    "error.type": "\(type(of: error))",
+                    "sqlstate": "\((error as? PSQLError)?.serverInfo?[.sqlState] ?? "-")",
+                ])
+            }
+            throw StoreFailure.unavailable
+        }
+    }
+
+    /// One use's progress: whether it got its connection, or gave up waiting for one.
+    private final class Lease: Sendable {
+        let leased = Atomic<Bool>(false)
+        let gaveUp = Atomic<Bool>(false)
+    }
+
+    /// Whether `error` says the server could not be reached or the connection was lost, rather
+    /// than that a statement failed: the pool's own failures, a connection closed or broken, or
+    /// the server refusing connections (shutting down, starting, too many clients).
+    static func isUnreachable(_ error: any Error) -> Bool {
+        switch error {
+        case StoreFailure.unavailable: return true
+        case let error as PSQLError:
+            switch error.code {
+            case .connectionError, .serverClosedConnection, .clientClosedConnection, .uncleanShutdown, .poolClosed,
+                 .sslUnsupported, .failedToAddSSLHandler:
+                return true
+            case .server:
+                // Class 08: connection exceptions; 57P01–57P03: shut down or not accepting yet; 53300: too many connections.
+                guard let state = error.serverInfo?[.sqlState] else { return false }
+                return state.hasPrefix("08") || ["57P01", "57P02", "57P03", "53300"].contains(state)
+            default: return false
+            }
+        default:
+            // The pool's errors (its circuit breaker tripped, a cancelled wait) have no public type to match.
+            return String(reflecting: type(of: error)).contains("ConnectionPoolError")
+        }
+    }
+}

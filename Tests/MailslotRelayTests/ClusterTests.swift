@@ -1,0 +1,257 @@
+import Foundation
+import MailslotTestSupport
+import MailslotWire
+import PostgresNIO
+import Synchronization
+import Testing
+@testable import MailslotRelay
+
+/// Several relays on one store: the notification format, the hub's generations, and (under
+/// `tools/postgres run`) relays sharing one PostgreSQL database — live delivery across nodes,
+/// takeover, unsend, refresh reuse, a lost listening connection and a database restart.
+@Suite(.serialized)
+struct ClusterTests {
+    // MARK: The notification format
+
+    @Test func notificationsRoundTripAndRefuseWhatTheyDoNotKnow() throws {
+        let node = ClusterNotification.newNode()
+        #expect(node.count == 16)
+        for event in [ClusterEvent.changed(mailboxes: ["alice", "bob.b-1_x"]), .recheckAll, .subscribed(mailbox: "carol", generation: 42)] {
+            let payload = ClusterNotification(node: node, event: event).payload
+            #expect(ClusterNotification(payload: payload) == ClusterNotification(node: node, event: event), "\(payload)")
+        }
+        #expect(ClusterNotification(node: node, event: .changed(mailboxes: ["a"])).payload == "m \(node)\na")
+        // Too many names for one payload: a re-check of everything instead, never a payload PostgreSQL refuses.
+        let many = (0..<200).map { "user-\($0)-" + String(repeating: "x", count: 100) }
+        let large = ClusterNotification(node: node, event: .changed(mailboxes: many)).payload
+        #expect(large == "a \(node)")
+        let fits = (0..<60).map { "u\($0)" + String(repeating: "y", count: 120) }
+        let fitting = ClusterNotification(node: node, event: .changed(mailboxes: fits)).payload
+        #expect(fitting.utf8.count <= ClusterNotification.maxPayloadBytes && fitting.hasPrefix("m "))
+        for bad in ["", "m", "m \(node)", "x \(node)", "a NODE", "a \(node) extra", "s \(node) 0 bob", "s \(node) 01 bob",
+                    "s \(node) 5 bo b", "s \(node) -5 bob", "m \(node)\n", "m \(node)\nbad uid", "a \(node.uppercased())"] {
+            #expect(ClusterNotification(payload: bad) == nil, "\(bad)")
+        }
+    }
+
+    // MARK: The hub's generations
+
+    @Test func theHighestGenerationIsTheLiveSubscriptionWhereverItBegan() {
+        let hub = MailboxHub()
+        let ended = Shared<[String]>([])
+        func subscribe(_ name: String, _ generation: Int64?) -> MailboxHub.Subscription {
+            hub.subscribe("bob", generation: generation, onEnd: { ended.update { $0.append(name) } }).0
+        }
+        let first = subscribe("first", 10)
+        // Drawn earlier, registered later: it is already the older one.
+        let late = subscribe("late", 9)
+        #expect(late.isEnded && !first.isEnded && ended.value == ["late"])
+        // Another node's older subscription changes nothing; its newer one ends ours.
+        hub.handle(.subscribed(mailbox: "bob", generation: 5))
+        #expect(!first.isEnded)
+        hub.handle(.subscribed(mailbox: "bob", generation: 11))
+        #expect(first.isEnded && ended.value == ["late", "first"] && hub.count == 0)
+        // Announced elsewhere before ours registered (its generation drawn earlier): ours ends at once.
+        hub.handle(.subscribed(mailbox: "carol", generation: 20))
+        let carol = hub.subscribe("carol", generation: 19).0
+        #expect(carol.isEnded && hub.count == 0)
+        let newer = hub.subscribe("carol", generation: 21).0
+        #expect(!newer.isEnded && hub.count == 1)
+    }
+
+    @Test func anotherNodesMessagesMakeTheSubscriptionReadTheStoreAgain() throws {
+        let hub = MailboxHub()
+        let wakes = Shared(0)
+        let bob = hub.subscribe("bob", onWake: { wakes.update { $0 += 1 } }).0
+        bob.startStoreRead()
+        hub.push(StoredMessage(seq: 1, recipient: "bob", id: messageID(1), author: "alice", createdAt: 0, expiresAt: .max,
+                               envelope: "e", size: 1))
+        #expect(wakes.value == 1)
+        hub.handle(.changed(mailboxes: ["carol"]))
+        #expect(wakes.value == 1, "another mailbox: nothing to do")
+        hub.handle(.changed(mailboxes: ["carol", "bob"]))
+        #expect(wakes.value == 2)
+        #expect(bob.takeFresh(limit: 10) == nil, "what this node kept in memory is not all there is: read the store")
+        bob.startStoreRead()
+        hub.handle(.recheckAll)
+        #expect(wakes.value == 3 && bob.takeFresh(limit: 10) == nil)
+    }
+
+    // MARK: Relays on one PostgreSQL database
+
+    /// Two relays (same issuer) on one new database.
+    private func withTwoRelays(_ body: (TestRelay, TestRelay, String) async throws -> Void) async throws {
+        let issuer = IdentityKeyPair()
+        try await TestDatabase.with { url in
+            try await withTestRelay(issuer: issuer, configure: { $0.databaseURL = url }) { a in
+                try await withTestRelay(issuer: issuer, configure: { $0.databaseURL = url }) { b in
+                    try await body(a, b, url)
+                }
+            }
+        }
+    }
+
+    @Test(.enabled(if: TestDatabase.unavailable == nil, "MAILSLOT_TEST_DATABASE_URL is not set: run the tests under tools/postgres run"))
+    func aMessageSentThroughOneRelayReachesASubscriptionOnAnotherLiveAndInOrder() async throws {
+        try await withTwoRelays { a, b, _ in
+            let alice = try await a.signIn("alice").session
+            let bob = try await b.signIn("bob").session
+            #expect(try await a.send(alice, to: "bob", id: messageID(0)).status == 201)
+            let socket = try await TestSocket.subscribed(b, "bob", session: bob)
+            #expect(try await socket.next()?.message?.id == messageID(0), "the backlog")
+            try await socket.send(.ack(messageID(0)))
+            // Live: no reconnect, no poll; a burst keeps its order.
+            let sent = (1...40).map { messageID($0) }
+            for id in sent { #expect(try await a.send(alice, to: "bob", id: id).status == 201) }
+            #expect(try await receive(sent.count, on: socket) == sent)
+            #expect(counter(a, "mailslot_cluster_notifications_sent_total") >= 1, "node A announced its commits")
+            #expect(counter(a, "mailslot_cluster_notifications_sent_total") <= 42, "at most one per commit batch, and one per subscription")
+            #expect(counter(b, "mailslot_cluster_notifications_received_total") >= 1)
+            await socket.close()
+        }
+    }
+
+    /// An unsend through one node of a message waiting for a subscription on the other: it is
+    /// never delivered, and what was sent before and after it is, in order.
+    @Test(.enabled(if: TestDatabase.unavailable == nil, "MAILSLOT_TEST_DATABASE_URL is not set: run the tests under tools/postgres run"))
+    func anUnsendThroughOneRelayKeepsTheMessageFromASubscriptionOnAnother() async throws {
+        let issuer = IdentityKeyPair()
+        try await TestDatabase.with { url in
+            try await withTestRelay(issuer: issuer, configure: { $0.databaseURL = url }) { a in
+                try await withTestRelay(issuer: issuer, configure: { $0.databaseURL = url; $0.deliveryWindow = 1 }) { b in
+                    let alice = try await a.signIn("alice").session
+                    let bob = try await b.signIn("bob").session
+                    let socket = try await TestSocket.subscribed(b, "bob", session: bob)
+                    for n in 1...3 { #expect(try await a.send(alice, to: "bob", id: messageID(n)).status == 201) }
+                    #expect(try await socket.next(timeout: .seconds(10))?.message?.id == messageID(1))
+                    // The window (1) is full: 2 and 3 wait. 2 is unsent through node A.
+                    #expect(try await a.call("DELETE", "/v1/users/bob/messages/\(messageID(2))", session: alice).status == 204)
+                    try await socket.send(.ack(messageID(1)))
+                    var delivered: [String] = []
+                    while delivered.count < 1, let frame = try await socket.next(timeout: .seconds(10)) {
+                        if let message = frame.message { delivered.append(message.id) }
+                    }
+                    #expect(delivered == [messageID(3)])
+                    await socket.close()
+                }
+            }
+        }
+    }
+
+    @Test(.enabled(if: TestDatabase.unavailable == nil, "MAILSLOT_TEST_DATABASE_URL is not set: run the tests under tools/postgres run"))
+    func aNewerSubscriptionOnAnyNodeReplacesTheOlder() async throws {
+        try await withTwoRelays { a, b, _ in
+            let bob = try await a.signIn("bob").session
+            let first = try await TestSocket.subscribed(a, "bob", session: bob)
+            let second = try await TestSocket.subscribed(b, "bob", session: bob)
+            #expect(await first.closeCode() == 4000, "replaced by the subscription on the other node")
+            // And back: the newest, wherever it is, is the live one.
+            let third = try await TestSocket.subscribed(a, "bob", session: bob)
+            #expect(await second.closeCode() == 4000)
+            let alice = try await b.signIn("alice").session
+            #expect(try await b.send(alice, to: "bob", id: messageID(1)).status == 201)
+            #expect(try await third.next(timeout: .seconds(10))?.message?.id == messageID(1))
+            await third.close()
+        }
+    }
+
+    @Test(.enabled(if: TestDatabase.unavailable == nil, "MAILSLOT_TEST_DATABASE_URL is not set: run the tests under tools/postgres run"))
+    func aRefreshTokenSpentOnOneNodeIsReuseOnTheOther() async throws {
+        try await withTwoRelays { a, b, _ in
+            let (session, refresh) = try await a.signIn("bob")
+            let rotated = try await b.call("POST", "/v1/sessions/refresh", body: ["refresh": refresh])
+            #expect(rotated.status == 201)
+            let replay = try await a.call("POST", "/v1/sessions/refresh", body: ["refresh": refresh])
+            #expect(replay.problem == .refreshReused)
+            // The whole family is revoked, on both nodes.
+            let newSession = try #require(rotated.json["session"] as? String)
+            #expect(try await b.call("GET", "/v1/users/bob/messages", session: newSession).status == 401)
+            #expect(try await a.call("GET", "/v1/users/bob/messages", session: session).status == 401)
+        }
+    }
+
+    /// The listening connection dies (terminated by the server): the node listens again and
+    /// re-reads every live subscription, so what was notified meanwhile still arrives.
+    @Test(.enabled(if: TestDatabase.unavailable == nil, "MAILSLOT_TEST_DATABASE_URL is not set: run the tests under tools/postgres run"))
+    func aLostListeningConnectionDelaysButNeverLosesADelivery() async throws {
+        try await withTwoRelays { a, b, url in
+            let alice = try await a.signIn("alice").session
+            let bob = try await b.signIn("bob").session
+            let socket = try await TestSocket.subscribed(b, "bob", session: bob)
+            let before = counter(b, "mailslot_cluster_rechecks_total")
+            let terminated = try await TestDatabase.admin("""
+                SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+                WHERE application_name = '\(PostgresNotifications.applicationName)' AND datname = '\(TestDatabase.name(of: url))'
+                """)
+            #expect(terminated == 2, "both nodes' listeners")
+            let sent = (1...5).map { messageID($0) }
+            for id in sent { #expect(try await a.send(alice, to: "bob", id: id).status == 201) }
+            #expect(try await receive(sent.count, on: socket) == sent)
+            // Bounded wait for the re-listen's re-check to be counted.
+            for _ in 0..<100 where counter(b, "mailslot_cluster_rechecks_total") <= before { try await Task.sleep(for: .milliseconds(100)) }
+            #expect(counter(b, "mailslot_cluster_rechecks_total") > before, "node B listened again and re-read its subscriptions")
+            await socket.close()
+        }
+    }
+
+    /// The database stops: writes and readiness answer 503 `unavailable` with Retry-After,
+    /// nothing 2xx; the relays keep running and recover by themselves when it is back, and a
+    /// subscription opened before the outage carries on.
+    @Test(.enabled(if: TestDatabase.unavailable == nil && TestDatabase.pgctl != nil,
+                   "run the tests under tools/postgres run (MAILSLOT_TEST_PGCTL restarts the cluster)"))
+    func theRelaysAnswer503WhileTheDatabaseIsDownAndRecoverWithoutARestart() async throws {
+        try await withTwoRelays { a, b, _ in
+            let alice = try await a.signIn("alice").session
+            let bob = try await b.signIn("bob").session
+            let socket = try await TestSocket.subscribed(b, "bob", session: bob)
+            try await TestDatabase.pgctl(["stop", "-m", "fast"])
+            var restarted = false
+            do {
+                let send = try await a.send(alice, to: "bob", id: messageID(1))
+                #expect(send.status == 503 && send.problem == .unavailable)
+                #expect(send.headers["retry-after"] == "2")
+                #expect(try await a.call("GET", "/readyz").status == 503)
+                let ack = try await b.call("DELETE", "/v1/users/bob/messages/\(messageID(9))", session: bob)
+                #expect(ack.status == 503 && ack.problem == .unavailable)
+                #expect(try await a.call("GET", "/healthz").status == 200, "the relay itself keeps running")
+                try await TestDatabase.pgctl(["start", "-w"])
+                restarted = true
+            } catch {
+                if !restarted { try? await TestDatabase.pgctl(["start", "-w"]) }
+                throw error
+            }
+            // Recovered without a restart: bounded wait for readiness, then the same send succeeds.
+            var ready = false
+            for _ in 0..<60 where !ready {
+                ready = try await a.call("GET", "/readyz").status == 200
+                if !ready { try await Task.sleep(for: .milliseconds(500)) }
+            }
+            #expect(ready)
+            #expect(try await a.send(alice, to: "bob", id: messageID(1)).status == 201)
+            #expect(try await receive(1, on: socket) == [messageID(1)], "the subscription opened before the outage carries on")
+            await socket.close()
+        }
+    }
+}
+
+/// Up to `count` messages from `socket`, each acknowledged as it comes; stops early after ten
+/// seconds without a frame.
+private func receive(_ count: Int, on socket: TestSocket) async throws -> [String] {
+    var received: [String] = []
+    while received.count < count, let frame = try await socket.next(timeout: .seconds(10)) {
+        if let message = frame.message {
+            received.append(message.id)
+            try await socket.send(.ack(message.id))
+        }
+    }
+    return received
+}
+
+/// A counter's value in a relay's metrics (0 when absent).
+private func counter(_ relay: TestRelay, _ name: String) -> Double {
+    let text = String(decoding: relay.relay.metrics.exposition(), as: UTF8.self)
+    for line in text.split(separator: "\n") where line.hasPrefix(name + " ") {
+        return Double(line.split(separator: " ").last ?? "") ?? 0
+    }
+    return 0
+}
