@@ -2,8 +2,7 @@ import Logging
 import PostgresNIO
 
 /// Group commit on PostgreSQL, as ``GroupCommit`` does it on SQLite: one writer at a time drains
-/// the queue of submitted writes, in submission order, several per transaction. Each write runs
-/// in a savepoint of its own, so one write's refusal undoes only that write; each caller is
+/// the queue of submitted writes, in submission order, several per transaction. Each caller is
 /// answered only after the shared COMMIT succeeded (or with its error); the `committed` calls run
 /// after the commit, one after another, in apply order.
 ///
@@ -12,11 +11,19 @@ import PostgresNIO
 /// a deadlock or serialization failure (another transaction — a sweep, another node — locked the
 /// same mailboxes in another order) was rolled back as a whole, so it is applied again, a few times.
 ///
+/// Round trips are what a batch costs, so a write runs without a savepoint of its own: the
+/// writes are single statements that either succeed or change nothing (a create's refusals are
+/// decided inside its one statement, ``PostgresStore/submitCreateMessage``), and a refusal they
+/// report leaves the transaction usable. Only when a write fails otherwise — the transaction is
+/// then aborted — is the batch rolled back and applied again with a savepoint around each write,
+/// so that the failure is that write's alone.
+///
 /// The mailboxes a batch's writes touched (those that say so) are announced once per batch, inside
 /// its transaction, to the other relays (``PostgresNotifications``).
 final class PostgresGroupCommit: Sendable {
-    /// One write, in a savepoint of its own; the mailbox it touched, when other relays must hear of it.
-    typealias Step = @Sendable (PostgresConnection, Logger) async throws -> String?
+    /// One write (in a savepoint of its own when `guarded`); the mailbox it touched, when other
+    /// relays must hear of it.
+    typealias Step = @Sendable (PostgresConnection, Logger, _ guarded: Bool) async throws -> String?
     /// Announces the mailboxes a batch touched, inside its transaction.
     typealias Announce = @Sendable ([String], PostgresConnection, Logger) async throws -> Void
 
@@ -26,14 +33,21 @@ final class PostgresGroupCommit: Sendable {
     private let batches: WriteBatches<Step>
 
     init(pool: PostgresPool, logger: Logger, announce: Announce?) {
-        batches = WriteBatches { steps in
+        @Sendable func apply(_ steps: [Step], guarded: Bool) async throws {
             try await PostgresStore.transaction(pool, logger: logger, attempts: Self.attempts) { connection, logger in
                 var touched: [String] = []
                 var seen = Set<String>()
                 for step in steps {
-                    if let mailbox = try await step(connection, logger), seen.insert(mailbox).inserted { touched.append(mailbox) }
+                    if let mailbox = try await step(connection, logger, guarded), seen.insert(mailbox).inserted { touched.append(mailbox) }
                 }
                 if !touched.isEmpty, let announce { try await announce(touched, connection, logger) }
+            }
+        }
+        batches = WriteBatches { steps in
+            do {
+                try await apply(steps, guarded: false)
+            } catch where !PostgresPool.isUnreachable(error) && !(error is StoreFailure) {
+                try await apply(steps, guarded: true)
             }
         }
     }
@@ -48,7 +62,17 @@ final class PostgresGroupCommit: Sendable {
                              committed: (@Sendable (T) -> Void)? = nil,
                              finished: (@Sendable () -> Void)? = nil) -> CommitTicket<T> {
         batches.submit({ outcome in
-            { connection, logger in
+            { connection, logger, guarded in
+                guard guarded else {
+                    do {
+                        let value = try await updates(connection, logger)
+                        outcome.result = .success(value)
+                        return touches?(value)
+                    } catch let refusal as StoreRefusal {
+                        outcome.result = .failure(refusal)  // decided before anything changed
+                        return nil
+                    }
+                }
                 try await connection.query("SAVEPOINT group_write", logger: logger)
                 do {
                     let value = try await updates(connection, logger)

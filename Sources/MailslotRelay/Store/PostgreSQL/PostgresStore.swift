@@ -208,65 +208,39 @@ final class PostgresStore: RelayStore {
 
     /// Stores a message, with the refusals of ``SQLiteStore`` in the same order: an identical retry
     /// is answered as a duplicate before any limit; then conflict, blocked, stale keys, the
-    /// pending limit, the author quota. Queued at once (``groupSubmit(_:_:committed:)``).
-    ///
-    /// Per-mailbox order: the mailbox's row in `mailbox_sizes` is locked (an upsert) before
-    /// anything else, and so before the insert draws its `seq`; the lock is held until COMMIT.
-    /// Two creates to one mailbox thus commit one after the other in `seq` order, and a reader
-    /// that saw a `seq` never later finds a lower one appear behind its cursor. The author's row
-    /// in `author_sizes` is locked the same way before the quota check, so concurrent creates
-    /// (other nodes) cannot both take the last bytes; always mailbox first, then author, as the
-    /// erase trigger does.
+    /// pending limit, the author quota. Queued at once (``groupSubmit(_:_:touches:committed:)``).
+    /// One statement, `mailslot_create_message` (``PostgresSchema``, migration 2), which locks the
+    /// mailbox's `mailbox_sizes` row before its insert draws `seq` — so creates to one mailbox,
+    /// on any node, commit in `seq` order — and undoes all it did when it refuses.
     func submitCreateMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String?, now: Int64,
                              expiresAt: Int64, limits: CreateLimits,
                              whenCommitted: (@Sendable (StoredMessage) -> Void)?) -> CommitTicket<CreateOutcome> {
         groupSubmit("create_message", { connection, logger in
-            var stored = try await Self.first(connection, """
-                INSERT INTO mailbox_sizes (recipient, stored) VALUES (\(recipient), 0)
-                ON CONFLICT (recipient) DO UPDATE SET stored = mailbox_sizes.stored RETURNING stored
-                """, logger)?.decode(Int64.self) ?? 0
-            var erasedExpired = false
-            if let row = try await Self.first(connection, """
-                SELECT \(unescaped: StoredMessage.columns) FROM messages WHERE recipient = \(recipient) AND id = \(id)
-                """, logger) {
-                let existing = try StoredMessage(postgres: row)
-                if existing.expiresAt <= now {
-                    // Expired but not swept yet: it is gone for every purpose, so erase it now.
-                    try await connection.query("DELETE FROM messages WHERE seq = \(existing.seq)", logger: logger)
-                    erasedExpired = true
-                    stored -= 1
-                } else {
-                    guard existing.author == author, existing.envelope == envelope else { throw StoreRefusal.conflict }
-                    return .duplicate(existing)
+            guard let row = try await Self.first(connection, """
+                SELECT outcome, seq, created_at, expires_at, lease_until, lease_holder, erased_expired FROM mailslot_create_message(
+                    \(recipient), \(id), \(author), \(envelope), \(Int64(size)), \(keyID), \(now), \(expiresAt),
+                    \(Int64(limits.maxPending)), \(limits.maxAuthorBytes))
+                """, logger) else { throw PostgresSchema.Refusal(description: "mailslot_create_message returned no row") }
+            let (outcome, seq, createdAt, storedExpiresAt, leaseUntil, leaseHolder, erasedExpired) =
+                try row.decode((String, Int64?, Int64?, Int64?, Int64?, String?, Bool).self)
+            func stored() throws -> StoredMessage {
+                guard let seq, let createdAt, let storedExpiresAt else {
+                    throw PostgresSchema.Refusal(description: "mailslot_create_message returned no message")
                 }
+                return StoredMessage(seq: seq, recipient: recipient, id: id, author: author, createdAt: createdAt,
+                                     expiresAt: storedExpiresAt, envelope: envelope, size: size, leaseUntil: leaseUntil,
+                                     leaseHolder: leaseHolder)
             }
-            if try await Self.first(connection, "SELECT 1 FROM blocked WHERE owner = \(recipient) AND author = \(author)", logger) != nil {
-                throw StoreRefusal.blocked
+            switch outcome {
+            case "created": return .created(try stored(), erasedExpired: erasedExpired)
+            case "duplicate": return .duplicate(try stored())
+            case "conflict": throw StoreRefusal.conflict
+            case "blocked": throw StoreRefusal.blocked
+            case "stale_keys": throw StoreRefusal.staleKeys
+            case "mailbox_full": throw StoreRefusal.mailboxFull
+            case "author_quota": throw StoreRefusal.authorQuota
+            default: throw PostgresSchema.Refusal(description: "mailslot_create_message answered an unknown outcome")
             }
-            if let keyID {
-                // No bundle, or one without a key id, names no keys: stale as well. Key ids are
-                // public (anyone may fetch the bundle): no need for a constant-time compare.
-                let current = try await Self.first(connection, "SELECT key_id FROM key_bundles WHERE uid = \(recipient)", logger)?
-                    .decode(String?.self) ?? nil
-                guard current == keyID else { throw StoreRefusal.staleKeys }
-            }
-            // No disk check here (``diskSpace`` is nil): the database server's space is its own.
-            guard try await Self.pending(connection, logger, recipient: recipient, stored: stored, now: now,
-                                         atLeast: limits.maxPending) < limits.maxPending else {
-                throw StoreRefusal.mailboxFull
-            }
-            let authorBytes = try await Self.first(connection, """
-                INSERT INTO author_sizes (author, bytes) VALUES (\(author), 0)
-                ON CONFLICT (author) DO UPDATE SET bytes = author_sizes.bytes RETURNING bytes
-                """, logger)?.decode(Int64.self) ?? 0
-            guard authorBytes + Int64(size) <= limits.maxAuthorBytes else { throw StoreRefusal.authorQuota }
-            guard let seq = try await Self.first(connection, """
-                INSERT INTO messages (recipient, id, author, created_at, expires_at, size, envelope)
-                VALUES (\(recipient), \(id), \(author), \(now), \(expiresAt), \(Int64(size)), \(envelope)) RETURNING seq
-                """, logger)?.decode(Int64.self) else { throw PostgresSchema.Refusal(description: "an insert returned no seq") }
-            let message = StoredMessage(seq: seq, recipient: recipient, id: id, author: author, createdAt: now,
-                                        expiresAt: expiresAt, envelope: envelope, size: size)
-            return .created(message, erasedExpired: erasedExpired)
         }, touches: { outcome in
             if case .created = outcome { recipient } else { nil }
         }, committed: { outcome in
@@ -315,11 +289,9 @@ final class PostgresStore: RelayStore {
     }
 
     /// The unexpired messages of a mailbox that stores `stored` rows: those less the expired ones
-    /// the sweeper has not erased yet. With `atLeast`, a mailbox storing fewer rows than that is
-    /// answered from its row count alone — the common case of every create.
-    private static func pending(_ connection: PostgresConnection, _ logger: Logger, recipient: String, stored: Int64, now: Int64,
-                                atLeast limit: Int = 0) async throws -> Int {
-        guard stored > 0, stored >= limit else { return Int(stored) }
+    /// the sweeper has not erased yet.
+    private static func pending(_ connection: PostgresConnection, _ logger: Logger, recipient: String, stored: Int64, now: Int64) async throws -> Int {
+        guard stored > 0 else { return 0 }
         let expired = try await first(connection, """
             SELECT count(*) FROM messages WHERE recipient = \(recipient) AND expires_at <= \(now)
             """, logger)?.decode(Int64.self) ?? 0
