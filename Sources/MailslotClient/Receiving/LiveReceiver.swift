@@ -67,7 +67,6 @@ extension MailslotClient {
                         if let notice = accepted.notice { await self.notify(notice) }
                     }
                 }
-                failures = 0
                 switch close?.closeCode {
                 case .unknown(CloseCode.replaced):
                     continuation.finish(throwing: StreamEnd.replaced)
@@ -76,9 +75,15 @@ extension MailslotClient {
                     continuation.finish(throwing: StreamEnd.refused(code))
                     return
                 case .unknown(CloseCode.sessionEnded), .unknown(4401):
+                    failures = 0
                     try await store.clearSession()  // sign in or refresh on the next round
+                case .unknown(let code) where (4500...4599).contains(code):
+                    // The relay cannot serve for now (4503: its database is out of reach): back off as
+                    // after a failure, rather than knock again at once for the whole outage.
+                    failures += 1
+                    reason = "the relay is unavailable (\(code))"
                 default:
-                    break
+                    failures = 0
                 }
             } catch is CancellationError {
                 break

@@ -198,6 +198,9 @@ final class MailboxHub: Sendable {
         state.withLock { $0.subscriptions[uid] }?.retract(id)
     }
 
+    /// The mailboxes with a subscription here.
+    var mailboxes: [String] { state.withLock { Array($0.subscriptions.keys) } }
+
     /// The number of open subscriptions.
     var count: Int { state.withLock { $0.subscriptions.count } }
 }

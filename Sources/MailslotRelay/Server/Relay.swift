@@ -119,7 +119,21 @@ extension Relay {
     /// relays sharing it, if any, reach this one's hub.
     func prepareStore() async throws {
         try await store.prepare()
-        store.cluster?.start { [hub = mailboxes.hub] event in hub.handle(event) }
+        guard let cluster = store.cluster else { return }
+        cluster.start { [hub = mailboxes.hub, logger] event in
+            hub.handle(event)
+            guard event == .recheckAll else { return }
+            // Announcements may have been missed too: end the subscriptions a newer one replaced elsewhere.
+            Task {
+                do {
+                    for (uid, generation) in try await cluster.newestGenerations(of: hub.mailboxes) {
+                        hub.handle(.subscribed(mailbox: uid, generation: generation))
+                    }
+                } catch {
+                    logger.warning("could not compare subscriptions with the other relays'", metadata: ["error.type": "\(type(of: error))"])
+                }
+            }
+        }
     }
 
     /// After the server stopped: subscriptions' last commits land before the final checkpoint.

@@ -25,6 +25,10 @@ protocol ClusterSignals: Sendable {
     /// on any node, and tells the other nodes (their older subscriptions to it end).
     func announceSubscription(to mailbox: String) async throws -> Int64
 
+    /// The newest generation announced for each of `mailboxes` (those ever subscribed to): what
+    /// a node compares its own subscriptions with after a gap in listening.
+    func newestGenerations(of mailboxes: [String]) async throws -> [String: Int64]
+
     /// Stops listening.
     func stop() async
 }

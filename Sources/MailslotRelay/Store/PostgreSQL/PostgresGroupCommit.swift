@@ -18,6 +18,11 @@ import PostgresNIO
 /// then aborted — is the batch rolled back and applied again with a savepoint around each write,
 /// so that the failure is that write's alone.
 ///
+/// Batches of all nodes take turns (``PostgresStore/takeWriteLock(_:_:)``): a create locks its
+/// mailbox's and its author's size rows, and an acknowledgement — through the erase trigger — the
+/// same rows of the message it erases, in whatever order the batch holds them; two nodes'
+/// batches would deadlock on them, and PostgreSQL finds a deadlock only after a second.
+///
 /// The mailboxes a batch's writes touched (those that say so) are announced once per batch, inside
 /// its transaction, to the other relays (``PostgresNotifications``).
 final class PostgresGroupCommit: Sendable {
@@ -35,6 +40,7 @@ final class PostgresGroupCommit: Sendable {
     init(pool: PostgresPool, logger: Logger, announce: Announce?) {
         @Sendable func apply(_ steps: [Step], guarded: Bool) async throws {
             try await PostgresStore.transaction(pool, logger: logger, attempts: Self.attempts) { connection, logger in
+                try await PostgresStore.takeWriteLock(connection, logger)
                 var touched: [String] = []
                 var seen = Set<String>()
                 for step in steps {

@@ -53,12 +53,28 @@ final class PostgresNotifications: ClusterSignals {
 
     func announceSubscription(to mailbox: String) async throws -> Int64 {
         let generation = try await PostgresStore.transaction(pool, logger: logger) { [self] connection, logger in
-            guard let generation = try await PostgresStore.first(connection, "SELECT nextval('subscription_generations')", logger)?
-                .decode(Int64.self) else { throw PostgresSchema.Refusal(description: "nextval returned no row") }
+            // The mailbox's row keeps the highest generation drawn, whichever commits last.
+            guard let generation = try await PostgresStore.first(connection, """
+                WITH drawn AS (SELECT nextval('subscription_generations') AS generation),
+                kept AS (INSERT INTO live_subscriptions AS l (uid, generation) SELECT \(mailbox), generation FROM drawn
+                         ON CONFLICT (uid) DO UPDATE SET generation = greatest(l.generation, excluded.generation))
+                SELECT generation FROM drawn
+                """, logger)?.decode(Int64.self) else { throw PostgresSchema.Refusal(description: "nextval returned no row") }
             try await notify(.subscribed(mailbox: mailbox, generation: generation), on: connection, logger: logger)
             return generation
         }
         return generation
+    }
+
+    func newestGenerations(of mailboxes: [String]) async throws -> [String: Int64] {
+        guard !mailboxes.isEmpty else { return [:] }
+        return try await pool.withConnection { [logger] connection in
+            let rows = try await connection.query("SELECT uid, generation FROM live_subscriptions WHERE uid = ANY(\(mailboxes))",
+                                                  logger: logger)
+            var newest: [String: Int64] = [:]
+            for try await (uid, generation) in rows.decode((String, Int64).self) { newest[uid] = generation }
+            return newest
+        }
     }
 
     func start(_ handler: @escaping @Sendable (ClusterEvent) -> Void) {

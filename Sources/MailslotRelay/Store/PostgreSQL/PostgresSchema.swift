@@ -22,6 +22,8 @@ enum PostgresSchema {
     static let lockKey: Int64 = 0x6D61_696C_736C_6F74
     /// The advisory lock key of the VACUUM after erasures: one node at a time runs it.
     static let vacuumLockKey: Int64 = lockKey + 1
+    /// The advisory lock key of writes that change sizes (``PostgresStore/takeWriteLock(_:_:)``).
+    static let writeLockKey: Int64 = lockKey + 2
 
     /// The newest version this binary knows.
     static var latestVersion: Int32 { migrations.last!.version }
@@ -52,9 +54,9 @@ enum PostgresSchema {
             // seq orders each mailbox and is the list cursor; it comes from one sequence, so it is
             // never reused after a delete. A sequence alone does not order a mailbox: a
             // transaction may draw a seq early and commit late, after a reader saw a higher seq
-            // and moved its cursor past the lower one. So every create first locks its mailbox's
-            // row in mailbox_sizes (an upsert) and only then draws its seq: within a mailbox,
-            // creates commit one after another, in seq order (PostgresStore.submitCreateMessage).
+            // and moved its cursor past the lower one. So creates run under the write lock
+            // (PostgresStore.takeWriteLock, since migration 2; before it, each create locked its
+            // mailbox's mailbox_sizes row first): they commit one after another, in seq order.
             """
             CREATE TABLE messages (
                 seq BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -100,7 +102,7 @@ enum PostgresSchema {
             // Each mailbox's stored rows and each author's stored bytes, kept by the triggers
             // below, so that the pending limit and the author quota are one lookup per create. A
             // row is gone with the last message: no trace of a mailbox or author with nothing
-            // stored. A mailbox's row is also the lock that orders its creates (see messages).
+            // stored.
             """
             CREATE TABLE mailbox_sizes (
                 recipient TEXT PRIMARY KEY,
@@ -140,6 +142,14 @@ enum PostgresSchema {
             // A new subscription's generation: the highest one, on any node, is the live one
             // (PostgresNotifications.announceSubscription).
             "CREATE SEQUENCE subscription_generations AS BIGINT",
+            // Each mailbox's newest subscription generation, so that a node that missed
+            // announcements (its listening connection dropped) can still end its older ones.
+            """
+            CREATE TABLE live_subscriptions (
+                uid TEXT PRIMARY KEY,
+                generation BIGINT NOT NULL
+            )
+            """,
             // The triggers name their tables unqualified: they must find them whoever deletes a
             // message (an operator as another role, a restore), not only under the relay's search_path.
             "ALTER FUNCTION mailslot_message_stored() SET search_path FROM CURRENT",
@@ -154,11 +164,11 @@ enum PostgresSchema {
                 autovacuum_vacuum_insert_threshold = 5000)
             """,
             // A create in one statement (one round trip instead of eight), with the refusals of
-            // SQLiteStore in the same order. The mailbox's row in mailbox_sizes is locked first (the
-            // upsert), so creates to one mailbox commit in seq order (see messages); the author's
-            // row next, before the quota check. A refusal is raised inside a block of its own, so
-            // everything the create did is undone, and answered as the outcome's name rather than
-            // an error: the surrounding transaction, shared with other writes, stays usable.
+            // SQLiteStore in the same order, every one decided before anything is written, so that a
+            // refusal changes nothing and leaves the surrounding transaction (shared with other
+            // writes) usable. It must run under the write lock (PostgresStore.takeWriteLock): writes
+            // that change sizes run one at a time across all nodes, which is also what keeps each
+            // mailbox's seq in commit order, and the quota and pending limit exact.
             // outcome: created, duplicate, conflict, blocked, stale_keys, mailbox_full, author_quota.
             """
             CREATE FUNCTION mailslot_create_message(p_recipient TEXT, p_id TEXT, p_author TEXT, p_envelope TEXT,
@@ -168,58 +178,61 @@ enum PostgresSchema {
                 OUT lease_until BIGINT, OUT lease_holder TEXT, OUT erased_expired BOOLEAN)
             LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
             DECLARE
-                v_stored BIGINT;
                 v_existing messages%ROWTYPE;
-                v_pending BIGINT;
+                v_expired_seq BIGINT;
+                v_stored BIGINT;
                 v_author_bytes BIGINT;
             BEGIN
                 erased_expired := false;
-                BEGIN
-                    INSERT INTO mailbox_sizes AS s (recipient, stored) VALUES (p_recipient, 0)
-                        ON CONFLICT (recipient) DO UPDATE SET stored = s.stored RETURNING s.stored INTO v_stored;
-                    SELECT * INTO v_existing FROM messages m WHERE m.recipient = p_recipient AND m.id = p_id;
-                    IF FOUND THEN
-                        IF v_existing.expires_at <= p_now THEN
-                            -- Expired but not swept yet: gone for every purpose, so erased now.
-                            DELETE FROM messages m WHERE m.seq = v_existing.seq;
-                            erased_expired := true;
-                            v_stored := v_stored - 1;
-                        ELSIF v_existing.author = p_author AND v_existing.envelope = p_envelope THEN
-                            outcome := 'duplicate';
-                            seq := v_existing.seq; created_at := v_existing.created_at; expires_at := v_existing.expires_at;
-                            lease_until := v_existing.lease_until; lease_holder := v_existing.lease_holder;
-                            RETURN;
-                        ELSE
-                            RAISE EXCEPTION 'conflict' USING ERRCODE = 'MSREF';
-                        END IF;
+                SELECT * INTO v_existing FROM messages m WHERE m.recipient = p_recipient AND m.id = p_id;
+                IF FOUND THEN
+                    IF v_existing.expires_at <= p_now THEN
+                        -- Expired but not swept yet: gone for every purpose; erased below if the create goes ahead.
+                        v_expired_seq := v_existing.seq;
+                    ELSIF v_existing.author = p_author AND v_existing.envelope = p_envelope THEN
+                        outcome := 'duplicate';
+                        seq := v_existing.seq; created_at := v_existing.created_at; expires_at := v_existing.expires_at;
+                        lease_until := v_existing.lease_until; lease_holder := v_existing.lease_holder;
+                        RETURN;
+                    ELSE
+                        outcome := 'conflict';
+                        RETURN;
                     END IF;
-                    IF EXISTS (SELECT 1 FROM blocked b WHERE b.owner = p_recipient AND b.author = p_author) THEN
-                        RAISE EXCEPTION 'blocked' USING ERRCODE = 'MSREF';
+                END IF;
+                IF EXISTS (SELECT 1 FROM blocked b WHERE b.owner = p_recipient AND b.author = p_author) THEN
+                    outcome := 'blocked';
+                    RETURN;
+                END IF;
+                IF p_key_id IS NOT NULL AND (SELECT k.key_id FROM key_bundles k WHERE k.uid = p_recipient) IS DISTINCT FROM p_key_id THEN
+                    outcome := 'stale_keys';
+                    RETURN;
+                END IF;
+                v_stored := coalesce((SELECT s.stored FROM mailbox_sizes s WHERE s.recipient = p_recipient), 0);
+                IF v_stored >= p_max_pending THEN
+                    -- Near the limit only: expired messages the sweeper has not erased yet do not count.
+                    v_stored := v_stored - (SELECT count(*) FROM messages m WHERE m.recipient = p_recipient AND m.expires_at <= p_now);
+                    IF v_stored >= p_max_pending THEN
+                        outcome := 'mailbox_full';
+                        RETURN;
                     END IF;
-                    IF p_key_id IS NOT NULL AND (SELECT k.key_id FROM key_bundles k WHERE k.uid = p_recipient) IS DISTINCT FROM p_key_id THEN
-                        RAISE EXCEPTION 'stale_keys' USING ERRCODE = 'MSREF';
-                    END IF;
-                    v_pending := v_stored;
-                    IF v_stored > 0 AND v_stored >= p_max_pending THEN
-                        v_pending := v_stored - (SELECT count(*) FROM messages m WHERE m.recipient = p_recipient AND m.expires_at <= p_now);
-                    END IF;
-                    IF v_pending >= p_max_pending THEN
-                        RAISE EXCEPTION 'mailbox_full' USING ERRCODE = 'MSREF';
-                    END IF;
-                    INSERT INTO author_sizes AS a (author, bytes) VALUES (p_author, 0)
-                        ON CONFLICT (author) DO UPDATE SET bytes = a.bytes RETURNING a.bytes INTO v_author_bytes;
-                    IF v_author_bytes + p_size > p_max_author_bytes THEN
-                        RAISE EXCEPTION 'author_quota' USING ERRCODE = 'MSREF';
-                    END IF;
-                    INSERT INTO messages (recipient, id, author, created_at, expires_at, size, envelope)
-                        VALUES (p_recipient, p_id, p_author, p_now, p_expires_at, p_size, p_envelope) RETURNING messages.seq INTO seq;
-                    outcome := 'created';
-                    created_at := p_now;
-                    expires_at := p_expires_at;
-                EXCEPTION WHEN SQLSTATE 'MSREF' THEN
-                    outcome := SQLERRM;
-                    erased_expired := false;
-                END;
+                END IF;
+                v_author_bytes := coalesce((SELECT a.bytes FROM author_sizes a WHERE a.author = p_author), 0);
+                IF v_expired_seq IS NOT NULL AND v_existing.author = p_author THEN
+                    v_author_bytes := v_author_bytes - v_existing.size;
+                END IF;
+                IF v_author_bytes + p_size > p_max_author_bytes THEN
+                    outcome := 'author_quota';
+                    RETURN;
+                END IF;
+                IF v_expired_seq IS NOT NULL THEN
+                    DELETE FROM messages m WHERE m.seq = v_expired_seq;
+                    erased_expired := true;
+                END IF;
+                INSERT INTO messages (recipient, id, author, created_at, expires_at, size, envelope)
+                    VALUES (p_recipient, p_id, p_author, p_now, p_expires_at, p_size, p_envelope) RETURNING messages.seq INTO seq;
+                outcome := 'created';
+                created_at := p_now;
+                expires_at := p_expires_at;
             END $$
             """,
             """

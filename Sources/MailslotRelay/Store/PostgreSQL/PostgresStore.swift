@@ -209,9 +209,9 @@ final class PostgresStore: RelayStore {
     /// Stores a message, with the refusals of ``SQLiteStore`` in the same order: an identical retry
     /// is answered as a duplicate before any limit; then conflict, blocked, stale keys, the
     /// pending limit, the author quota. Queued at once (``groupSubmit(_:_:touches:committed:)``).
-    /// One statement, `mailslot_create_message` (``PostgresSchema``, migration 2), which locks the
-    /// mailbox's `mailbox_sizes` row before its insert draws `seq` — so creates to one mailbox,
-    /// on any node, commit in `seq` order — and undoes all it did when it refuses.
+    /// One statement, `mailslot_create_message` (``PostgresSchema``, migration 2), which decides
+    /// every refusal before it writes anything; it runs in a group-commit batch, under the write
+    /// lock, so creates on all nodes commit one after another, in `seq` order.
     func submitCreateMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String?, now: Int64,
                              expiresAt: Int64, limits: CreateLimits,
                              whenCommitted: (@Sendable (StoredMessage) -> Void)?) -> CommitTicket<CreateOutcome> {
@@ -347,6 +347,7 @@ final class PostgresStore: RelayStore {
         var erased = 0
         while true {
             let (selected, deleted) = try await write("sweep_expired") { connection, logger -> (Int, Int) in
+                try await Self.takeWriteLock(connection, logger)
                 let rows = try await connection.query("""
                     SELECT seq, size FROM messages WHERE expires_at <= \(now) ORDER BY expires_at LIMIT \(Int64(batch))
                     """, logger: logger)
@@ -482,6 +483,13 @@ final class PostgresStore: RelayStore {
         try await write("unblock") { connection, logger in
             try await Self.first(connection, "DELETE FROM blocked WHERE owner = \(owner) AND author = \(author) RETURNING 1", logger) != nil
         }
+    }
+
+    /// Takes the lock that writes changing mailbox or author sizes (group-commit batches, sweeps)
+    /// hold until their transaction ends, so that they run one at a time across every node: each
+    /// locks several size rows in an order of its own, and two at once could deadlock.
+    static func takeWriteLock(_ connection: PostgresConnection, _ logger: Logger) async throws {
+        try await connection.query("SELECT pg_advisory_xact_lock(\(PostgresSchema.writeLockKey))", logger: logger)
     }
 
     /// What a transaction-level advisory lock of ``lock(_:_:space:key:)`` guards; the two-key
