@@ -216,13 +216,14 @@ final class PostgresStore: RelayStore {
                              expiresAt: Int64, limits: CreateLimits,
                              whenCommitted: (@Sendable (StoredMessage) -> Void)?) -> CommitTicket<CreateOutcome> {
         groupSubmit("create_message", { connection, logger in
-            guard let row = try await Self.first(connection, """
-                SELECT outcome, seq, created_at, expires_at, lease_until, lease_holder, erased_expired FROM mailslot_create_message(
-                    \(recipient), \(id), \(author), \(envelope), \(Int64(size)), \(keyID), \(now), \(expiresAt),
-                    \(Int64(limits.maxPending)), \(limits.maxAuthorBytes))
-                """, logger) else { throw PostgresSchema.Refusal(description: "mailslot_create_message returned no row") }
-            let (outcome, seq, createdAt, storedExpiresAt, leaseUntil, leaseHolder, erasedExpired) =
-                try row.decode((String, Int64?, Int64?, Int64?, Int64?, String?, Bool).self)
+            let statement = CreateMessageStatement(recipient: recipient, id: id, author: author, envelope: envelope, size: Int64(size),
+                                                   keyID: keyID, now: now, expiresAt: expiresAt, maxPending: Int64(limits.maxPending),
+                                                   maxAuthorBytes: limits.maxAuthorBytes)
+            var answer: CreateMessageStatement.Row?
+            for try await row in try await connection.execute(statement, logger: logger) where answer == nil { answer = row }
+            guard let (outcome, seq, createdAt, storedExpiresAt, leaseUntil, leaseHolder, erasedExpired) = answer else {
+                throw PostgresSchema.Refusal(description: "mailslot_create_message returned no row")
+            }
             func stored() throws -> StoredMessage {
                 guard let seq, let createdAt, let storedExpiresAt else {
                     throw PostgresSchema.Refusal(description: "mailslot_create_message returned no message")
@@ -262,14 +263,11 @@ final class PostgresStore: RelayStore {
     /// after the last one returned is waiting (as far as this read could tell).
     func messages(recipient: String, after seq: Int64, limit: Int, maxBytes: Int, now: Int64) async throws -> (messages: [StoredMessage], more: Bool) {
         try await read("messages") { connection, logger in
-            let rows = try await connection.query("""
-                SELECT \(unescaped: StoredMessage.columns) FROM messages
-                WHERE recipient = \(recipient) AND seq > \(seq) AND expires_at > \(now) ORDER BY seq LIMIT \(Int64(limit) + 1)
-                """, logger: logger)
+            let rows = try await connection.execute(MailboxPageStatement(recipient: recipient, after: seq, now: now, limit: Int64(limit) + 1),
+                                                    logger: logger)
             var page: [StoredMessage] = []
             var bytes = 0
-            for try await row in rows {
-                let message = try StoredMessage(postgres: row)
+            for try await message in rows {
                 bytes += message.envelope.utf8.count
                 // The rest of the rows are drained by the sequence's end; at most one more was asked for.
                 guard page.count < limit, page.isEmpty || bytes <= maxBytes else { return (page, true) }
@@ -303,14 +301,18 @@ final class PostgresStore: RelayStore {
     /// was erased; an expired one is erased too, but reported as absent. Queued at once.
     func submitDeleteMessage(recipient: String, id: String, author: String?, now: Int64) -> CommitTicket<Bool> {
         groupSubmit("delete_message") { connection, logger in
-            let row: PostgresRow? = if let author {
-                try await Self.first(connection, """
+            var erasedExpiry: Int64?
+            if let author {
+                erasedExpiry = try await Self.first(connection, """
                     DELETE FROM messages WHERE recipient = \(recipient) AND id = \(id) AND author = \(author) RETURNING expires_at
-                    """, logger)
+                    """, logger)?.decode(Int64.self)
             } else {
-                try await Self.first(connection, "DELETE FROM messages WHERE recipient = \(recipient) AND id = \(id) RETURNING expires_at", logger)
+                // The owner's acknowledgement, as common as creates: a prepared statement.
+                for try await expiresAt in try await connection.execute(AcknowledgeStatement(recipient: recipient, id: id), logger: logger) {
+                    erasedExpiry = expiresAt
+                }
             }
-            guard let expiresAt = try row?.decode(Int64.self) else { return false }
+            guard let expiresAt = erasedExpiry else { return false }
             return expiresAt > now
         } touches: { erased in
             // An unsend must reach a subscription on another node that may hold the message in memory;
