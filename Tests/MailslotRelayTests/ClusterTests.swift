@@ -1,4 +1,6 @@
 import Foundation
+import Logging
+import MailslotAudit
 import MailslotTestSupport
 import MailslotWire
 import PostgresNIO
@@ -167,6 +169,32 @@ struct ClusterTests {
             let newSession = try #require(rotated.json["session"] as? String)
             #expect(try await b.call("GET", "/v1/users/bob/messages", session: newSession).status == 401)
             #expect(try await a.call("GET", "/v1/users/bob/messages", session: session).status == 401)
+        }
+    }
+
+    /// The black-box audit (`mailslot-audit`, every group) against one relay of a pair sharing a
+    /// database: what holds for a single relay holds on PostgreSQL beside another node.
+    @Test(.enabled(if: TestDatabase.unavailable == nil, "MAILSLOT_TEST_DATABASE_URL is not set: run the tests under tools/postgres run"))
+    func aRelayOfAPairPassesTheWholeAudit() async throws {
+        let issuer = IdentityKeyPair()
+        var quiet = Logger(label: "cluster-audit")
+        quiet.logLevel = .critical
+        try await TestDatabase.with { url in
+            // The audit's floods need small rate limits, and its silent sockets a short header timeout.
+            let configure: (inout RelayConfiguration) -> Void = {
+                $0.databaseURL = url
+                $0.createRate = 20
+                $0.createBurst = 60
+                $0.headerTimeout = 2
+            }
+            try await withTestRelay(issuer: issuer, logger: quiet, configure: configure) { a in
+                try await withTestRelay(issuer: issuer, logger: quiet, configure: configure) { _ in
+                    let outcomes = await Audit(.init(relay: a.url, issuer: issuer, audience: a.audience)).run(Audit.Group.allCases)
+                    let failed = outcomes.filter { !$0.passed }
+                    #expect(failed.isEmpty, "\(failed)")
+                    #expect(outcomes.filter { !$0.skipped }.count >= 40)
+                }
+            }
         }
     }
 
