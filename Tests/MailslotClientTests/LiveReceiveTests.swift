@@ -6,6 +6,19 @@ import Testing
 @testable import MailslotClient
 
 @Suite struct LiveReceiveTests {
+    /// A relay that cannot serve (4503: its database is unreachable) makes the client wait longer
+    /// each time, as after a failure; a replaced or ordinary close starts afresh.
+    @Test func aRelayThatCannotServeIsRetriedWithGrowingWaits() {
+        var failures = 0
+        for expected in 1...4 {
+            failures = MailslotClient.failures(afterClose: 4503, previous: failures)
+            #expect(failures == expected)
+        }
+        #expect(MailslotClient.failures(afterClose: 4000, previous: failures) == 0)
+        #expect(MailslotClient.failures(afterClose: 4429, previous: 3) == 0)
+        #expect(MailslotClient.failures(afterClose: 4599, previous: 3) == 4)
+    }
+
     @Test func theStreamYieldsStoredMessagesAndAcksThem() async throws {
         try await withTestRelay { relay in
             let alice = try relay.client("alice"), bob = try relay.client("bob")

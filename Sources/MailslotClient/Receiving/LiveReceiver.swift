@@ -37,6 +37,14 @@ extension MailslotClient {
         case waiting(seconds: Double, reason: String)
     }
 
+    /// Failures in a row after the relay closed the subscription with the private code `code`.
+    /// A relay that cannot serve for now (45xx: 4503, its database is out of reach) counts as a
+    /// failure, so the wait before the next try grows rather than the client knocking again at
+    /// once for the whole outage; any other close starts afresh.
+    static func failures(afterClose code: UInt16, previous: Int) -> Int {
+        (4500...4599).contains(code) ? previous + 1 : 0
+    }
+
     private func receiveLoop(_ continuation: AsyncThrowingStream<ReceivedMessage, any Error>.Continuation,
                              onState: @escaping @Sendable (ConnectionState) -> Void) async {
         var failures = 0
@@ -77,11 +85,9 @@ extension MailslotClient {
                 case .unknown(CloseCode.sessionEnded), .unknown(4401):
                     failures = 0
                     try await store.clearSession()  // sign in or refresh on the next round
-                case .unknown(let code) where (4500...4599).contains(code):
-                    // The relay cannot serve for now (4503: its database is out of reach): back off as
-                    // after a failure, rather than knock again at once for the whole outage.
-                    failures += 1
-                    reason = "the relay is unavailable (\(code))"
+                case .unknown(let code):
+                    failures = Self.failures(afterClose: code, previous: failures)
+                    if failures > 0 { reason = "the relay is unavailable (\(code))" }
                 default:
                     failures = 0
                 }
