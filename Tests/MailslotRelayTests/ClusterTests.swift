@@ -231,6 +231,7 @@ struct ClusterTests {
         try await withTwoRelays { a, b, _ in
             let alice = try await a.signIn("alice").session
             let bob = try await b.signIn("bob").session
+            let carol = try await b.signIn("carol").session
             let socket = try await TestSocket.subscribed(b, "bob", session: bob)
             try await TestDatabase.pgctl(["stop", "-m", "fast"])
             var restarted = false
@@ -242,6 +243,15 @@ struct ClusterTests {
                 let ack = try await b.call("DELETE", "/v1/users/bob/messages/\(messageID(9))", session: bob)
                 #expect(ack.status == 503 && ack.problem == .unavailable)
                 #expect(try await a.call("GET", "/healthz").status == 200, "the relay itself keeps running")
+                // Over the socket: an ack the store cannot carry out is answered, not dropped.
+                try await socket.send(.ack(messageID(9)))
+                let refusedAck = try #require(try await socket.next(timeout: .seconds(10)))
+                #expect(refusedAck.type == "error" && refusedAck.problem?.code == .unavailable)
+                // A subscription opened meanwhile is told why, and closed with 4503.
+                let opened = TestSocket.open(b, "carol", session: carol)
+                let first = try await opened.next(timeout: .seconds(10))
+                #expect(first?.type == "error" && first?.problem?.code == .unavailable)
+                #expect(await opened.closeCode() == 4503)
                 try await TestDatabase.pgctl(["start", "-w"])
                 restarted = true
             } catch {

@@ -146,19 +146,11 @@ final class PostgresNotifications: ClusterSignals {
     private func checkAlive(_ connection: PostgresConnection) async throws {
         while true {
             try await Task.sleep(for: Self.heartbeat.interval)
-            let answered = CommitTicket<Void>()
-            let query = Task { [logger] in
-                do { _ = try await connection.query("SELECT 1", logger: logger); answered.resolve(.success(())) } catch {
-                    answered.resolve(.failure(error))
+            do {
+                try await PostgresPool.within(Self.heartbeat.timeout, orThrow: { ConnectionLost() }) { [logger] in
+                    _ = try await connection.query("SELECT 1", logger: logger)
                 }
-            }
-            let timer = Task {
-                guard (try? await Task.sleep(for: Self.heartbeat.timeout)) != nil else { return }
-                answered.resolve(.failure(ConnectionLost()))
-            }
-            defer { timer.cancel() }
-            do { try await answered.value } catch {
-                query.cancel()
+            } catch {
                 try? await connection.close()
                 throw error
             }

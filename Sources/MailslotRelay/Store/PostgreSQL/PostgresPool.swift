@@ -90,6 +90,25 @@ final class PostgresPool: Sendable {
         }
     }
 
+    /// `body`'s result, or `timeoutError()` once `timeout` passed. `body` is then cancelled but not
+    /// waited for: a pool's lease, or a query on a connection the network dropped, may take its
+    /// time to notice.
+    static func within<T: Sendable>(_ timeout: Duration, orThrow timeoutError: @escaping @Sendable () -> any Error,
+                                    _ body: @escaping @Sendable () async throws -> T) async throws -> T {
+        // A ticket takes the first result only: the work's, or the timer's.
+        let outcome = CommitTicket<T>()
+        let work = Task {
+            do { outcome.resolve(.success(try await body())) } catch { outcome.resolve(.failure(error)) }
+        }
+        let timer = Task {
+            guard (try? await Task.sleep(for: timeout)) != nil else { return }
+            outcome.resolve(.failure(timeoutError()))
+            work.cancel()
+        }
+        defer { timer.cancel() }
+        return try await outcome.value
+    }
+
     /// One use's progress: whether it got its connection, or gave up waiting for one.
     private final class Lease: Sendable {
         let leased = Atomic<Bool>(false)

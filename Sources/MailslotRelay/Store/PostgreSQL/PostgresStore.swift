@@ -85,23 +85,11 @@ final class PostgresStore: RelayStore {
         try await within(timeout) { [pool] in try await pool.client.withConnection { _ in } }
     }
 
-    /// `body`'s result, or a ``PostgresSchema/Refusal`` once `timeout` passed. `body` is then
-    /// cancelled but not waited for: a pool's lease may take its time to notice.
+    /// `body`'s result, or a ``PostgresSchema/Refusal`` naming the database once `timeout` passed.
     private func within<T: Sendable>(_ timeout: Duration, _ body: @escaping @Sendable () async throws -> T) async throws -> T {
-        // A ticket takes the first result only: the work's, or the timer's.
-        let outcome = CommitTicket<T>()
-        let work = Task {
-            do { outcome.resolve(.success(try await body())) } catch { outcome.resolve(.failure(error)) }
-        }
-        let timer = Task { [location] in
-            guard (try? await Task.sleep(for: timeout)) != nil else { return }
-            outcome.resolve(.failure(PostgresSchema.Refusal(description: """
-                cannot connect to the database at \(location) within \(timeout) (the log says why)
-                """)))
-            work.cancel()
-        }
-        defer { timer.cancel() }
-        return try await outcome.value
+        try await PostgresPool.within(timeout, orThrow: { [location] in
+            PostgresSchema.Refusal(description: "cannot connect to the database at \(location) within \(timeout) (the log says why)")
+        }, body)
     }
 
     /// How long ``isReady()`` waits for the database: `/readyz` answers while it is down.
