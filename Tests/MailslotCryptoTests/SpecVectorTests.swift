@@ -314,7 +314,7 @@ import Testing
                 try crafter.craft(recipient: "bob", id: id, body: text("hello, bo!").testBody,
                                   signature: crafter.signature(recipient: "bob", id: id, body: hello.testBody), ephemeralSeed: seed)
             },
-            try bad("record version 2", "envelope_unsupported_version") { seed in try crafter.craft(version: 2, recipient: "bob", id: id, body: hello.testBody, ephemeralSeed: seed) },
+            try bad("record version 3", "envelope_unsupported_version") { seed in try crafter.craft(version: 3, recipient: "bob", id: id, body: hello.testBody, ephemeralSeed: seed) },
             try bad("trailing bytes after the signature", "envelope_malformed_record") { seed in
                 try crafter.craft(recipient: "bob", id: id, body: hello.testBody, trailing: [0x42], ephemeralSeed: seed)
             },

@@ -1185,7 +1185,7 @@ def write_independent_envelopes(path):
     add("padding all zeros", seal_record(rec, bpk, bytes(512 - 48)), "envelope_bad_padding")
     add("no padding at all (record fills the box)", seal_record(rec, bpk, rec + b"\x07" * (512 - 48 - len(rec))), "envelope_bad_padding")
     add("empty record", seal_record(b"", bpk), "envelope_malformed_record")
-    add("record version 2", seal_record(signed(tb, version=2), bpk), "envelope_unsupported_version")
+    add("record version 3", seal_record(signed(tb, version=3), bpk), "envelope_unsupported_version")
     add("record version 0, otherwise garbage", seal_record(b"\x00\xff", bpk), "envelope_unsupported_version")
     add("trailing byte after the signature", seal_record(rec + b"\x00\x01", bpk), "envelope_malformed_record")
     add("body length overruns the record", seal_record(rec[:-64 - len(tb) - 4] + (len(tb) + 65).to_bytes(4, "big") + tb + rec[-64:], bpk),

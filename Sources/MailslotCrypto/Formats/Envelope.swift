@@ -1,5 +1,7 @@
-// The sealed-envelope format, version 1: the one place that says what the relay stores for each
-// message. Specified byte for byte in spec/envelope.md.
+// The sealed-envelope format, versions 1 and 2: the one place that says what the relay stores for
+// each message. Version 1 is specified byte for byte in spec/envelope.md, version 2 (sessions with
+// forward secrecy) in spec/sessions.md. Both share the outer layer and padding, so the relay cannot
+// tell them apart.
 //
 //   envelope = crypto_box_seal(padded, recipient mailbox key)            (X25519, 48 bytes overhead)
 //   padded   = record || 0x80 || 0x00…   so that the envelope is 2^k bytes, 512 ≤ 2^k ≤ 1 MiB
@@ -12,6 +14,20 @@
 //              64     signature
 //   signature = Ed25519(sender identity key, PAE("mailslot-envelope-v1", sender uid, sender identity
 //               key, recipient uid, recipient mailbox key, message id, body))
+//
+//   record v2 = 0x02                                    version
+//              u8 len || sender uid
+//              32     sender identity key (Ed25519)
+//              u8 len || recipient uid
+//              u8 len || message id
+//              16     session id
+//              u8     kind: 0x00 message, 0x01 message that starts the session, then:
+//                       32 ephemeral key || u32be signed prekey id || u32be one-time prekey id (0: none)
+//              32     ratchet key
+//              u32be  previous chain length
+//              u32be  message number
+//              u32be len || ciphertext                  XChaCha20-Poly1305(message key, body, AD)
+//   AD = PAE("mailslot-envelope-v2", the record up to the ciphertext length, recipient identity key)
 
 /// Why an envelope was refused. Each case has a stable ``code``, which clients store with a
 /// rejected message.
@@ -40,6 +56,17 @@ public enum EnvelopeError: Error, Equatable, Sendable {
     case tooLarge
     /// Sealing only: the recipient's mailbox key is a low-order point nothing can be sealed to.
     case unusableMailboxKey
+    /// Version 2: a message of a session the recipient does not hold, and not a session start.
+    case noSession
+    /// Version 2: a session start names a signed or one-time prekey the recipient does not hold.
+    case unknownPrekey
+    /// Version 2: the body does not decrypt in the session it names (another sender key, a key
+    /// agreement with a low-order key, or an altered or forged message).
+    case sessionMismatch
+    /// Version 2: the key of this message was used or discarded already: a replay, or too old.
+    case staleMessage
+    /// Version 2: the message would make the recipient skip more than ``RatchetState/maxSkip`` keys.
+    case tooManySkipped
 
     /// The stable, documented code of this failure (spec/envelope.md).
     public var code: String {
@@ -56,6 +83,11 @@ public enum EnvelopeError: Error, Equatable, Sendable {
         case .senderMismatch: "envelope_sender_mismatch"
         case .tooLarge: "envelope_too_large"
         case .unusableMailboxKey: "envelope_unusable_mailbox_key"
+        case .noSession: "envelope_no_session"
+        case .unknownPrekey: "envelope_unknown_prekey"
+        case .sessionMismatch: "envelope_session_mismatch"
+        case .staleMessage: "envelope_stale_message"
+        case .tooManySkipped: "envelope_too_many_skipped"
         }
     }
 }
@@ -78,12 +110,15 @@ public struct OpenedEnvelope: Sendable, Equatable {
 public enum Envelope {
     /// The record version this implementation writes and reads.
     public static let version: UInt8 = 1
+    /// The record version of messages in a session (spec/sessions.md).
+    public static let sessionVersion: UInt8 = 2
     /// The smallest envelope, in bytes.
     public static let minimumSize = 512
     /// The largest envelope, in bytes (the relay may set a lower limit; 64 KiB by default).
     public static let maximumSize = 1 << 20
     /// The domain-separation label that starts every signed record.
     static let signatureLabel = Array("mailslot-envelope-v1".utf8)
+    static let sessionLabel = Array("mailslot-envelope-v2".utf8)
     static let sealOverhead = 48, signatureBytes = 64
 
     /// The envelope size a record of `recordLength` bytes is padded to: the smallest power of two
@@ -110,9 +145,7 @@ public enum Envelope {
     /// Seals raw body bytes. Internal: tests use it to build envelopes with invalid bodies.
     static func seal(body: [UInt8], id: String, from sender: String, identity: IdentityKeyPair,
                      to recipient: String, mailboxKey: MailboxPublicKey) throws(EnvelopeError) -> [UInt8] {
-        guard Identifier.isValidUID(sender) else { throw .malformedRecord("the sender is not a valid uid") }
-        guard Identifier.isValidUID(recipient) else { throw .malformedRecord("the recipient is not a valid uid") }
-        guard Identifier.isValidMessageID(id) else { throw .malformedRecord("the message id is not valid") }
+        try checkSealable(sender: sender, recipient: recipient, id: id)
         let senderUID = Array(sender.utf8), recipientUID = Array(recipient.utf8), messageID = Array(id.utf8)
 
         let signature = identity.sign(signedBytes(sender: senderUID, senderKey: identity.publicKey.bytes,
@@ -125,19 +158,83 @@ public enum Envelope {
         return envelope
     }
 
+    /// Sealing's identifier checks (spec/envelope.md §2.5 step 2).
+    static func checkSealable(sender: String, recipient: String, id: String) throws(EnvelopeError) {
+        guard Identifier.isValidUID(sender) else { throw .malformedRecord("the sender is not a valid uid") }
+        guard Identifier.isValidUID(recipient) else { throw .malformedRecord("the recipient is not a valid uid") }
+        guard Identifier.isValidMessageID(id) else { throw .malformedRecord("the message id is not valid") }
+    }
+
+    /// Seals `message` from `sender` to `recipient` in `session`, a session with the recipient's
+    /// identity key, and to the recipient's `mailboxKey`, bound to message id `id` (record version
+    /// 2, spec/sessions.md §5). `session` advances only when sealing succeeds: store it with the
+    /// envelope, in one transaction.
+    public static func seal(_ message: ChatMessage, id: String, from sender: String, identity: IdentityKeyPair,
+                            to recipient: String, mailboxKey: MailboxPublicKey,
+                            session: inout Session) throws(EnvelopeError) -> [UInt8] {
+        try message.validate()
+        guard message.sender.id == sender else { throw .senderMismatch }
+        return try seal(body: try message.encoded(), id: id, from: sender, identity: identity, to: recipient,
+                        mailboxKey: mailboxKey, session: &session)
+    }
+
+    /// Seals raw body bytes in a session. Internal: tests use it, and the vectors with a
+    /// deterministic `outerSeal` in place of `crypto_box_seal`'s random ephemeral key.
+    static func seal(body: [UInt8], id: String, from sender: String, identity: IdentityKeyPair, to recipient: String,
+                     mailboxKey: MailboxPublicKey, session: inout Session,
+                     outerSeal: (([UInt8]) -> [UInt8]?)? = nil) throws(EnvelopeError) -> [UInt8] {
+        try checkSealable(sender: sender, recipient: recipient, id: id)
+        guard session.canSend else { throw .noSession }
+        var next = session
+        let (header, key) = next.ratchet.nextSendingKey()
+        var prefix = names(version: sessionVersion, sender: Array(sender.utf8), senderKey: identity.publicKey.bytes,
+                           recipient: Array(recipient.utf8), messageID: Array(id.utf8))
+        prefix += session.id
+        if let start = session.start {
+            prefix.append(1)
+            prefix += start.ephemeralKey.bytes
+            appendUInt32(start.signedPrekeyID, to: &prefix)
+            appendUInt32(start.oneTimePrekeyID ?? 0, to: &prefix)
+        } else {
+            prefix.append(0)
+        }
+        prefix += header.ratchetKey.bytes
+        appendUInt32(header.previousChainLength, to: &prefix)
+        appendUInt32(header.messageNumber, to: &prefix)
+        let ciphertext = aeadSeal(body, associatedData: preAuthenticationEncoding([sessionLabel, prefix, session.peerIdentity.bytes]),
+                                  key: key.key, nonce: key.nonce)
+        var record = prefix
+        appendUInt32(UInt32(clamping: ciphertext.count), to: &record)
+        record += ciphertext
+        var padded = try pad(record)
+        defer { wipe(&padded) }
+        guard let envelope = outerSeal.map({ $0(padded) }) ?? mailboxKey.seal(padded) else { throw .unusableMailboxKey }
+        session = next
+        return envelope
+    }
+
     /// Lays out the record's fields (see the table at the top of this file).
     static func record(version: UInt8, sender: [UInt8], senderKey: [UInt8], recipient: [UInt8], messageID: [UInt8],
                        body: [UInt8], signature: [UInt8]) -> [UInt8] {
+        var record = names(version: version, sender: sender, senderKey: senderKey, recipient: recipient, messageID: messageID)
+        appendUInt32(UInt32(clamping: body.count), to: &record)
+        record += body
+        record += signature
+        return record
+    }
+
+    /// The fields both record versions start with: version, sender uid and key, recipient uid, message id.
+    static func names(version: UInt8, sender: [UInt8], senderKey: [UInt8], recipient: [UInt8], messageID: [UInt8]) -> [UInt8] {
         var record: [UInt8] = [version]
         record.append(UInt8(sender.count)); record += sender
         record += senderKey
         record.append(UInt8(recipient.count)); record += recipient
         record.append(UInt8(messageID.count)); record += messageID
-        let length = UInt32(clamping: body.count)
-        record += [UInt8(length >> 24), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)]
-        record += body
-        record += signature
         return record
+    }
+
+    static func appendUInt32(_ value: UInt32, to bytes: inout [UInt8]) {
+        bytes += [UInt8(value >> 24), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)]
     }
 
     /// Pads `record` to its size class, less the sealed box's overhead, and wipes the record.
@@ -152,12 +249,26 @@ public enum Envelope {
         return padded
     }
 
-    /// Opens `envelope` with the recipient's `keys` and checks everything: that it was sealed to
-    /// these keys, for `recipient` and message id `id`, signed by the key it names, and that the
-    /// body is a chat message from that sender. The caller then compares ``OpenedEnvelope/sender``
-    /// with the relay-stamped author and ``OpenedEnvelope/senderKey`` with the pinned key.
+    /// Opens a version 1 `envelope` with the recipient's `keys` and checks everything: that it was
+    /// sealed to these keys, for `recipient` and message id `id`, signed by the key it names, and
+    /// that the body is a chat message from that sender. The caller then compares
+    /// ``OpenedEnvelope/sender`` with the relay-stamped author and ``OpenedEnvelope/senderKey``
+    /// with the pinned key. A version 2 envelope is ``EnvelopeError/unsupportedVersion(_:)`` here:
+    /// open it with ``unseal(_:id:recipient:keys:)``.
     public static func open(_ envelope: [UInt8], id: String, recipient: String,
                             keys: MailboxKeyPair) throws(EnvelopeError) -> OpenedEnvelope {
+        switch try unseal(envelope, id: id, recipient: recipient, keys: keys) {
+        case .version1(let opened): opened
+        case .version2: throw .unsupportedVersion(2)
+        }
+    }
+
+    /// Opens the outer layer of `envelope` with the recipient's `keys` and reads its record. A
+    /// version 1 record is checked entirely (as ``open(_:id:recipient:keys:)`` does); a version 2
+    /// record is checked up to its body, which ``SessionEnvelope/open(with:identity:now:)`` decrypts
+    /// in the session it names.
+    public static func unseal(_ envelope: [UInt8], id: String, recipient: String,
+                              keys: MailboxKeyPair) throws(EnvelopeError) -> UnsealedEnvelope {
         guard envelope.count >= minimumSize, envelope.count <= maximumSize,
               envelope.count & (envelope.count - 1) == 0 else { throw .invalidSize }
         guard var padded = keys.open(sealed: envelope) else { throw .cannotDecrypt }
@@ -169,15 +280,36 @@ public enum Envelope {
         var reader = RecordReader(bytes: padded[..<marker])
 
         let recordVersion = try reader.byte()
-        guard recordVersion == version else { throw .unsupportedVersion(recordVersion) }
+        guard recordVersion == version || recordVersion == sessionVersion else { throw .unsupportedVersion(recordVersion) }
         let senderUID = try reader.shortString()
         let senderKeyBytes = try reader.take(IdentityPublicKey.byteCount)
         let recipientUID = try reader.shortString()
         let messageID = try reader.shortString()
+        if recordVersion == sessionVersion {
+            return .version2(try SessionEnvelope(reading: &reader, sender: senderUID, senderKey: senderKeyBytes,
+                                                 recipient: recipientUID, messageID: messageID, expectedRecipient: recipient,
+                                                 expectedID: id))
+        }
         let body = try reader.take(Int(try reader.uint32()))
         let signature = try reader.take(signatureBytes)
         guard reader.isAtEnd else { throw .malformedRecord("bytes follow the signature") }
+        let (sender, boundID) = try checkNames(sender: senderUID, recipient: recipientUID, messageID: messageID,
+                                               expectedRecipient: recipient, expectedID: id)
 
+        let senderKey = IdentityPublicKey(checkedBytes: senderKeyBytes)
+        let signed = signedBytes(sender: senderUID, senderKey: senderKeyBytes, recipient: recipientUID,
+                                 mailboxKey: keys.publicKey.bytes, messageID: messageID, body: body)
+        guard senderKey.verify(signature: signature, of: signed) else { throw .badSignature }
+
+        let message = try ChatMessage.decode(body)
+        guard message.sender.id == sender else { throw .senderMismatch }
+        return .version1(OpenedEnvelope(sender: sender, senderKey: senderKey, messageID: boundID, body: body, message: message))
+    }
+
+    /// Checks the record's names against their grammar, then against the opener's uid and the
+    /// delivered id, in the order of spec/envelope.md §2.6 checks 8–12. Returns sender and id.
+    static func checkNames(sender senderUID: [UInt8], recipient recipientUID: [UInt8], messageID: [UInt8],
+                           expectedRecipient: String, expectedID: String) throws(EnvelopeError) -> (String, String) {
         guard let sender = Optional(String(decoding: senderUID, as: UTF8.self)), Identifier.isValidUID(sender) else {
             throw .malformedRecord("the sender is not a valid uid")
         }
@@ -187,17 +319,9 @@ public enum Envelope {
         guard let boundID = Optional(String(decoding: messageID, as: UTF8.self)), Identifier.isValidMessageID(boundID) else {
             throw .malformedRecord("the message id is not valid")
         }
-        guard named == recipient else { throw .wrongRecipient }
-        guard boundID == id else { throw .wrongMessageID }
-
-        let senderKey = IdentityPublicKey(checkedBytes: senderKeyBytes)
-        let signed = signedBytes(sender: senderUID, senderKey: senderKeyBytes, recipient: recipientUID,
-                                 mailboxKey: keys.publicKey.bytes, messageID: messageID, body: body)
-        guard senderKey.verify(signature: signature, of: signed) else { throw .badSignature }
-
-        let message = try ChatMessage.decode(body)
-        guard message.sender.id == sender else { throw .senderMismatch }
-        return OpenedEnvelope(sender: sender, senderKey: senderKey, messageID: boundID, body: body, message: message)
+        guard named == expectedRecipient else { throw .wrongRecipient }
+        guard boundID == expectedID else { throw .wrongMessageID }
+        return (sender, boundID)
     }
 
     private static func signedBytes(sender: [UInt8], senderKey: [UInt8], recipient: [UInt8], mailboxKey: [UInt8],
@@ -206,8 +330,93 @@ public enum Envelope {
     }
 }
 
-/// Reads the record's fields in order, failing with ``EnvelopeError/malformedRecord(_:)`` on any overrun.
-private struct RecordReader {
+/// What ``Envelope/unseal(_:id:recipient:keys:)`` found: a version 1 message, opened and
+/// verified, or a version 2 message, to open in its session.
+public enum UnsealedEnvelope: Sendable {
+    /// A version 1 envelope, opened and verified.
+    case version1(OpenedEnvelope)
+    /// A version 2 envelope, read up to its encrypted body.
+    case version2(SessionEnvelope)
+}
+
+/// A version 2 envelope whose outer layer is open: what it says in the clear of its record, and
+/// the body still encrypted in the session it names (spec/sessions.md §5).
+public struct SessionEnvelope: Sendable {
+    /// The uid the record names as its sender (compare it with the relay-stamped author).
+    public let sender: String
+    /// The identity key the record names (compare it with the key pinned for `sender`).
+    public let senderKey: IdentityPublicKey
+    /// The message id the record is bound to.
+    public let messageID: String
+    /// The session the message belongs to.
+    public let sessionID: [UInt8]
+    /// The X3DH fields when the message can start the session, nil otherwise.
+    public let start: SessionStart?
+    /// The ratchet header.
+    public let header: RatchetHeader
+    let authenticatedPrefix: [UInt8]
+    let ciphertext: [UInt8]
+
+    /// Reads the version 2 fields after the message id (spec/sessions.md §5.2, checks in order).
+    init(reading reader: inout RecordReader, sender senderUID: [UInt8], senderKey: [UInt8], recipient: [UInt8],
+         messageID: [UInt8], expectedRecipient: String, expectedID: String) throws(EnvelopeError) {
+        let recordStart = reader.bytes.startIndex
+        let sessionID = try reader.take(Session.idLength)
+        let kind = try reader.byte()
+        guard kind <= 1 else { throw .malformedRecord("unknown message kind \(kind)") }
+        var start: SessionStart?
+        if kind == 1 {
+            let ephemeral = X25519PublicKey(checkedBytes: try reader.take(X25519PublicKey.byteCount))
+            let signedID = try reader.uint32(), oneTimeID = try reader.uint32()
+            guard signedID != 0 else { throw .malformedRecord("the signed prekey id is 0") }
+            start = SessionStart(ephemeralKey: ephemeral, signedPrekeyID: signedID, oneTimePrekeyID: oneTimeID == 0 ? nil : oneTimeID)
+        }
+        let header = RatchetHeader(ratchetKey: X25519PublicKey(checkedBytes: try reader.take(X25519PublicKey.byteCount)),
+                                   previousChainLength: try reader.uint32(), messageNumber: try reader.uint32())
+        let prefixEnd = reader.position
+        let length = Int(try reader.uint32())
+        guard length >= 16 else { throw .malformedRecord("the ciphertext is shorter than its tag") }
+        ciphertext = try reader.take(length)
+        guard reader.isAtEnd else { throw .malformedRecord("bytes follow the ciphertext") }
+        (sender, self.messageID) = try Envelope.checkNames(sender: senderUID, recipient: recipient, messageID: messageID,
+                                                           expectedRecipient: expectedRecipient, expectedID: expectedID)
+        self.senderKey = IdentityPublicKey(checkedBytes: senderKey)
+        self.sessionID = sessionID
+        self.start = start
+        self.header = header
+        authenticatedPrefix = Array(reader.bytes[recordStart..<prefixEnd])
+    }
+
+    /// Decrypts the body in `session` (the session this side holds with ``sessionID``; for a new
+    /// one see ``Session/accept(_:identity:signedPrekey:oneTimePrekey:)``) with this side's
+    /// `identity` key, at `now` (Unix seconds). Returns the message and the session to store with
+    /// it, in one transaction; `session` itself is left as it was.
+    public func open(with session: Session, identity: IdentityPublicKey, now: Int64) throws(EnvelopeError) -> (OpenedEnvelope, Session) {
+        try open(with: session, identity: identity, now: now, newRatchetKey: { X25519KeyPair() })
+    }
+
+    /// ``open(with:identity:now:)`` with the key pair a ratchet step makes given: for the vectors.
+    func open(with session: Session, identity: IdentityPublicKey, now: Int64,
+              newRatchetKey: () -> X25519KeyPair) throws(EnvelopeError) -> (OpenedEnvelope, Session) {
+        guard constantTimeEquals(session.id, sessionID), session.peerIdentity == senderKey else { throw .sessionMismatch }
+        let (key, ratchet) = try session.ratchet.receiving(header, now: now, newRatchetKey: newRatchetKey)
+        let associatedData = preAuthenticationEncoding([Envelope.sessionLabel, authenticatedPrefix, identity.bytes])
+        guard var body = aeadOpen(ciphertext, associatedData: associatedData, key: key.key, nonce: key.nonce) else {
+            throw .sessionMismatch
+        }
+        let message: ChatMessage
+        do { message = try ChatMessage.decode(body) } catch { wipe(&body); throw error }
+        guard message.sender.id == sender else { throw .senderMismatch }
+        var next = session
+        next.ratchet = ratchet
+        next.start = nil  // the contact answered, so it holds the session
+        return (OpenedEnvelope(sender: sender, senderKey: senderKey, messageID: messageID, body: body, message: message), next)
+    }
+}
+
+/// Reads the record's fields in order, failing with ``EnvelopeError/malformedRecord(_:)`` on any
+/// overrun. Sessions read their stored form with it too.
+struct RecordReader {
     let bytes: ArraySlice<UInt8>
     var position: Int
 

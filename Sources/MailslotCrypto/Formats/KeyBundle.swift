@@ -6,6 +6,11 @@ import Foundation
 //   {"version":1, "uid":…, "identity_key": b64url(32), "mailbox_key": b64url(32),
 //    "created_at": RFC 3339, "signature": b64url(64)}
 //   signature = Ed25519(identity key, PAE("mailslot-key-bundle-v1", uid, identity_key, mailbox_key, created_at))
+//
+// Version 2 adds the signed prekey that starts sessions (spec/sessions.md §2):
+//   {… , "version":2, "signed_prekey_id": 1…2³²−1, "signed_prekey": b64url(32)}
+//   signature = Ed25519(identity key, PAE("mailslot-key-bundle-v2", uid, identity_key, mailbox_key, created_at,
+//                                         u32be signed_prekey_id, signed_prekey))
 
 /// Why a key bundle was refused.
 public enum KeyBundleError: Error, Equatable, Sendable {
@@ -32,7 +37,7 @@ public enum KeyBundleError: Error, Equatable, Sendable {
 /// A user's public keys, signed by their own identity key. Clients pin `identityKey` on first
 /// use; the signature proves the mailbox key belongs to that identity.
 public struct KeyBundle: Sendable, Equatable, Codable {
-    /// The format version; 1.
+    /// The format version: 1, or 2 with a signed prekey.
     public let version: Int
     /// Whose keys these are.
     public let uid: String
@@ -42,10 +47,13 @@ public struct KeyBundle: Sendable, Equatable, Codable {
     public let mailboxKey: MailboxPublicKey
     /// When the bundle was made (RFC 3339), exactly as signed.
     public let createdAt: String
+    /// The signed prekey senders start sessions with (version 2), covered by ``signature``.
+    public let signedPrekey: PublishedPrekey?
     /// Ed25519 signature by `identityKey` (64 bytes).
     public let signature: [UInt8]
 
     static let label = Array("mailslot-key-bundle-v1".utf8)
+    static let labelV2 = Array("mailslot-key-bundle-v2".utf8)
     static let keyIDLabel = Array("mailslot-key-id-v1".utf8)
 
     /// Names the keys an envelope is sealed to: a sender sends it with each message, and a relay
@@ -66,26 +74,38 @@ public struct KeyBundle: Sendable, Equatable, Codable {
         text.utf8.count == 22 && Base64URL.decodedCount(text) == 16
     }
 
-    /// Makes and signs the bundle of `uid`.
-    public init(uid: String, identity: IdentityKeyPair, mailboxKey: MailboxPublicKey, createdAt: Date = Date()) {
+    /// Makes and signs the bundle of `uid`: version 2 with a signed prekey, version 1 without.
+    public init(uid: String, identity: IdentityKeyPair, mailboxKey: MailboxPublicKey, signedPrekey: PublishedPrekey? = nil,
+                createdAt: Date = Date()) {
         precondition(Identifier.isValidUID(uid), "KeyBundle: invalid uid")
-        self.version = 1
+        precondition(signedPrekey.map { $0.id != 0 } ?? true, "KeyBundle: a signed prekey id is 1 or more")
+        self.version = signedPrekey == nil ? 1 : 2
         self.uid = uid
         self.identityKey = identity.publicKey
         self.mailboxKey = mailboxKey
+        self.signedPrekey = signedPrekey
         self.createdAt = Timestamp.format(Int64(createdAt.timeIntervalSince1970.rounded(.down)))
-        self.signature = identity.sign(Self.signedBytes(uid: uid, identityKey: identityKey,
-                                                        mailboxKey: mailboxKey, createdAt: self.createdAt))
+        self.signature = identity.sign(Self.signedBytes(uid: uid, identityKey: identityKey, mailboxKey: mailboxKey,
+                                                        createdAt: self.createdAt, signedPrekey: signedPrekey))
     }
 
     /// Checks the self-signature and, when given, that the bundle belongs to `expectedUID`.
     public func verify(for expectedUID: String? = nil) throws(KeyBundleError) {
-        guard version == 1 else { throw .malformed("unknown version \(version)") }
+        switch (version, signedPrekey) {
+        case (1, nil): break
+        case (1, _): throw .malformed("a version 1 bundle has no signed prekey")
+        case (2, let prekey?):
+            guard prekey.id != 0 else { throw .malformed("signed_prekey_id is 0") }
+            guard prekey.key.isUsable else { throw .malformed("signed_prekey is a low-order point") }
+        case (2, nil): throw .malformed("a version 2 bundle has a signed prekey")
+        default: throw .malformed("unknown version \(version)")
+        }
         guard Identifier.isValidUID(uid) else { throw .invalidUID }
         if let expectedUID, expectedUID != uid { throw .wrongUser }
         guard Timestamp.parse(createdAt) != nil else { throw .malformed("created_at is not an RFC 3339 time") }
         guard mailboxKey.isUsable else { throw .malformed("mailbox_key is a low-order point") }
-        let signed = Self.signedBytes(uid: uid, identityKey: identityKey, mailboxKey: mailboxKey, createdAt: createdAt)
+        let signed = Self.signedBytes(uid: uid, identityKey: identityKey, mailboxKey: mailboxKey, createdAt: createdAt,
+                                      signedPrekey: signedPrekey)
         guard identityKey.verify(signature: signature, of: signed) else { throw .badSignature }
     }
 
@@ -111,13 +131,20 @@ public struct KeyBundle: Sendable, Equatable, Codable {
     }
 
     private static func signedBytes(uid: String, identityKey: IdentityPublicKey, mailboxKey: MailboxPublicKey,
-                                    createdAt: String) -> [UInt8] {
-        preAuthenticationEncoding([label, Array(uid.utf8), identityKey.bytes, mailboxKey.bytes, Array(createdAt.utf8)])
+                                    createdAt: String, signedPrekey: PublishedPrekey?) -> [UInt8] {
+        guard let signedPrekey else {
+            return preAuthenticationEncoding([label, Array(uid.utf8), identityKey.bytes, mailboxKey.bytes, Array(createdAt.utf8)])
+        }
+        var id: [UInt8] = []
+        Envelope.appendUInt32(signedPrekey.id, to: &id)
+        return preAuthenticationEncoding([labelV2, Array(uid.utf8), identityKey.bytes, mailboxKey.bytes, Array(createdAt.utf8),
+                                          id, signedPrekey.key.bytes])
     }
 
     enum CodingKeys: String, CodingKey {
         case version, uid, signature
         case identityKey = "identity_key", mailboxKey = "mailbox_key", createdAt = "created_at"
+        case signedPrekeyID = "signed_prekey_id", signedPrekey = "signed_prekey"
     }
 
     /// Decodes the JSON form (binary fields in unpadded base64url). Does not verify; see ``decode(_:for:)``.
@@ -136,6 +163,15 @@ public struct KeyBundle: Sendable, Equatable, Codable {
         mailboxKey = MailboxPublicKey(checkedBytes: try bytes(.mailboxKey, count: MailboxPublicKey.byteCount))
         createdAt = try container.decode(String.self, forKey: .createdAt)
         signature = try bytes(.signature, count: 64)
+        // Both members or neither; verify() then matches them with the version.
+        switch (try container.decodeIfPresent(UInt32.self, forKey: .signedPrekeyID), container.contains(.signedPrekey)) {
+        case (nil, false): signedPrekey = nil
+        case (let id?, true):
+            signedPrekey = PublishedPrekey(id: id, key: MailboxPublicKey(checkedBytes: try bytes(.signedPrekey, count: 32)))
+        default:
+            throw DecodingError.dataCorruptedError(forKey: .signedPrekey, in: container,
+                                                   debugDescription: "signed_prekey and signed_prekey_id go together")
+        }
     }
 
     /// Encodes the JSON form.
@@ -147,5 +183,9 @@ public struct KeyBundle: Sendable, Equatable, Codable {
         try container.encode(Base64URL.encode(mailboxKey.bytes), forKey: .mailboxKey)
         try container.encode(createdAt, forKey: .createdAt)
         try container.encode(Base64URL.encode(signature), forKey: .signature)
+        if let signedPrekey {
+            try container.encode(signedPrekey.id, forKey: .signedPrekeyID)
+            try container.encode(Base64URL.encode(signedPrekey.key.bytes), forKey: .signedPrekey)
+        }
     }
 }

@@ -45,6 +45,20 @@ public struct IdentityKeyPair: Sendable {
         }
         return signature
     }
+
+    /// The X25519 form of this key pair (`crypto_sign_ed25519_sk_to_curve25519`), which X3DH uses
+    /// as the identity key in its key agreements (spec/sessions.md), so that the identity a contact
+    /// pinned is the one that authenticates a session.
+    public var agreementKeyPair: X25519KeyPair {
+        let converted = SecretBytes(count: Int(crypto_scalarmult_curve25519_BYTES)) { output in
+            secretKey.withUnsafeBytes { secret in
+                _ = crypto_sign_ed25519_sk_to_curve25519(output.baseAddress!.assumingMemoryBound(to: UInt8.self),
+                                                         secret.baseAddress!.assumingMemoryBound(to: UInt8.self))
+            }
+        }
+        // A clamped scalar from a valid Ed25519 secret: its public half always exists.
+        return X25519KeyPair(secretKey: converted)!
+    }
 }
 
 /// An Ed25519 public key (32 bytes).
@@ -68,6 +82,15 @@ public struct IdentityPublicKey: Sendable, Hashable, CustomStringConvertible {
         Sodium.ready()
         guard signature.count == Int(crypto_sign_BYTES) else { return false }
         return crypto_sign_verify_detached(signature, message, UInt64(message.count), bytes) == 0
+    }
+
+    /// The X25519 form of this public key (`crypto_sign_ed25519_pk_to_curve25519`), or nil when
+    /// it is not a valid Ed25519 point or has small order.
+    public var agreementKey: X25519PublicKey? {
+        Sodium.ready()
+        var converted = [UInt8](repeating: 0, count: Int(crypto_scalarmult_curve25519_BYTES))
+        guard crypto_sign_ed25519_pk_to_curve25519(&converted, bytes) == 0 else { return nil }
+        return X25519PublicKey(checkedBytes: converted)
     }
 
     /// The key in unpadded base64url.

@@ -38,6 +38,22 @@ public struct MailboxKeyPair: Sendable {
         self.publicKey = MailboxPublicKey(checkedBytes: publicBytes)
     }
 
+    /// X25519 with `peer` (`crypto_scalarmult`): the 32-byte shared secret, or nil when it is all
+    /// zeros (a low-order `peer` key), which every key agreement of spec/sessions.md refuses.
+    /// The caller wipes the result.
+    public func agree(with peer: MailboxPublicKey) -> [UInt8]? {
+        var shared = [UInt8](repeating: 0, count: Int(crypto_scalarmult_BYTES))
+        let status = secretKey.withUnsafeBytes { secret in
+            crypto_scalarmult(&shared, secret.baseAddress!.assumingMemoryBound(to: UInt8.self), peer.bytes)
+        }
+        // libsodium already fails on an all-zero result; the explicit check does not rely on it.
+        guard status == 0, sodium_is_zero(shared, shared.count) == 0 else {
+            wipe(&shared)
+            return nil
+        }
+        return shared
+    }
+
     /// Opens a sealed box addressed to this key pair, or returns nil if it was not sealed to
     /// this key or was altered in any way.
     public func open(sealed box: [UInt8]) -> [UInt8]? {
@@ -52,6 +68,11 @@ public struct MailboxKeyPair: Sendable {
         return plaintext
     }
 }
+
+/// An X25519 key pair of any role: mailbox key, signed or one-time prekey, ratchet key.
+public typealias X25519KeyPair = MailboxKeyPair
+/// An X25519 public key of any role (see ``X25519KeyPair``).
+public typealias X25519PublicKey = MailboxPublicKey
 
 /// An X25519 public key (32 bytes) that messages are sealed to.
 public struct MailboxPublicKey: Sendable, Hashable, CustomStringConvertible {

@@ -1,0 +1,54 @@
+import CSodium
+
+// HKDF (RFC 5869) over HMAC-SHA-256, built from libsodium's `crypto_auth_hmacsha256`: libsodium
+// 1.0.18 has no HKDF of its own. Sessions (spec/sessions.md) derive every key with it, as the
+// X3DH and Double Ratchet specifications recommend. Checked against RFC 5869's SHA-256 vectors.
+
+/// HMAC-SHA-256 of `message` under `key` (any length, as RFC 2104 allows), 32 bytes.
+public func hmacSHA256(key: [UInt8], _ message: [UInt8]) -> [UInt8] {
+    key.withUnsafeBytes { hmacSHA256(keyBytes: $0, message) }
+}
+
+/// HMAC-SHA-256 under a secret key (a chain key of the ratchet), 32 bytes.
+func hmacSHA256(key: SecretBytes, _ message: [UInt8]) -> [UInt8] {
+    key.withUnsafeBytes { hmacSHA256(keyBytes: $0, message) }
+}
+
+private func hmacSHA256(keyBytes: UnsafeRawBufferPointer, _ message: [UInt8]) -> [UInt8] {
+    Sodium.ready()
+    var state = crypto_auth_hmacsha256_state()
+    var mac = [UInt8](repeating: 0, count: Int(crypto_auth_hmacsha256_BYTES))
+    let empty: [UInt8] = [0]  // an empty key still needs a pointer; its length says 0
+    empty.withUnsafeBufferPointer { fallback in
+        _ = crypto_auth_hmacsha256_init(&state, keyBytes.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? fallback.baseAddress!,
+                                        keyBytes.count)
+    }
+    _ = crypto_auth_hmacsha256_update(&state, message, UInt64(message.count))
+    _ = crypto_auth_hmacsha256_final(&state, &mac)
+    withUnsafeMutableBytes(of: &state) { sodium_memzero($0.baseAddress!, $0.count) }  // it holds the padded key
+    return mac
+}
+
+/// HKDF-SHA-256 (RFC 5869): extract with `salt` (32 zero bytes when empty, as §2.2 says), then
+/// expand with `info` to `length` bytes (at most 255 × 32). The intermediate PRK is wiped.
+public func hkdfSHA256(salt: [UInt8], inputKeyMaterial: [UInt8], info: [UInt8], length: Int) -> [UInt8] {
+    precondition(length > 0 && length <= 255 * 32, "hkdfSHA256: length must be 1…8160 bytes")
+    var prk = hmacSHA256(key: salt.isEmpty ? [UInt8](repeating: 0, count: 32) : salt, inputKeyMaterial)
+    defer { wipe(&prk) }
+    var output: [UInt8] = []
+    output.reserveCapacity(length + 32)
+    var block: [UInt8] = []
+    var counter: UInt8 = 1
+    while output.count < length {
+        var input = block + info + [counter]
+        block = hmacSHA256(key: prk, input)
+        wipe(&input)
+        output += block
+        counter &+= 1
+    }
+    wipe(&block)
+    // Drop the surplus in place (wiping it first), so no unwiped copy of the tail is left.
+    for index in length..<output.count { output[index] = 0 }
+    output.removeLast(output.count - length)
+    return output
+}

@@ -1,0 +1,155 @@
+// A session with one contact: who it is with, the X3DH fields its first messages carry, and the
+// Double Ratchet state (spec/sessions.md §3–§4). Sealing and opening are in Formats/Envelope.swift.
+
+/// What a session's first messages carry so that the responder can derive the session too: the
+/// initiator's ephemeral key and the ids of the prekeys it used (X3DH).
+public struct SessionStart: Sendable, Equatable {
+    /// The initiator's ephemeral X25519 key (EK_A).
+    public let ephemeralKey: X25519PublicKey
+    /// The id of the responder's signed prekey the initiator used.
+    public let signedPrekeyID: UInt32
+    /// The id of the one-time prekey the initiator claimed, nil when none was left.
+    public let oneTimePrekeyID: UInt32?
+
+    /// Makes the fields (for parsing and tests).
+    public init(ephemeralKey: X25519PublicKey, signedPrekeyID: UInt32, oneTimePrekeyID: UInt32?) {
+        self.ephemeralKey = ephemeralKey
+        self.signedPrekeyID = signedPrekeyID
+        self.oneTimePrekeyID = oneTimePrekeyID
+    }
+}
+
+/// A prekey as a sender obtains it: a signed prekey from a verified key bundle, or a one-time
+/// prekey claimed from the relay.
+public struct PublishedPrekey: Sendable, Equatable {
+    /// The id its owner gave it (1 … 2³² − 1).
+    public let id: UInt32
+    /// The X25519 public key.
+    public let key: X25519PublicKey
+
+    /// Pairs an id with a key.
+    public init(id: UInt32, key: X25519PublicKey) {
+        self.id = id
+        self.key = key
+    }
+}
+
+/// One conversation's state on one side: a value to store after every message sent or received.
+public struct Session: Sendable {
+    /// The length of a session id, in bytes.
+    public static let idLength = 16
+    static let idLabel = Array("mailslot-session-id-v2".utf8)
+
+    /// BLAKE2b-128(PAE("mailslot-session-id-v2", IK_A, IK_B, EK_A)): names the session in every
+    /// message, so the receiver finds it without trying each one.
+    public let id: [UInt8]
+    /// The contact's identity key; every message of the session must come from it.
+    public let peerIdentity: IdentityPublicKey
+    /// Whether this side started the session.
+    public let initiated: Bool
+    /// The X3DH fields this side's messages carry until the contact has answered; nil after.
+    public internal(set) var start: SessionStart?
+    var ratchet: RatchetState
+
+    /// Whether this side can send in the session (the responder can once it has received).
+    public var canSend: Bool { ratchet.canSend }
+
+    /// Starts a session with a contact whose bundle (verified for that contact) published
+    /// `signedPrekey`, with the one-time prekey claimed for it if there was one.
+    public static func initiate(identity: IdentityKeyPair, peerIdentity: IdentityPublicKey, signedPrekey: PublishedPrekey,
+                                oneTimePrekey: PublishedPrekey?) throws(EnvelopeError) -> Session {
+        try initiate(identity: identity, peerIdentity: peerIdentity, signedPrekey: signedPrekey, oneTimePrekey: oneTimePrekey,
+                     ephemeral: X25519KeyPair(), ratchetKey: X25519KeyPair())
+    }
+
+    /// ``initiate(identity:peerIdentity:signedPrekey:oneTimePrekey:)`` with given ephemeral and
+    /// ratchet keys: for the deterministic vectors only.
+    static func initiate(identity: IdentityKeyPair, peerIdentity: IdentityPublicKey, signedPrekey: PublishedPrekey,
+                         oneTimePrekey: PublishedPrekey?, ephemeral: X25519KeyPair,
+                         ratchetKey: X25519KeyPair) throws(EnvelopeError) -> Session {
+        let secret = try X3DH.initiatorSecret(identity: identity, ephemeral: ephemeral, peerIdentity: peerIdentity,
+                                              signedPrekey: signedPrekey.key, oneTimePrekey: oneTimePrekey?.key)
+        return Session(id: id(initiator: identity.publicKey, responder: peerIdentity, ephemeral: ephemeral.publicKey),
+                       peerIdentity: peerIdentity, initiated: true,
+                       start: SessionStart(ephemeralKey: ephemeral.publicKey, signedPrekeyID: signedPrekey.id,
+                                           oneTimePrekeyID: oneTimePrekey?.id),
+                       ratchet: try RatchetState(initiatorSecret: secret, peerSignedPrekey: signedPrekey.key, ratchetKey: ratchetKey))
+    }
+
+    /// Derives the responder's side of the session that `envelope` starts, with this side's
+    /// signed prekey and one-time prekey of the ids it names. Then open the envelope with it.
+    public static func accept(_ envelope: SessionEnvelope, identity: IdentityKeyPair, signedPrekey: X25519KeyPair,
+                              oneTimePrekey: X25519KeyPair?) throws(EnvelopeError) -> Session {
+        guard let start = envelope.start else { throw .noSession }
+        guard (start.oneTimePrekeyID == nil) == (oneTimePrekey == nil) else { throw .unknownPrekey }
+        let expectedID = id(initiator: envelope.senderKey, responder: identity.publicKey, ephemeral: start.ephemeralKey)
+        guard constantTimeEquals(expectedID, envelope.sessionID) else {
+            throw .malformedRecord("the session id is not the one the session start gives")
+        }
+        let secret = try X3DH.responderSecret(identity: identity, signedPrekey: signedPrekey, oneTimePrekey: oneTimePrekey,
+                                              peerIdentity: envelope.senderKey, ephemeral: start.ephemeralKey)
+        return Session(id: expectedID, peerIdentity: envelope.senderKey, initiated: false, start: nil,
+                       ratchet: RatchetState(responderSecret: secret, signedPrekey: signedPrekey))
+    }
+
+    /// The session id of a session started by `initiator` with `responder` and ephemeral key `ephemeral`.
+    static func id(initiator: IdentityPublicKey, responder: IdentityPublicKey, ephemeral: X25519PublicKey) -> [UInt8] {
+        blake2b(preAuthenticationEncoding([idLabel, initiator.bytes, responder.bytes, ephemeral.bytes]), length: idLength)
+    }
+
+    private init(id: [UInt8], peerIdentity: IdentityPublicKey, initiated: Bool, start: SessionStart?, ratchet: RatchetState) {
+        self.id = id
+        self.peerIdentity = peerIdentity
+        self.initiated = initiated
+        self.start = start
+        self.ratchet = ratchet
+    }
+
+    // MARK: Storage form
+
+    private static let storageVersion: UInt8 = 1
+
+    /// The session as bytes for the client's store (spec/sessions.md §7). It holds secrets: wipe
+    /// it once stored.
+    public func serialized() -> [UInt8] {
+        var out: [UInt8] = [Self.storageVersion]
+        out += id
+        out += peerIdentity.bytes
+        out.append((initiated ? 1 : 0) | (start == nil ? 0 : 2))
+        if let start {
+            out += start.ephemeralKey.bytes
+            out += withUnsafeBytes(of: start.signedPrekeyID.bigEndian, Array.init)
+            out += withUnsafeBytes(of: (start.oneTimePrekeyID ?? 0).bigEndian, Array.init)
+        }
+        var ratchetBytes = ratchet.serialized()
+        defer { wipe(&ratchetBytes) }
+        out += ratchetBytes
+        return out
+    }
+
+    /// Reads what ``serialized()`` wrote; nil if it is not a session.
+    public init?(serialized bytes: [UInt8]) {
+        var reader = RecordReader(bytes: bytes[...])
+        do {
+            guard try reader.byte() == Self.storageVersion else { return nil }
+            id = try reader.take(Self.idLength)
+            peerIdentity = IdentityPublicKey(checkedBytes: try reader.take(IdentityPublicKey.byteCount))
+            let flags = try reader.byte()
+            guard flags & ~3 == 0 else { return nil }
+            initiated = flags & 1 != 0
+            if flags & 2 != 0 {
+                let ephemeral = X25519PublicKey(checkedBytes: try reader.take(32))
+                let signedID = try reader.uint32(), oneTimeID = try reader.uint32()
+                start = SessionStart(ephemeralKey: ephemeral, signedPrekeyID: signedID, oneTimePrekeyID: oneTimeID == 0 ? nil : oneTimeID)
+            } else {
+                start = nil
+            }
+            var rest = try reader.take(bytes.endIndex - reader.position)
+            defer { wipe(&rest) }
+            guard let ratchet = RatchetState(serialized: rest) else { return nil }
+            self.ratchet = ratchet
+        } catch {
+            return nil
+        }
+    }
+}

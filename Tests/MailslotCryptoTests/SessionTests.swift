@@ -1,0 +1,372 @@
+import Foundation
+import Testing
+@testable import MailslotCrypto
+
+/// HKDF against RFC 5869, and sessions (X3DH and the Double Ratchet) end to end: round trips,
+/// order, loss, replay, forgery, and the forward-secrecy and healing properties themselves.
+@Suite struct SessionTests {
+    // MARK: Primitives
+
+    @Test func hkdfMatchesRFC5869() {
+        // RFC 5869 appendix A, test cases 1–3 (SHA-256).
+        #expect(hkdfSHA256(salt: Array(0x00...0x0c), inputKeyMaterial: [UInt8](repeating: 0x0b, count: 22),
+                           info: Array(0xf0...0xf9), length: 42)
+                == hex("3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865"))
+        #expect(hkdfSHA256(salt: Array(0x60...0xaf), inputKeyMaterial: Array(0x00...0x4f), info: Array(0xb0...0xff), length: 82)
+                == hex("b11e398dc80327a1c8e7f78c596a49344f012eda2d4efad8a050cc4c19afa97c59045a99cac7827271cb41c65e590e09da3275600c2f09b8367793a9aca3db71cc30c58179ec3e87c14c01d5c1f3434f1d87"))
+        #expect(hkdfSHA256(salt: [], inputKeyMaterial: [UInt8](repeating: 0x0b, count: 22), info: [], length: 42)
+                == hex("8da4e775a563c18f715f802a063c5a31b8a11f5c5ee1879ec3454e5f3c738d2d9d201395faa4b61a96c8"))
+        // RFC 4231 test case 1 for the HMAC underneath.
+        #expect(hmacSHA256(key: [UInt8](repeating: 0x0b, count: 20), Array("Hi There".utf8))
+                == hex("b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"))
+    }
+
+    @Test func keyAgreementRefusesAllZeroOutputs() {
+        let pair = X25519KeyPair()
+        #expect(pair.agree(with: X25519PublicKey(bytes: [UInt8](repeating: 0, count: 32))!) == nil)
+        // The order-8 point of Curve25519 (RFC 7748 §5 lists the low-order points): also zero.
+        #expect(pair.agree(with: X25519PublicKey(bytes: hex("e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800"))!) == nil)
+        let other = X25519KeyPair()
+        #expect(pair.agree(with: other.publicKey) == other.agree(with: pair.publicKey))
+        // The identity key's X25519 form agrees with its public key's X25519 form.
+        let identity = IdentityKeyPair()
+        #expect(identity.agreementKeyPair.publicKey == identity.publicKey.agreementKey)
+    }
+
+    // MARK: A conversation
+
+    /// One side of a conversation: keys, prekeys and the sessions it holds.
+    final class Side: @unchecked Sendable {
+        let uid: String
+        let identity = IdentityKeyPair()
+        let mailbox = MailboxKeyPair()
+        let signedPrekey = X25519KeyPair()
+        var oneTimePrekeys: [UInt32: X25519KeyPair] = [:]
+        var sessions: [[UInt8]: Session] = [:]
+        var now: Int64 = 1_800_000_000
+
+        init(_ uid: String, oneTimePrekeys count: UInt32 = 3) {
+            self.uid = uid
+            for id in 1...max(1, count) where count > 0 { oneTimePrekeys[id] = X25519KeyPair() }
+        }
+
+        var bundle: KeyBundle {
+            KeyBundle(uid: uid, identity: identity, mailboxKey: mailbox.publicKey, signedPrekey: PublishedPrekey(id: 7, key: signedPrekey.publicKey))
+        }
+
+        /// Claims (and removes) the lowest one-time prekey, as the relay does.
+        func claim() -> PublishedPrekey? {
+            guard let id = oneTimePrekeys.keys.min() else { return nil }
+            return PublishedPrekey(id: id, key: oneTimePrekeys[id]!.publicKey)
+        }
+
+        func start(with peer: Side, useOneTimePrekey: Bool = true) throws -> [UInt8] {
+            let bundle = try KeyBundle.decode(peer.bundle.encoded(), for: peer.uid)
+            let session = try Session.initiate(identity: identity, peerIdentity: bundle.identityKey,
+                                               signedPrekey: bundle.signedPrekey!, oneTimePrekey: useOneTimePrekey ? peer.claim() : nil)
+            sessions[session.id] = session
+            return session.id
+        }
+
+        func send(_ text: String, to peer: Side, in sessionID: [UInt8], id: String = Side.newID()) throws -> (id: String, envelope: [UInt8]) {
+            var session = try #require(sessions[sessionID])
+            let message = ChatMessage(type: .text, sender: Sender(id: uid), payload: Payload(text: text), timestamp: 1)
+            let envelope = try Envelope.seal(message, id: id, from: uid, identity: identity, to: peer.uid,
+                                             mailboxKey: peer.mailbox.publicKey, session: &session)
+            sessions[sessionID] = session
+            return (id, envelope)
+        }
+
+        /// Opens as a client does: unseal, find or accept the session, open, keep the new state.
+        @discardableResult
+        func receive(_ delivery: (id: String, envelope: [UInt8])) throws(EnvelopeError) -> String {
+            guard case .version2(let sealed) = try Envelope.unseal(delivery.envelope, id: delivery.id, recipient: uid, keys: mailbox) else {
+                throw .unsupportedVersion(1)
+            }
+            let session: Session
+            var acceptedPrekey: UInt32?
+            if let known = sessions[sealed.sessionID] {
+                session = known
+            } else {
+                guard let start = sealed.start, start.signedPrekeyID == 7 else { throw sealed.start == nil ? .noSession : .unknownPrekey }
+                var oneTime: X25519KeyPair?
+                if let id = start.oneTimePrekeyID {
+                    guard let pair = oneTimePrekeys[id] else { throw .unknownPrekey }
+                    oneTime = pair
+                    acceptedPrekey = id
+                }
+                session = try Session.accept(sealed, identity: identity, signedPrekey: signedPrekey, oneTimePrekey: oneTime)
+            }
+            let (opened, next) = try sealed.open(with: session, identity: identity.publicKey, now: now)
+            sessions[next.id] = next
+            if let acceptedPrekey { oneTimePrekeys[acceptedPrekey] = nil }  // one-time: erased once used
+            return opened.message.payload.text ?? ""
+        }
+
+        static func newID() -> String { "m" + Base64URL.encode(randomBytes(16)) }
+    }
+
+    @Test func aConversationRoundTripsBothWays() throws {
+        let alice = Side("alice"), bob = Side("bob")
+        let session = try alice.start(with: bob)
+        #expect(alice.sessions[session]!.start != nil)
+        #expect(try bob.receive(try alice.send("hello bob", to: bob, in: session)) == "hello bob")
+        #expect(try bob.receive(try alice.send("second", to: bob, in: session)) == "second")
+        #expect(bob.oneTimePrekeys[1] == nil, "the one-time prekey is erased once used")
+        #expect(try alice.receive(try bob.send("hi alice", to: alice, in: session)) == "hi alice")
+        #expect(alice.sessions[session]!.start == nil, "the answer ends the session start")
+        for round in 0..<5 {
+            #expect(try bob.receive(try alice.send("a\(round)", to: bob, in: session)) == "a\(round)")
+            #expect(try alice.receive(try bob.send("b\(round)", to: alice, in: session)) == "b\(round)")
+        }
+    }
+
+    @Test func aSessionStartsWithoutAOneTimePrekey() throws {
+        let alice = Side("alice"), bob = Side("bob", oneTimePrekeys: 0)
+        let session = try alice.start(with: bob)
+        #expect(alice.sessions[session]!.start?.oneTimePrekeyID == nil)
+        #expect(try bob.receive(try alice.send("fallback", to: bob, in: session)) == "fallback")
+    }
+
+    @Test func lostAndReorderedMessagesOpen() throws {
+        let alice = Side("alice"), bob = Side("bob")
+        let session = try alice.start(with: bob)
+        let sent = try (0..<6).map { try alice.send("m\($0)", to: bob, in: session) }
+        // The start message itself arrives last; one message never arrives.
+        for index in [3, 1, 5, 0, 2] { #expect(try bob.receive(sent[index]) == "m\(index)") }
+        let reply = try bob.send("r", to: alice, in: session)
+        #expect(try alice.receive(reply) == "r")
+        // Messages of an old chain still open after the ratchet turned.
+        let old = try alice.send("before", to: bob, in: session)
+        _ = try bob.receive(try alice.send("after", to: bob, in: session))
+        #expect(try bob.receive(old) == "before")
+        #expect(bob.sessions[session]!.ratchet.skipped.count == 1, "m4's key alone stays skipped")
+    }
+
+    @Test func replaysAreRefusedAndLeaveTheSessionAlone() throws {
+        let alice = Side("alice"), bob = Side("bob")
+        let session = try alice.start(with: bob)
+        let first = try alice.send("once", to: bob, in: session)
+        _ = try bob.receive(first)
+        let before = bob.sessions[session]!.serialized()
+        #expect(throws: EnvelopeError.staleMessage) { try bob.receive(first) }
+        #expect(bob.sessions[session]!.serialized() == before)
+        // A replay from a chain the ratchet has left behind is stale too.
+        _ = try alice.receive(try bob.send("turn", to: alice, in: session))
+        _ = try bob.receive(try alice.send("new chain", to: bob, in: session))
+        #expect(throws: EnvelopeError.staleMessage) { try bob.receive(first) }
+    }
+
+    @Test func forgedOrMisdirectedMessagesAreRefused() throws {
+        let alice = Side("alice"), bob = Side("bob"), mallory = Side("mallory")
+        let session = try alice.start(with: bob)
+        _ = try bob.receive(try alice.send("hello", to: bob, in: session))
+        // Mallory's message, of a session of her own, does not open in Alice's session.
+        let malloryID = try mallory.start(with: bob)
+        let forged = try mallory.send("it is alice", to: bob, in: malloryID)
+        guard case .version2(let sealed) = try Envelope.unseal(forged.envelope, id: forged.id, recipient: "bob", keys: bob.mailbox) else {
+            Issue.record("not version 2"); return
+        }
+        #expect(throws: EnvelopeError.sessionMismatch) {
+            _ = try sealed.open(with: bob.sessions[session]!, identity: bob.identity.publicKey, now: 0)
+        }
+        // A record altered inside a valid outer layer (as a holder of Bob's mailbox key could) fails,
+        // whichever byte changed, and does not move the session.
+        let next = try alice.send("untouched", to: bob, in: session)
+        for position in [-1, -20, 60] {
+            let altered = try EnvelopeCrafter.reseal(next.envelope, keys: bob.mailbox) { record in
+                record[position < 0 ? record.count + position : position] ^= 1
+            }
+            #expect(throws: EnvelopeError.self) { try bob.receive((next.id, altered)) }
+        }
+        // For another recipient identity (Bob's record read as if Carol held the session) it fails too.
+        guard case .version2(let intact) = try Envelope.unseal(next.envelope, id: next.id, recipient: "bob", keys: bob.mailbox) else { return }
+        #expect(throws: EnvelopeError.sessionMismatch) {
+            _ = try intact.open(with: bob.sessions[session]!, identity: IdentityKeyPair().publicKey, now: 0)
+        }
+        #expect(try bob.receive(next) == "untouched")
+    }
+
+    @Test func aMessageWithoutAKnownSessionOrPrekeyIsRefused() throws {
+        let alice = Side("alice"), bob = Side("bob")
+        let session = try alice.start(with: bob)
+        let first = try alice.send("one", to: bob, in: session)
+        _ = try bob.receive(first)
+        _ = try alice.receive(try bob.send("ack", to: alice, in: session))
+        let normal = try alice.send("no start fields now", to: bob, in: session)
+        bob.sessions = [:]  // Bob lost his sessions
+        #expect(throws: EnvelopeError.noSession) { try bob.receive(normal) }
+        #expect(throws: EnvelopeError.unknownPrekey) { try bob.receive(first) }  // its one-time prekey is gone
+    }
+
+    @Test func tooManySkippedKeysAreRefused() throws {
+        let alice = Side("alice"), bob = Side("bob")
+        let session = try alice.start(with: bob)
+        _ = try bob.receive(try alice.send("start", to: bob, in: session))
+        for _ in 0...RatchetState.maxSkip { _ = try alice.send("lost", to: bob, in: session) }
+        let far = try alice.send("far", to: bob, in: session)
+        #expect(throws: EnvelopeError.tooManySkipped) { try bob.receive(far) }
+        #expect(bob.sessions[session]!.ratchet.skipped.isEmpty, "the refused message kept nothing")
+        // At exactly the limit the message opens and every skipped key is kept.
+        let alice2 = Side("alice"), bob2 = Side("bob")
+        let second = try alice2.start(with: bob2)
+        _ = try bob2.receive(try alice2.send("start", to: bob2, in: second))
+        for _ in 1..<RatchetState.maxSkip { _ = try alice2.send("lost", to: bob2, in: second) }
+        #expect(try bob2.receive(try alice2.send("edge", to: bob2, in: second)) == "edge")
+        #expect(bob2.sessions[second]!.ratchet.skipped.count == Int(RatchetState.maxSkip) - 1)
+    }
+
+    @Test func skippedKeysExpireWithTheLongestMessageLifetime() throws {
+        let alice = Side("alice"), bob = Side("bob")
+        let session = try alice.start(with: bob)
+        let late = try alice.send("late", to: bob, in: session)
+        _ = try bob.receive(try alice.send("on time", to: bob, in: session))
+        bob.now += RatchetState.skippedKeyLifetime + 1
+        _ = try bob.receive(try alice.send("much later", to: bob, in: session))
+        #expect(throws: EnvelopeError.staleMessage) { try bob.receive(late) }  // its key is gone
+        #expect(bob.sessions[session]!.ratchet.skipped.isEmpty)
+    }
+
+    @Test func aSessionSurvivesItsStorageForm() throws {
+        let alice = Side("alice"), bob = Side("bob")
+        let session = try alice.start(with: bob)
+        let lost = try alice.send("skipped", to: bob, in: session)
+        _ = try bob.receive(try alice.send("hello", to: bob, in: session))
+        for side in [alice, bob] {
+            let bytes = side.sessions[session]!.serialized()
+            let restored = try #require(Session(serialized: bytes))
+            #expect(restored.serialized() == bytes)
+            side.sessions[session] = restored
+        }
+        #expect(try bob.receive(lost) == "skipped")
+        #expect(try alice.receive(try bob.send("back", to: alice, in: session)) == "back")
+        // Damaged storage is refused, not half-read.
+        var bytes = bob.sessions[session]!.serialized()
+        #expect(Session(serialized: Array(bytes.dropLast())) == nil)
+        bytes[0] = 9
+        #expect(Session(serialized: bytes) == nil)
+    }
+
+    // MARK: The properties
+
+    /// Forward secrecy: a thief who takes everything the recipient holds after it received some
+    /// messages cannot open those messages, however it uses what it took.
+    @Test func stolenStateDoesNotOpenCapturedMessages() throws {
+        let alice = Side("alice"), bob = Side("bob")
+        let session = try alice.start(with: bob)
+        var captured: [(id: String, envelope: [UInt8])] = []
+        for round in 0..<3 {
+            for index in 0..<3 {
+                let delivery = try alice.send("secret \(round).\(index)", to: bob, in: session)
+                captured.append(delivery)
+                _ = try bob.receive(delivery)
+            }
+            _ = try alice.receive(try bob.send("ok", to: alice, in: session))
+        }
+        // The theft: identity, mailbox key, signed prekey, remaining one-time prekeys, every session.
+        let stolen = try #require(Session(serialized: bob.sessions[session]!.serialized()))
+        for delivery in captured {
+            // The outer layer opens (the mailbox key is long-lived); the body must not.
+            guard case .version2(let sealed) = try Envelope.unseal(delivery.envelope, id: delivery.id, recipient: "bob", keys: bob.mailbox) else {
+                Issue.record("not version 2"); continue
+            }
+            // 1. With the stolen session as it is.
+            #expect(throws: EnvelopeError.self) { _ = try sealed.open(with: stolen, identity: bob.identity.publicKey, now: bob.now) }
+            // 2. With its counters wound back, as a thief ignoring the bookkeeping would.
+            var rewound = stolen
+            rewound.ratchet.rewindForTesting()
+            #expect(throws: EnvelopeError.self) { _ = try sealed.open(with: rewound, identity: bob.identity.publicKey, now: bob.now) }
+            // 3. By deriving the session again from the stolen long-term keys (the one-time prekey is gone).
+            if sealed.start != nil {
+                for candidate in [nil] + bob.oneTimePrekeys.values.map(Optional.some) {
+                    let fresh = try? Session.accept(sealed, identity: bob.identity, signedPrekey: bob.signedPrekey, oneTimePrekey: candidate)
+                    if let fresh {
+                        #expect(throws: EnvelopeError.self) { _ = try sealed.open(with: fresh, identity: bob.identity.publicKey, now: bob.now) }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Healing: after a theft, once both sides have sent after a ratchet step, new messages do not
+    /// open with the stolen state — though they did before that, which shows the theft was real.
+    @Test func theSessionHealsAfterATheft() throws {
+        let alice = Side("alice"), bob = Side("bob")
+        let session = try alice.start(with: bob)
+        _ = try bob.receive(try alice.send("a1", to: bob, in: session))
+        let stolen = try #require(Session(serialized: bob.sessions[session]!.serialized()))
+
+        _ = try alice.receive(try bob.send("b1", to: alice, in: session))  // Bob's key from before the theft
+        let a2 = try alice.send("a2", to: bob, in: session)
+        guard case .version2(let sealedA2) = try Envelope.unseal(a2.envelope, id: a2.id, recipient: "bob", keys: bob.mailbox) else { return }
+        let (readByThief, _) = try sealedA2.open(with: stolen, identity: bob.identity.publicKey, now: bob.now)
+        #expect(readByThief.message.payload.text == "a2", "before healing the stolen state reads on")
+
+        _ = try bob.receive(a2)                                            // Bob turns: a key the thief never saw
+        _ = try alice.receive(try bob.send("b2", to: alice, in: session))
+        for text in ["a3", "a4"] {
+            let delivery = try alice.send(text, to: bob, in: session)
+            guard case .version2(let sealed) = try Envelope.unseal(delivery.envelope, id: delivery.id, recipient: "bob", keys: bob.mailbox) else { return }
+            #expect(throws: EnvelopeError.sessionMismatch) { _ = try sealed.open(with: stolen, identity: bob.identity.publicKey, now: bob.now) }
+            #expect(try bob.receive(delivery) == text)
+        }
+    }
+
+    @Test func lowOrderPrekeysAreRefused() throws {
+        let alice = Side("alice"), bob = Side("bob")
+        let zero = X25519PublicKey(bytes: [UInt8](repeating: 0, count: 32))!
+        #expect(throws: EnvelopeError.sessionMismatch) {
+            _ = try Session.initiate(identity: alice.identity, peerIdentity: bob.identity.publicKey,
+                                     signedPrekey: PublishedPrekey(id: 1, key: zero), oneTimePrekey: nil)
+        }
+        #expect(throws: EnvelopeError.sessionMismatch) {
+            _ = try Session.initiate(identity: alice.identity, peerIdentity: bob.identity.publicKey,
+                                     signedPrekey: PublishedPrekey(id: 1, key: bob.signedPrekey.publicKey),
+                                     oneTimePrekey: PublishedPrekey(id: 2, key: zero))
+        }
+    }
+
+    // MARK: Key bundles with a signed prekey
+
+    @Test func versionTwoBundlesSignTheirPrekey() throws {
+        let bob = Side("bob")
+        let bundle = bob.bundle
+        #expect(bundle.version == 2)
+        let decoded = try KeyBundle.decode(bundle.encoded(), for: "bob")
+        #expect(decoded == bundle)
+        #expect(decoded.keyID == KeyBundle(uid: "bob", identity: bob.identity, mailboxKey: bob.mailbox.publicKey).keyID,
+                "a new signed prekey keeps the key id: senders are not told their keys are stale")
+        // Another prekey under the same signature fails.
+        var json = try #require(try JSONSerialization.jsonObject(with: Data(bundle.encoded())) as? [String: Any])
+        json["signed_prekey"] = Base64URL.encode(X25519KeyPair().publicKey.bytes)
+        #expect(throws: KeyBundleError.badSignature) { try KeyBundle.decode(Array(try JSONSerialization.data(withJSONObject: json)), for: "bob") }
+        json["signed_prekey"] = Base64URL.encode(bob.signedPrekey.publicKey.bytes)
+        json["version"] = 1
+        #expect(throws: KeyBundleError.malformed("a version 1 bundle has no signed prekey")) {
+            try KeyBundle.decode(Array(try JSONSerialization.data(withJSONObject: json)), for: "bob")
+        }
+        json["version"] = 2
+        json["signed_prekey_id"] = nil
+        #expect(throws: KeyBundleError.self) { try KeyBundle.decode(Array(try JSONSerialization.data(withJSONObject: json)), for: "bob") }
+    }
+}
+
+extension RatchetState {
+    /// Winds the receiving counter back to 0, as a thief ignoring the bookkeeping would.
+    mutating func rewindForTesting() {
+        received = 0
+        skipped = []
+        retiredPeerKeys = []
+    }
+}
+
+extension EnvelopeCrafter {
+    /// Opens `envelope`'s outer layer, lets `change` alter the record, and seals it again.
+    static func reseal(_ envelope: [UInt8], keys: MailboxKeyPair, change: (inout [UInt8]) -> Void) throws -> [UInt8] {
+        let padded = try #require(keys.open(sealed: envelope))
+        let marker = try #require(padded.lastIndex(of: 0x80))
+        var record = Array(padded[..<marker])
+        change(&record)
+        return keys.publicKey.testSeal(try Envelope.pad(record))
+    }
+}
