@@ -126,8 +126,9 @@ extension ClientFrame: Codable {
 
 /// A frame the relay sends on the subscription socket. spec/protocol.md §8.4.
 public enum RelayFrame: Sendable, Equatable {
-    /// `{"type":"ready","pending":N}`: the first frame; N messages are waiting.
-    case ready(pending: Int)
+    /// `{"type":"ready","pending":N,"prekeys":M}`: the first frame; N messages are waiting, and
+    /// the relay holds M of the owner's one-time prekeys (nil from a relay older than prekeys).
+    case ready(pending: Int, prekeys: Int? = nil)
     /// `{"type":"message","message":{…,"envelope":…}}`: a delivery; ack it by id.
     case message(MessageRecord)
     /// `{"type":"acked","id":…}`: the message is erased.
@@ -155,7 +156,12 @@ public enum RelayFrame: Sendable, Equatable {
 
     /// The number of waiting messages of a `ready` frame.
     public var pending: Int? {
-        if case .ready(let pending) = self { pending } else { nil }
+        if case .ready(let pending, _) = self { pending } else { nil }
+    }
+
+    /// The owner's stored one-time prekeys, of a `ready` frame from a relay that says.
+    public var prekeys: Int? {
+        if case .ready(_, let prekeys) = self { prekeys } else { nil }
     }
 
     /// Whether a `sent` frame's send stored a new message (false: an identical retry).
@@ -196,13 +202,15 @@ public enum RelayFrame: Sendable, Equatable {
 }
 
 extension RelayFrame: Codable {
-    enum CodingKeys: String, CodingKey { case type, pending, message, ref, id, created, problem }
+    enum CodingKeys: String, CodingKey { case type, pending, prekeys, message, ref, id, created, problem }
 
     /// Decodes a frame; a type this version does not know decodes as ``unknown(type:)``.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         switch try container.decode(String.self, forKey: .type) {
-        case "ready": self = .ready(pending: try container.decode(Int.self, forKey: .pending))
+        case "ready":
+            self = .ready(pending: try container.decode(Int.self, forKey: .pending),
+                          prekeys: try container.decodeIfPresent(Int.self, forKey: .prekeys))
         case "message": self = .message(try container.decode(MessageRecord.self, forKey: .message))
         case "acked": self = .acked(id: try container.decode(String.self, forKey: .id))
         case "sent":
@@ -220,7 +228,9 @@ extension RelayFrame: Codable {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(type, forKey: .type)
         switch self {
-        case .ready(let pending): try container.encode(pending, forKey: .pending)
+        case .ready(let pending, let prekeys):
+            try container.encode(pending, forKey: .pending)
+            try container.encodeIfPresent(prekeys, forKey: .prekeys)
         case .message(let record): try container.encode(record, forKey: .message)
         case .acked(let id): try container.encode(id, forKey: .id)
         case .sent(let ref, let created, let record):

@@ -14,6 +14,9 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
     case invalidLease = "invalid_lease"
     /// A `key_id` that is not 22 characters of unpadded base64url.
     case invalidKeyID = "invalid_key_id"
+    /// A prekey upload with an entry that is not a usable X25519 key under an id 1…4294967295,
+    /// ids repeated, or no entries or too many.
+    case invalidPrekey = "invalid_prekey"
     // 401: who is asking is unknown.
     case unauthenticated = "unauthenticated"
     case sessionExpired = "session_expired"
@@ -30,6 +33,10 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
     /// The envelope was sealed to keys the recipient no longer publishes (its `key_id` is not
     /// the current bundle's): fetch the recipient's keys again, then re-seal and resend.
     case staleKeys = "stale_keys"
+    /// A prekey upload names an id the relay already holds with another key.
+    case prekeyConflict = "prekey_conflict"
+    /// A prekey upload would leave more prekeys stored than the relay keeps for one owner.
+    case tooManyPrekeys = "too_many_prekeys"
     // 413, 415, 429: limits. (Oversized headers close the connection; connections over the
     // limit wait to be accepted: neither has a request to answer.)
     case bodyTooLarge = "body_too_large"
@@ -41,6 +48,8 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
     case authorQuota = "author_quota"
     /// The mailbox already has the most page or message reads in progress.
     case tooManyReads = "too_many_reads"
+    /// Prekey claims come too fast: from this claimer, or for this owner (the answer does not say which).
+    case prekeyClaimsLimited = "prekey_claims_limited"
     // 5xx.
     case internalError = "internal"
     /// The relay's disk is (nearly) full: it takes no new messages until space is freed.
@@ -54,14 +63,14 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
     public var status: Int {
         switch self {
         case .badRequest, .invalidJSON, .invalidUID, .invalidMessageID, .invalidEnvelope, .invalidTTL,
-             .invalidCursor, .invalidKeyBundle, .invalidDocument, .invalidLease, .invalidKeyID: 400
+             .invalidCursor, .invalidKeyBundle, .invalidDocument, .invalidLease, .invalidKeyID, .invalidPrekey: 400
         case .unauthenticated, .sessionExpired, .invalidToken, .refreshInvalid, .refreshReused: 401
         case .forbidden, .blocked: 403
         case .notFound: 404
-        case .conflict, .blockListFull, .staleKeys: 409
+        case .conflict, .blockListFull, .staleKeys, .prekeyConflict, .tooManyPrekeys: 409
         case .bodyTooLarge, .envelopeTooLarge: 413
         case .unsupportedMediaType: 415
-        case .rateLimited, .mailboxFull, .authorQuota, .tooManyReads: 429
+        case .rateLimited, .mailboxFull, .authorQuota, .tooManyReads, .prekeyClaimsLimited: 429
         case .internalError: 500
         case .storageFull: 507
         case .unavailable: 503

@@ -36,6 +36,16 @@ struct ServeCommand: AsyncParsableCommand {
     var createRate: String?
     @Option(help: ArgumentHelp("Burst of creates per author [MAILSLOT_CREATE_BURST] (default 500).", valueName: "N"))
     var createBurst: String?
+    @Option(help: ArgumentHelp("Most one-time prekeys stored per user [MAILSLOT_MAX_PREKEYS] (default 200).", valueName: "N"))
+    var maxPrekeys: String?
+    @Option(help: ArgumentHelp("Prekey claims per second per claimer [MAILSLOT_PREKEY_CLAIM_RATE] (default 1).", valueName: "N"))
+    var prekeyClaimRate: String?
+    @Option(help: ArgumentHelp("Burst of prekey claims per claimer [MAILSLOT_PREKEY_CLAIM_BURST] (default 60).", valueName: "N"))
+    var prekeyClaimBurst: String?
+    @Option(help: ArgumentHelp("Prekey claims per second of one user's prekeys, all claimers together [MAILSLOT_PREKEY_MAILBOX_RATE] (default 0.2).", valueName: "N"))
+    var prekeyMailboxRate: String?
+    @Option(help: ArgumentHelp("Burst of prekey claims of one user's prekeys [MAILSLOT_PREKEY_MAILBOX_BURST] (default 30).", valueName: "N"))
+    var prekeyMailboxBurst: String?
     @Option(help: ArgumentHelp("Unacknowledged deliveries per subscription [MAILSLOT_WINDOW] (default 256).", valueName: "N"))
     var window: String?
     @Option(help: ArgumentHelp("Most concurrent connections [MAILSLOT_MAX_CONNECTIONS] (default 10000).", valueName: "N"))
@@ -75,7 +85,9 @@ struct ServeCommand: AsyncParsableCommand {
         let given: [(String, String?)] = [
             ("listen", listen), ("data", data), ("database-url", databaseURL), ("issuer-public-key", issuerPublicKey.isEmpty ? nil : issuerPublicKey.joined(separator: ",")),
             ("audience", audience), ("durability", durability), ("max-envelope-bytes", maxEnvelopeBytes), ("max-pending", maxPending),
-            ("create-rate", createRate), ("create-burst", createBurst), ("window", window), ("max-connections", maxConnections),
+            ("create-rate", createRate), ("create-burst", createBurst), ("max-prekeys", maxPrekeys), ("prekey-claim-rate", prekeyClaimRate),
+            ("prekey-claim-burst", prekeyClaimBurst), ("prekey-mailbox-rate", prekeyMailboxRate), ("prekey-mailbox-burst", prekeyMailboxBurst),
+            ("window", window), ("max-connections", maxConnections),
             ("header-timeout", headerTimeout), ("idle-timeout", idleTimeout), ("max-author-bytes", maxAuthorBytes),
             ("max-sessions-per-user", maxSessionsPerUser), ("min-free-bytes", minFreeBytes), ("disk-reserve-bytes", diskReserveBytes),
             ("session-ttl", sessionTTL), ("refresh-ttl", refreshTTL), ("message-ttl", messageTTL), ("max-message-ttl", maxMessageTTL),

@@ -14,12 +14,15 @@ import MailslotWire
         #expect(AccessRules.standard.allows(.delete, .message, principal: "alice", owner: "bob", author: "alice"))
         #expect(!AccessRules.standard.allows(.delete, .message, principal: "carol", owner: "bob", author: "alice"))
         #expect(!AccessRules.standard.allows(.delete, .message, principal: "carol", owner: "bob", author: nil))
+        #expect(!AccessRules.standard.allows(.claim, .message, principal: "bob", owner: "bob"), "claim is for prekeys only")
+        #expect(!AccessRules.standard.allows(.update, .prekeys, principal: "bob", owner: "bob"))
+        #expect(AccessRules.standard.allows(.claim, .prekeys, principal: "carol", owner: "bob"))
     }
 
     /// The table of spec/protocol.md §2 is `AccessRules.standard`, cell for cell: a row or a role
     /// added, removed or changed on either side fails here.
     @Test func theSpecTableIsTheStandardTable() throws {
-        let table = try MarkdownTable(in: "spec/protocol.md", header: ["resource", "create", "read", "update", "delete"])
+        let table = try MarkdownTable(in: "spec/protocol.md", header: ["resource", "create", "read", "update", "delete", "claim"])
         let roles: [String: Role] = ["owner": .owner, "author": .author, "signed-in": .signedIn]
         var documented: [Resource: [MailslotRelay.Operation: Set<Role>]] = [:]
         for row in table.rows {
@@ -64,6 +67,7 @@ import MailslotWire
             #expect(try await relay.call("PUT", "/v1/users/bob/keys", session: bob, body: bundle).status == 204)
             let message = messageID(1)
             #expect(try await relay.send(alice, to: "bob", id: message).status == 201)
+            let prekeys = ["prekeys": [["id": 1, "key": Base64URL.encode(MailboxKeyPair().publicKey.bytes)]]]
 
             struct Cell {
                 let method: String, path: String, body: Any?
@@ -80,6 +84,10 @@ import MailslotWire
                 Cell(method: "PUT", path: "/v1/users/bob/blocked/mallory", body: nil, owner: 204, author: 403, other: 403),
                 Cell(method: "DELETE", path: "/v1/users/bob/blocked/mallory", body: nil, owner: 204, author: 403, other: 403),
                 Cell(method: "GET", path: "/v1/users/bob/subscribe", body: nil, owner: 400, author: 403, other: 403),
+                Cell(method: "POST", path: "/v1/users/bob/prekeys", body: prekeys, owner: 200, author: 403, other: 403),
+                Cell(method: "GET", path: "/v1/users/bob/prekeys", body: nil, owner: 200, author: 403, other: 403),
+                Cell(method: "POST", path: "/v1/users/bob/prekeys/claim", body: nil, owner: 200, author: 200, other: 200),
+                Cell(method: "DELETE", path: "/v1/users/bob/prekeys", body: nil, owner: 204, author: 403, other: 403),
             ]
             for cell in cells {
                 let what = "\(cell.method) \(cell.path)"

@@ -1,5 +1,6 @@
 import Foundation
 import MailslotTestSupport
+import MailslotWire
 import Synchronization
 import Testing
 @testable import MailslotRelay
@@ -91,7 +92,7 @@ import Testing
     @Test(arguments: Backend.available)
     func refusalsComeInTheirOrder(_ backend: Backend) async throws {
         try await backend.withStore { store in
-            try await store.putKeyBundle(uid: "bob", bundle: Data([1, 2, 3]), keyID: "k1", now: Self.now)
+            try await store.putKeyBundle(uid: "bob", bundle: Data([1, 2, 3]), keyID: "k1", identityKey: "i1", now: Self.now)
             let tight = CreateLimits(maxPending: 2, maxAuthorBytes: 2 * 512)
             let stored = try await Self.create(store, id: "m1", keyID: "k1", limits: tight).message
             try await Self.create(store, id: "m2", keyID: "k1", limits: tight)
@@ -372,8 +373,8 @@ import Testing
             #expect(try await store.document(uid: "alice") == Data([3, 255]))
             #expect(try await store.deleteDocument(uid: "alice"))
             #expect(try await store.deleteDocument(uid: "alice") == false)
-            try await store.putKeyBundle(uid: "bob", bundle: Data([9]), keyID: "k1", now: Self.now)
-            try await store.putKeyBundle(uid: "bob", bundle: Data([8, 0]), keyID: "k2", now: Self.now)
+            try await store.putKeyBundle(uid: "bob", bundle: Data([9]), keyID: "k1", identityKey: "i1", now: Self.now)
+            try await store.putKeyBundle(uid: "bob", bundle: Data([8, 0]), keyID: "k2", identityKey: "i1", now: Self.now)
             #expect(try await store.keyBundle(uid: "bob") == Data([8, 0]))
             await #expect(throws: StoreRefusal.staleKeys) { try await Self.create(store, id: "m1", keyID: "k1") }
             try await Self.create(store, id: "m1", keyID: "k2")
@@ -393,6 +394,99 @@ import Testing
             try await store.block(owner: "bob", author: "c", now: Self.now, limit: 5)
             #expect(try await store.blocked(owner: "bob", after: "", limit: 10) == ["B", "Z", "b", "c", "é"])
             #expect(await store.isReady())
+        }
+    }
+
+    /// A prekey's key text: 32 bytes of `byte`, in base64url (the store keeps the text as given).
+    static func prekey(_ id: UInt32, _ byte: UInt8 = 1) -> StoredPrekey {
+        StoredPrekey(id: id, key: Base64URL.encode([UInt8](repeating: byte, count: 32)))
+    }
+
+    @Test(arguments: Backend.available)
+    func prekeysAreAddedIdempotentlyAllOrNothingAndBounded(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            #expect(try await store.prekeyCount(uid: "bob") == 0)
+            #expect(try await store.addPrekeys(uid: "bob", [Self.prekey(3), Self.prekey(1), Self.prekey(2)], limit: 5, now: Self.now) == 3)
+            #expect(try await store.addPrekeys(uid: "bob", [Self.prekey(3), Self.prekey(1)], limit: 5, now: Self.now) == 3,
+                    "a retry of stored prekeys changes nothing")
+            // Another key under a stored id refuses the whole upload, the new id of it included.
+            await #expect(throws: StoreRefusal.prekeyConflict) {
+                try await store.addPrekeys(uid: "bob", [Self.prekey(4), Self.prekey(2, 9)], limit: 5, now: Self.now)
+            }
+            #expect(try await store.prekeyCount(uid: "bob") == 3)
+            // Past the limit: nothing added; at it: all added (retries do not count twice).
+            await #expect(throws: StoreRefusal.tooManyPrekeys) {
+                try await store.addPrekeys(uid: "bob", [Self.prekey(4), Self.prekey(5), Self.prekey(6)], limit: 5, now: Self.now)
+            }
+            #expect(try await store.prekeyCount(uid: "bob") == 3)
+            #expect(try await store.addPrekeys(uid: "bob", [Self.prekey(1), Self.prekey(4), Self.prekey(5)], limit: 5, now: Self.now) == 5)
+            #expect(try await store.addPrekeys(uid: "carol", [Self.prekey(1, 7)], limit: 5, now: Self.now) == 1, "ids are per owner")
+            #expect(try await store.prekeyCount(uid: "bob") == 5)
+            try await store.deletePrekeys(uid: "bob")
+            #expect(try await store.prekeyCount(uid: "bob") == 0)
+            try await store.deletePrekeys(uid: "bob")
+            #expect(try await store.prekeyCount(uid: "carol") == 1, "another owner's are untouched")
+        }
+    }
+
+    @Test(arguments: Backend.available)
+    func claimsTakeTheLowestIdOnceAndHonourTheBlockList(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            #expect(try await store.claimPrekey(uid: "bob", claimer: "alice") == nil, "none stored")
+            _ = try await store.addPrekeys(uid: "bob", [Self.prekey(4_294_967_295, 3), Self.prekey(7, 2), Self.prekey(2, 1)], limit: 10,
+                                           now: Self.now)
+            #expect(try await store.claimPrekey(uid: "bob", claimer: "alice") == Self.prekey(2, 1))
+            #expect(try await store.prekeyCount(uid: "bob") == 2, "a claimed prekey is erased")
+            try await store.block(owner: "bob", author: "mallory", now: Self.now, limit: 10)
+            await #expect(throws: StoreRefusal.blocked) { try await store.claimPrekey(uid: "bob", claimer: "mallory") }
+            #expect(try await store.prekeyCount(uid: "bob") == 2, "a refused claim takes nothing")
+            #expect(try await store.claimPrekey(uid: "bob", claimer: "bob") == Self.prekey(7, 2), "the owner may claim too")
+            #expect(try await store.claimPrekey(uid: "bob", claimer: "carol") == Self.prekey(4_294_967_295, 3))
+            #expect(try await store.claimPrekey(uid: "bob", claimer: "alice") == nil, "none left")
+            // A claimed id may be uploaded again, with another key: it is gone, not marked.
+            #expect(try await store.addPrekeys(uid: "bob", [Self.prekey(2, 5)], limit: 10, now: Self.now) == 1)
+            #expect(try await store.claimPrekey(uid: "bob", claimer: "alice") == Self.prekey(2, 5))
+        }
+    }
+
+    /// 20 claims at once over 10 prekeys, from two stores (two relays, on PostgreSQL): 10 distinct
+    /// prekeys and 10 nils; nothing is handed out twice.
+    @Test(arguments: Backend.available)
+    func concurrentClaimsNeverShareAPrekey(_ backend: Backend) async throws {
+        try await backend.withStores(2) { stores in
+            _ = try await stores[0].addPrekeys(uid: "bob", (1...10).map { Self.prekey($0, UInt8($0)) }, limit: 200, now: Self.now)
+            let claimed = try await withThrowingTaskGroup(of: StoredPrekey?.self) { group in
+                for claim in 0..<20 {
+                    group.addTask { try await stores[claim % 2].claimPrekey(uid: "bob", claimer: "claimer\(claim)") }
+                }
+                var claimed: [StoredPrekey?] = []
+                for try await prekey in group { claimed.append(prekey) }
+                return claimed
+            }
+            let keys = claimed.compactMap { $0 }
+            #expect(keys.count == 10 && claimed.count == 20)
+            #expect(Set(keys.map(\.id)) == Set(1...10), "each prekey exactly once")
+            #expect(keys.allSatisfy { $0 == Self.prekey($0.id, UInt8($0.id)) })
+            #expect(try await stores[1].prekeyCount(uid: "bob") == 0)
+        }
+    }
+
+    @Test(arguments: Backend.available)
+    func prekeysGoWithTheirBundleAndIdentity(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            _ = try await store.addPrekeys(uid: "bob", [Self.prekey(1)], limit: 10, now: Self.now)
+            try await store.putKeyBundle(uid: "bob", bundle: Data([1]), keyID: "k1", identityKey: "i1", now: Self.now)
+            #expect(try await store.prekeyCount(uid: "bob") == 1, "a first bundle replaces no identity")
+            try await store.putKeyBundle(uid: "bob", bundle: Data([2]), keyID: "k2", identityKey: "i1", now: Self.now)
+            #expect(try await store.prekeyCount(uid: "bob") == 1, "a new mailbox key of the same identity keeps them")
+            _ = try await store.addPrekeys(uid: "carol", [Self.prekey(1)], limit: 10, now: Self.now)
+            try await store.putKeyBundle(uid: "bob", bundle: Data([3]), keyID: "k3", identityKey: "i2", now: Self.now)
+            #expect(try await store.prekeyCount(uid: "bob") == 0, "another identity's bundle erases the old identity's prekeys")
+            #expect(try await store.keyBundle(uid: "bob") == Data([3]))
+            _ = try await store.addPrekeys(uid: "bob", [Self.prekey(5)], limit: 10, now: Self.now)
+            #expect(try await store.deleteKeyBundle(uid: "bob"))
+            #expect(try await store.prekeyCount(uid: "bob") == 0, "withdrawing the bundle erases the prekeys")
+            #expect(try await store.prekeyCount(uid: "carol") == 1, "another owner's are untouched")
         }
     }
 

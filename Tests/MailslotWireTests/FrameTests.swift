@@ -41,6 +41,8 @@ import Testing
         let record = MessageRecord(id: id, author: "alice", createdAt: "2027-01-15T08:00:00+00:00", expiresAt: "2027-01-22T08:00:00+00:00",
                                    size: 512, seq: 7, envelope: "AAAA")
         let frames: [(RelayFrame, String)] = [
+            (.ready(pending: 3, prekeys: 0), #"{"pending":3,"prekeys":0,"type":"ready"}"#),
+            // A relay older than prekeys says nothing of them: read as unknown, not as none.
             (.ready(pending: 3), #"{"pending":3,"type":"ready"}"#),
             (.acked(id: id), #"{"id":"\#(id)","type":"acked"}"#),
             (.error(Problem(.staleKeys, "d"), ref: "r"),
@@ -58,5 +60,9 @@ import Testing
         #expect(try JSONDecoder().decode(RelayFrame.self, from: Data(#"{"type":"typing","who":"x"}"#.utf8)) == .unknown(type: "typing"),
                 "a newer relay's frame is kept as unknown, for clients to skip")
         #expect((try? JSONDecoder().decode(RelayFrame.self, from: Data(#"{"type":"ready"}"#.utf8))) == nil)
+        let ready = try JSONDecoder().decode(RelayFrame.self, from: Data(#"{"type":"ready","pending":2,"prekeys":17}"#.utf8))
+        #expect(ready.pending == 2 && ready.prekeys == 17)
+        #expect(RelayFrame.ready(pending: 2).prekeys == nil)
+        #expect((try? JSONDecoder().decode(RelayFrame.self, from: Data(#"{"type":"ready","pending":2,"prekeys":"x"}"#.utf8))) == nil)
     }
 }

@@ -54,6 +54,15 @@ import MailslotWire
     ])
     func ruleBypass(_ attack: String) async { await expectResisted(attack, .bypass) }
 
+    /// One-time prekeys: only their owner uploads, counts or withdraws them; a claim needs a
+    /// session, and what it takes is gone (never handed out again).
+    @Test(arguments: [
+        "rule.prekeys.owner-uploads", "rule.prekeys.other-cannot-upload", "rule.prekeys.other-cannot-count",
+        "rule.prekeys.other-cannot-delete", "rule.prekeys.anonymous-cannot-claim", "rule.prekeys.claim-consumes",
+        "rule.prekeys.owner-withdraws",
+    ])
+    func prekeyAbuse(_ attack: String) async { await expectResisted(attack, .rules) }
+
     @Test(arguments: [
         "envelope.odd-size-refused", "envelope.below-smallest-class-refused", "envelope.not-base64url-refused",
         "envelope.oversized-refused", "envelope.kept-byte-for-byte", "envelope.id-cannot-be-reused-with-another-envelope",

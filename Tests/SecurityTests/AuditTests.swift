@@ -42,6 +42,9 @@ import Testing
         Hole(operation: .delete, resource: .blockEntry, role: .signedIn, caughtBy: ["rule.block.other-cannot-unblock"]),
         Hole(operation: .update, resource: .keyBundle, role: .signedIn, caughtBy: ["rule.keys.other-cannot-replace"]),
         Hole(operation: .read, resource: .userDocument, role: .signedIn, caughtBy: ["rule.document.other-cannot-read"]),
+        Hole(operation: .create, resource: .prekeys, role: .signedIn, caughtBy: ["rule.prekeys.other-cannot-upload"]),
+        Hole(operation: .read, resource: .prekeys, role: .signedIn, caughtBy: ["rule.prekeys.other-cannot-count"]),
+        Hole(operation: .delete, resource: .prekeys, role: .signedIn, caughtBy: ["rule.prekeys.other-cannot-delete"]),
     ]
 
     @Test(arguments: holes)

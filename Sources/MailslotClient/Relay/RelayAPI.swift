@@ -83,6 +83,36 @@ struct RelayAPI: Sendable {
         _ = try await call("PUT", "/v1/users/\(owner)/blocked/\(author)", session: session)
     }
 
+    /// Adds one-time prekeys (1 to ``PrekeyUpload/maximumBatch``, ids distinct) to `owner`'s
+    /// supply on the relay; the number it holds afterwards. Repeating an upload is safe.
+    func uploadPrekeys(_ prekeys: [Prekey], owner: String, session: String) async throws -> Int {
+        try decode(PrekeyCount.self, try await call("POST", "/v1/users/\(owner)/prekeys", session: session,
+                                                    body: JSONEncoder().encode(PrekeyUpload(prekeys: prekeys)))).count
+    }
+
+    /// The number of one-time prekeys the relay holds for `owner`.
+    func prekeyCount(owner: String, session: String) async throws -> Int {
+        try decode(PrekeyCount.self, try await call("GET", "/v1/users/\(owner)/prekeys", session: session)).count
+    }
+
+    /// Withdraws all of `owner`'s one-time prekeys from the relay.
+    func deletePrekeys(owner: String, session: String) async throws {
+        _ = try await call("DELETE", "/v1/users/\(owner)/prekeys", session: session)
+    }
+
+    /// Claims one of `uid`'s one-time prekeys (the relay erases it); nil when none is left, and
+    /// the sender falls back to the bundle's key. A key that is not a usable X25519 key is the
+    /// relay's error, never used.
+    func claimPrekey(for uid: String, session: String) async throws -> (id: UInt32, key: MailboxPublicKey)? {
+        let claim = try decode(PrekeyClaim.self, try await call("POST", "/v1/users/\(uid)/prekeys/claim", session: session,
+                                                                body: JSONEncoder().encode(PrekeyClaimRequest())))
+        guard let prekey = claim.prekey else { return nil }
+        guard prekey.id >= 1, let key = prekey.publicKey, key.isUsable else {
+            throw ClientError.invalidResponse("the relay served prekey \(prekey.id), which is not a usable X25519 key")
+        }
+        return (prekey.id, key)
+    }
+
     /// One request; a problem answer becomes ``ClientError/relay(_:)``.
     func call(_ method: String, _ path: String, session: String? = nil, body: Data? = nil) async throws -> Data {
         // Every uid and id in `path` was checked against the identifier grammar: no escaping needed.

@@ -71,6 +71,14 @@ enum JSONBody {
         do { return try WireDecoding.decode(type, from: data, maxDepth: maxDepth) } catch { throw problem(error) }
     }
 
+    /// Decodes the body as `T` like ``decode(_:from:limit:maxDepth:)``, or nil when it is empty
+    /// (for requests whose body is optional).
+    static func decodeIfPresent<T: Decodable>(_ type: T.Type, from request: Request, limit: Int, maxDepth: Int) async throws -> T? {
+        let data = try await raw(request, limit: limit)
+        guard !data.isEmpty else { return nil }
+        do { return try WireDecoding.decode(type, from: data, maxDepth: maxDepth) } catch { throw problem(error) }
+    }
+
     /// The body, if it is declared JSON (or undeclared) and at most `limit` bytes.
     private static func raw(_ request: Request, limit: Int) async throws -> Data {
         if let type = request.headers[.contentType],

@@ -54,6 +54,26 @@ struct Routes: Sendable {
             return Response(status: .noContent)
         }
 
+        router.post("/v1/users/:uid/prekeys") { request, context in
+            let principal = try await principal(request)
+            let body = try await JSONBody.decode(PrekeyUpload.self, from: request, limit: Self.prekeyUploadBytes,
+                                                 maxDepth: configuration.maxJSONDepth)
+            return JSONBody.response(try await mailboxes.uploadPrekeys(principal, owner: try context.uid(), body, now: Clock.now()))
+        }
+        router.get("/v1/users/:uid/prekeys") { request, context in
+            JSONBody.response(try await mailboxes.prekeyCount(try await principal(request), owner: try context.uid()))
+        }
+        router.delete("/v1/users/:uid/prekeys") { request, context in
+            try await mailboxes.deletePrekeys(try await principal(request), owner: try context.uid())
+            return Response(status: .noContent)
+        }
+        router.post("/v1/users/:uid/prekeys/claim") { request, context in
+            let principal = try await principal(request)
+            // No body, or an empty object: nothing to say yet, but room to say it later.
+            _ = try await JSONBody.decodeIfPresent(PrekeyClaimRequest.self, from: request, limit: 4096, maxDepth: configuration.maxJSONDepth)
+            return JSONBody.response(try await mailboxes.claimPrekey(principal, owner: try context.uid(), now: Clock.now()))
+        }
+
         router.put("/v1/users/:uid/messages/:id") { request, context in
             let principal = try await principal(request)
             let body = try await JSONBody.decode(SendRequest.self, from: request, limit: configuration.maxBodyBytes,
@@ -105,6 +125,10 @@ struct Routes: Sendable {
             throw Problem(.badRequest, "this is a WebSocket endpoint: send an Upgrade: websocket request")
         }
     }
+
+    /// The largest prekey upload body: ``PrekeyUpload/maximumBatch`` entries of about 70 bytes,
+    /// with room for whitespace.
+    static let prekeyUploadBytes = 16 * 1024
 
     /// The `limit` query parameter, if given.
     private func limit(_ request: Request) throws -> Int? {

@@ -9,6 +9,8 @@ struct MailboxService: Sendable {
     let configuration: RelayConfiguration
     let hub: MailboxHub
     let rateLimiter: RateLimiter
+    /// The buckets of prekey claims (``claimPrekey(_:owner:now:)``).
+    let prekeyClaims: PrekeyClaimLimiter
     let readLimiter: ReadLimiter
     let erasure: ErasureScheduler
     let metrics: RelayMetrics
@@ -231,6 +233,7 @@ struct MailboxService: Sendable {
         erasure.erased()
     }
 
+    /// Erases the owner's key bundle and, with it, the one-time prekeys.
     func deleteKeyBundle(_ principal: Principal, owner: String) async throws {
         try Self.check(uid: owner)
         try require(.delete, .keyBundle, principal, owner: owner)
@@ -270,7 +273,9 @@ struct MailboxService: Sendable {
         } catch {
             throw Problem(.invalidKeyBundle, "the key bundle was refused: \(error.code)")
         }
-        try await store.putKeyBundle(uid: owner, bundle: body, keyID: bundle.keyID, now: now)
+        // A bundle of another identity erases the old identity's one-time prekeys with it.
+        try await store.putKeyBundle(uid: owner, bundle: body, keyID: bundle.keyID, identityKey: Base64URL.encode(bundle.identityKey.bytes),
+                                     now: now)
         erasure.erased()  // the replaced version must not linger in the WAL either
     }
 
@@ -302,7 +307,7 @@ struct MailboxService: Sendable {
     // MARK: Checks
 
     /// What the client is told of a store's refusal.
-    private func problem(_ refusal: StoreRefusal) -> Problem {
+    func problem(_ refusal: StoreRefusal) -> Problem {
         switch refusal {
         case .conflict: Problem(.conflict, "this message id is already used in this mailbox with another envelope")
         case .mailboxFull: Problem(.mailboxFull, "the mailbox holds \(configuration.maxPendingPerMailbox) pending messages; try later")
@@ -314,10 +319,13 @@ struct MailboxService: Sendable {
         case .storageFull: Problem.storageFull
         case .blockListFull: Problem(.blockListFull, "the block list holds \(configuration.maxBlockedPerOwner) authors; unblock some first")
         case .staleKeys: Problem(.staleKeys, "the recipient has published other keys since this envelope was sealed; fetch them and seal again")
+        case .prekeyConflict: Problem(.prekeyConflict, "a prekey id is already stored with another key; nothing was added")
+        case .tooManyPrekeys:
+            Problem(.tooManyPrekeys, "the relay keeps at most \(configuration.maxPrekeys) prekeys per user; nothing was added")
         }
     }
 
-    private func require(_ operation: Operation, _ resource: Resource, _ principal: Principal, owner: String,
+    func require(_ operation: Operation, _ resource: Resource, _ principal: Principal, owner: String,
                          author: String? = nil) throws {
         guard configuration.rules.allows(operation, resource, principal: principal.uid, owner: owner, author: author) else {
             throw Problem(.forbidden, "you may not do this")

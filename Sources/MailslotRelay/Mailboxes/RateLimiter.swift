@@ -1,6 +1,7 @@
 import Synchronization
 
-/// Per-author token buckets for message creation: `rate` tokens a second, up to `burst`.
+/// Token buckets per key (an author's creates; a claimer's or an owner's prekey claims,
+/// ``PrekeyClaimLimiter``): `rate` tokens a second, up to `burst`.
 /// Buckets idle long enough to be full again are forgotten, so memory stays bounded by the
 /// number of recently active authors. A lock, not an actor: a send decides everything it can
 /// without waiting, so that a socket's sends reach the store in the order they arrived.

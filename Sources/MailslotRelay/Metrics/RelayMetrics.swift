@@ -92,6 +92,11 @@ final class RelayMetrics: Sendable {
         CoreMetrics.Counter(label: "mailslot_messages_rejected_total", dimensions: [("reason", reason)], factory: factory).increment()
     }
 
+    /// A prekey claim answered: `claimed`, `empty` (none left) or `limited` (429).
+    func prekeyClaim(result: String) {
+        CoreMetrics.Counter(label: "mailslot_prekey_claims_total", dimensions: [("result", result)], factory: factory).increment()
+    }
+
     /// A sign-in: `ok`, or the token rejection reason.
     func signIn(outcome: String) {
         CoreMetrics.Counter(label: "mailslot_signins_total", dimensions: [("outcome", outcome)], factory: factory).increment()

@@ -3,14 +3,15 @@ import MailslotWire
 // The one access-rule table of the relay. Every route and every WebSocket frame asks it; nothing
 // else decides who may do what. Deny by default: a pair missing from the table allows no one.
 //
-// | resource                      | create    | read      | update | delete         |
-// |-------------------------------|-----------|-----------|--------|----------------|
-// | /users/{uid}                  | owner     | owner     | owner  | owner          |
-// | /users/{uid}/keys             | owner     | signed-in | owner  | owner          |
-// | /users/{uid}/messages/{id}    | signed-in | owner     | owner  | owner, author  |
-// | /users/{uid}/messages (list,  |           | owner     |        |                |
-// |   subscribe)                  |           |           |        |                |
-// | /users/{uid}/blocked/{author} | owner     | owner     | —      | owner          |
+// | resource                      | create    | read      | update | delete         | claim     |
+// |-------------------------------|-----------|-----------|--------|----------------|-----------|
+// | /users/{uid}                  | owner     | owner     | owner  | owner          | —         |
+// | /users/{uid}/keys             | owner     | signed-in | owner  | owner          | —         |
+// | /users/{uid}/messages/{id}    | signed-in | owner     | owner  | owner, author  | —         |
+// | /users/{uid}/messages (list,  |           | owner     |        |                | —         |
+// |   subscribe)                  |           |           |        |                |           |
+// | /users/{uid}/blocked/{author} | owner     | owner     | —      | owner          | —         |
+// | /users/{uid}/prekeys          | owner     | owner     | —      | owner          | signed-in |
 
 /// The things the rules protect.
 public enum Resource: String, Sendable, CaseIterable {
@@ -24,11 +25,15 @@ public enum Resource: String, Sendable, CaseIterable {
     case mailbox
     /// One entry of the owner's block list, `/users/{uid}/blocked/{author}`.
     case blockEntry
+    /// The owner's one-time prekeys, `/users/{uid}/prekeys` (and `…/prekeys/claim`).
+    case prekeys
 }
 
 /// What is done to a resource.
 public enum Operation: String, Sendable, CaseIterable {
     case create, read, update, delete
+    /// Taking one item for oneself, which removes it (a one-time prekey).
+    case claim
 }
 
 /// How the signed-in principal relates to the resource.
@@ -53,6 +58,7 @@ public struct AccessRules: Sendable {
         .message: [.create: [.signedIn], .read: [.owner], .update: [.owner], .delete: [.owner, .author]],
         .mailbox: [.read: [.owner]],
         .blockEntry: [.create: [.owner], .read: [.owner], .delete: [.owner]],
+        .prekeys: [.create: [.owner], .read: [.owner], .delete: [.owner], .claim: [.signedIn]],
     ])
 
     /// The roles `principal` holds toward a resource of `owner`, and of a message's `author`.

@@ -39,6 +39,10 @@ public struct Relay: Sendable {
                                   maxFamilies: configuration.maxSessionFamilies, metrics: metrics)
         mailboxes = MailboxService(store: store, configuration: configuration, hub: MailboxHub(),
                                    rateLimiter: RateLimiter(rate: configuration.createRate, burst: configuration.createBurst),
+                                   prekeyClaims: PrekeyClaimLimiter(claimerRate: configuration.prekeyClaimRate,
+                                                                    claimerBurst: configuration.prekeyClaimBurst,
+                                                                    ownerRate: configuration.prekeyMailboxRate,
+                                                                    ownerBurst: configuration.prekeyMailboxBurst),
                                    readLimiter: ReadLimiter(limit: configuration.maxConcurrentReads), erasure: erasure, metrics: metrics)
     }
 

@@ -59,6 +59,14 @@ public struct RelayConfiguration: Sendable {
     public var maxSessionFamilies = 32
     /// The most authors one owner may block.
     public var maxBlockedPerOwner = 10_000
+    /// The most one-time prekeys stored for one owner (`409 too_many_prekeys` beyond).
+    public var maxPrekeys = 200
+    /// Prekey claims per claimer: sustained rate per second and burst.
+    public var prekeyClaimRate: Double = 1
+    public var prekeyClaimBurst: Double = 60
+    /// Prekey claims of one owner's prekeys, by everyone together: rate per second and burst.
+    public var prekeyMailboxRate: Double = 0.2
+    public var prekeyMailboxBurst: Double = 30
     /// Envelope bytes (as base64url text) one page of `GET …/messages` holds at most; a longer
     /// page stops early and gives `next`.
     public var maxPageBytes = 4 * 1024 * 1024
@@ -127,9 +135,12 @@ public struct RelayConfiguration: Sendable {
                 "the longest message lifetime (\(maxMessageTTL) s) is over \(Defaults.maxMessageTTL) s (30 days), how long clients keep a replaced mailbox key.")
         require(createRate > 0 && createRate.isFinite && createBurst >= 1 && createBurst.isFinite,
                 "the create rate must be a number above 0 and the burst at least 1.")
+        for (name, rate, burst) in [("prekey claim", prekeyClaimRate, prekeyClaimBurst), ("prekey mailbox", prekeyMailboxRate, prekeyMailboxBurst)] {
+            require(rate > 0 && rate.isFinite && burst >= 1 && burst.isFinite, "the \(name) rate must be a number above 0 and the burst at least 1.")
+        }
         for (name, value) in [("pending messages per mailbox", maxPendingPerMailbox), ("delivery window", deliveryWindow),
                               ("connection limit", maxConnections), ("JSON depth", maxJSONDepth), ("frame fragments", maxFrameFragments),
-                              ("sign-ins per user", maxSessionFamilies), ("block list", maxBlockedPerOwner),
+                              ("sign-ins per user", maxSessionFamilies), ("block list", maxBlockedPerOwner), ("prekeys per user", maxPrekeys),
                               ("page size", maxPageBytes), ("concurrent reads", maxConcurrentReads), ("sweep batch", sweepBatch)] {
             require(value >= 1, "the \(name) must be at least 1, not \(value).")
         }

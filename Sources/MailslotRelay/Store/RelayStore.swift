@@ -1,8 +1,8 @@
 import Foundation
 
 // What the relay keeps, and the one interface its services use to keep it: messages with their
-// per-mailbox order, sessions and refresh families, documents, key bundles, block lists, mailbox
-// sizes, leases and expiry. The embedded SQLite store (Store/SQLite/) implements it; another
+// per-mailbox order, sessions and refresh families, documents, key bundles, one-time prekeys,
+// block lists, mailbox sizes, leases and expiry. The embedded SQLite store (Store/SQLite/) implements it; another
 // backend is another folder beside it, behind this protocol — the services, routes and sockets
 // never know which one runs. Times are milliseconds since the epoch, passed in by the caller.
 
@@ -22,6 +22,10 @@ enum StoreRefusal: Error, Equatable {
     case blockListFull
     /// The create names keys (a key id) that are not the recipient's published ones.
     case staleKeys
+    /// A prekey upload names an id stored with another key.
+    case prekeyConflict
+    /// A prekey upload would leave more prekeys stored than the owner may have.
+    case tooManyPrekeys
 }
 
 /// Why a write could not run at all (as opposed to a refusal of what it asked). The
@@ -55,6 +59,13 @@ enum CreateOutcome: Sendable, Equatable {
         case .created(let message, _), .duplicate(let message): message
         }
     }
+}
+
+/// One of an owner's one-time prekeys (spec/protocol.md §4.14): its id, and the X25519 public
+/// key as the unpadded base64url text it came as (strict, so equal keys are equal texts).
+struct StoredPrekey: Sendable, Equatable {
+    let id: UInt32
+    let key: String
 }
 
 /// The outcome of taking or releasing a lease.
@@ -157,8 +168,11 @@ protocol RelayStore: Sendable {
     @discardableResult
     func deleteDocument(uid: String) async throws -> Bool
     func keyBundle(uid: String) async throws -> Data?
-    /// Publishes `uid`'s verified bundle with its key id (``KeyBundle/keyID``).
-    func putKeyBundle(uid: String, bundle: Data, keyID: String, now: Int64) async throws
+    /// Publishes `uid`'s verified bundle with its key id (``KeyBundle/keyID``) and identity key
+    /// (base64url). When the stored bundle had another identity key, `uid`'s one-time prekeys
+    /// (which belonged to that identity) are erased in the same transaction.
+    func putKeyBundle(uid: String, bundle: Data, keyID: String, identityKey: String, now: Int64) async throws
+    /// Erases `uid`'s bundle and, in the same transaction, its one-time prekeys; whether a bundle was stored.
     @discardableResult
     func deleteKeyBundle(uid: String) async throws -> Bool
     /// The authors `owner` has blocked, in byte order, after `cursor`; at most `limit`.
@@ -167,6 +181,23 @@ protocol RelayStore: Sendable {
     func block(owner: String, author: String, now: Int64, limit: Int) async throws
     @discardableResult
     func unblock(owner: String, author: String) async throws -> Bool
+
+    // MARK: One-time prekeys
+
+    /// Adds `prekeys` (ids distinct) to `uid`'s supply, in one transaction: one stored under its
+    /// id with the same key is left as it is (a retry); one stored with another key refuses the
+    /// whole upload (``StoreRefusal/prekeyConflict``), and so does a supply that would then pass
+    /// `limit` (``StoreRefusal/tooManyPrekeys``). Prekeys are no message bytes: no mailbox size
+    /// or author quota counts them. The number stored afterwards.
+    func addPrekeys(uid: String, _ prekeys: [StoredPrekey], limit: Int, now: Int64) async throws -> Int
+    /// The number of `uid`'s stored prekeys.
+    func prekeyCount(uid: String) async throws -> Int
+    /// Erases all of `uid`'s prekeys.
+    func deletePrekeys(uid: String) async throws
+    /// Takes `uid`'s prekey of the lowest id for `claimer` and erases it, atomically: concurrent
+    /// claims, from any relay, never get the same one. Nil when none is left; refused
+    /// (``StoreRefusal/blocked``) when `uid` has blocked `claimer`.
+    func claimPrekey(uid: String, claimer: String) async throws -> StoredPrekey?
 
     // MARK: Sessions
 

@@ -104,7 +104,9 @@ final class Subscriber: Sendable {
         }
         do {
             let pending = try await session.mailboxes.store.pendingCount(recipient: owner, now: Clock.now())
-            try await write(SubscriptionSession.text(.ready(pending: pending)), waiting: true)
+            // The owner learns here when its one-time prekeys run low (spec/protocol.md §8.4).
+            let prekeys = try await session.mailboxes.store.prekeyCount(uid: owner)
+            try await write(SubscriptionSession.text(.ready(pending: pending, prekeys: prekeys)), waiting: true)
         } catch {
             return refuse(error)
         }

@@ -84,7 +84,7 @@ final class AuditContext: @unchecked Sendable {
     }
 
     /// Erases what the audit left on the relay: every message in its users' mailboxes, the
-    /// messages they sent elsewhere (unsend), documents, bundles, block entries; then signs out.
+    /// messages they sent elsewhere (unsend), documents, bundles, prekeys, block entries; then signs out.
     func cleanUp() async {
         let users = lock.withLock { signedIn }
         for user in users {
@@ -104,6 +104,7 @@ final class AuditContext: @unchecked Sendable {
             }
             _ = try? await http.call("DELETE", "/v1/users/\(owner.uid)", session: owner.session)
             _ = try? await http.call("DELETE", "/v1/users/\(owner.uid)/keys", session: owner.session)
+            _ = try? await http.call("DELETE", "/v1/users/\(owner.uid)/prekeys", session: owner.session)
             if let list = try? await http.call("GET", "/v1/users/\(owner.uid)/blocked", session: owner.session),
                let blocked = list.json["blocked"] as? [String] {
                 for author in blocked { _ = try? await http.call("DELETE", "/v1/users/\(owner.uid)/blocked/\(author)", session: owner.session) }

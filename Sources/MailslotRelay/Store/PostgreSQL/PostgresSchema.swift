@@ -244,6 +244,43 @@ enum PostgresSchema {
                 autovacuum_vacuum_cost_delay = 0)
             """,
         ]),
+        // SQLite's v7. A prekey is no message: it changes no size, so its writes do not take the
+        // write lock. An upload holds the owner's advisory lock (prekeys) while it counts; a
+        // claim deletes the lowest row no other claim has locked (SKIP LOCKED), so concurrent
+        // claims, on any node, each get another key or none.
+        Migration(version: 3, name: "one-time prekeys, identity keys", sql: [
+            """
+            CREATE TABLE prekeys (
+                uid TEXT NOT NULL,
+                id BIGINT NOT NULL CHECK (id BETWEEN 1 AND 4294967295),
+                key TEXT NOT NULL CHECK (length(key) = 43),
+                created_at BIGINT NOT NULL,
+                PRIMARY KEY (uid, id)
+            )
+            """,
+            """
+            ALTER TABLE prekeys SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 50,
+                autovacuum_vacuum_cost_delay = 0)
+            """,
+            // Beside each bundle its identity key, so that a bundle of another identity erases the
+            // old identity's prekeys with one lookup; read from the stored bundles' JSON. One that
+            // cannot be read gets none, and its identity counts as another one.
+            "ALTER TABLE key_bundles ADD COLUMN identity_key TEXT",
+            """
+            DO $$
+            DECLARE
+                v_uid TEXT;
+            BEGIN
+                FOR v_uid IN SELECT uid FROM key_bundles LOOP
+                    BEGIN
+                        UPDATE key_bundles SET identity_key = convert_from(bundle, 'UTF8')::jsonb ->> 'identity_key' WHERE uid = v_uid;
+                    EXCEPTION WHEN others THEN
+                        NULL;
+                    END;
+                END LOOP;
+            END $$
+            """,
+        ]),
     ]
 
     /// Applies the migrations the database lacks, one node at a time; refuses a database whose

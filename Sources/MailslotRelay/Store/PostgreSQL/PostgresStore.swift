@@ -421,20 +421,33 @@ final class PostgresStore: RelayStore {
         }
     }
 
-    /// Publishes `uid`'s verified bundle with its key id (``KeyBundle/keyID``).
-    func putKeyBundle(uid: String, bundle: Data, keyID: String, now: Int64) async throws {
+    /// Publishes `uid`'s verified bundle with its key id (``KeyBundle/keyID``) and identity key;
+    /// a bundle of another identity than the stored one erases `uid`'s prekeys with it. Holds the
+    /// owner's prekey lock, so that no upload counts prekeys that are being erased.
+    func putKeyBundle(uid: String, bundle: Data, keyID: String, identityKey: String, now: Int64) async throws {
         try await write("put_key_bundle") { connection, logger in
+            try await Self.lock(connection, logger, space: .prekeys, key: uid)
+            if let stored = try await Self.first(connection, "SELECT identity_key FROM key_bundles WHERE uid = \(uid) FOR UPDATE", logger),
+               try stored.decode(String?.self) != identityKey {
+                // Identity keys are public: no need for a constant-time compare.
+                try await connection.query("DELETE FROM prekeys WHERE uid = \(uid)", logger: logger)
+            }
             _ = try await connection.query("""
-                INSERT INTO key_bundles (uid, bundle, key_id, updated_at) VALUES (\(uid), \(bundle), \(keyID), \(now))
-                ON CONFLICT (uid) DO UPDATE SET bundle = excluded.bundle, key_id = excluded.key_id, updated_at = excluded.updated_at
+                INSERT INTO key_bundles (uid, bundle, key_id, identity_key, updated_at) VALUES (\(uid), \(bundle), \(keyID), \(identityKey), \(now))
+                ON CONFLICT (uid) DO UPDATE SET bundle = excluded.bundle, key_id = excluded.key_id,
+                    identity_key = excluded.identity_key, updated_at = excluded.updated_at
                 """, logger: logger)
         }
     }
 
+    /// Erases `uid`'s bundle and its prekeys; whether a bundle was stored.
     @discardableResult
     func deleteKeyBundle(uid: String) async throws -> Bool {
         try await write("delete_key_bundle") { connection, logger in
-            try await Self.first(connection, "DELETE FROM key_bundles WHERE uid = \(uid) RETURNING 1", logger) != nil
+            try await Self.lock(connection, logger, space: .prekeys, key: uid)
+            let deleted = try await Self.first(connection, "DELETE FROM key_bundles WHERE uid = \(uid) RETURNING 1", logger) != nil
+            try await connection.query("DELETE FROM prekeys WHERE uid = \(uid)", logger: logger)
+            return deleted
         }
     }
 
@@ -487,6 +500,7 @@ final class PostgresStore: RelayStore {
     enum LockSpace: Int32 {
         case blockList = 1
         case signIns = 2
+        case prekeys = 3
     }
 
     /// Takes the advisory lock on `key` in `space` until the transaction ends.

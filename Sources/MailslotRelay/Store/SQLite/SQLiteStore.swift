@@ -287,13 +287,20 @@ final class SQLiteStore: RelayStore {
         try await read("key_bundle") { db in try Data.fetchOne(db.cachedStatement(sql: "SELECT bundle FROM key_bundles WHERE uid = ?"), arguments: [uid]) }
     }
 
-    /// Publishes `uid`'s verified bundle with its key id (``KeyBundle/keyID``).
-    func putKeyBundle(uid: String, bundle: Data, keyID: String, now: Int64) async throws {
+    /// Publishes `uid`'s verified bundle with its key id (``KeyBundle/keyID``) and identity key;
+    /// a bundle of another identity than the stored one erases `uid`'s prekeys with it.
+    func putKeyBundle(uid: String, bundle: Data, keyID: String, identityKey: String, now: Int64) async throws {
         try await write("put_key_bundle") { db in
+            let stored = try Row.fetchOne(db.cachedStatement(sql: "SELECT identity_key FROM key_bundles WHERE uid = ?"), arguments: [uid])
+            // Identity keys are public: no need for a constant-time compare.
+            if let stored, stored["identity_key"] as String? != identityKey {
+                try db.cachedStatement(sql: "DELETE FROM prekeys WHERE uid = ?").execute(arguments: [uid])
+            }
             try db.cachedStatement(sql: """
-                INSERT INTO key_bundles (uid, bundle, key_id, updated_at) VALUES (?, ?, ?, ?)
-                ON CONFLICT (uid) DO UPDATE SET bundle = excluded.bundle, key_id = excluded.key_id, updated_at = excluded.updated_at
-                """).execute(arguments: [uid, bundle, keyID, now])
+                INSERT INTO key_bundles (uid, bundle, key_id, identity_key, updated_at) VALUES (?, ?, ?, ?, ?)
+                ON CONFLICT (uid) DO UPDATE SET bundle = excluded.bundle, key_id = excluded.key_id,
+                    identity_key = excluded.identity_key, updated_at = excluded.updated_at
+                """).execute(arguments: [uid, bundle, keyID, identityKey, now])
         }
     }
 
@@ -309,7 +316,10 @@ final class SQLiteStore: RelayStore {
     func deleteKeyBundle(uid: String) async throws -> Bool {
         try await write("delete_key_bundle") { db in
             try db.cachedStatement(sql: "DELETE FROM key_bundles WHERE uid = ?").execute(arguments: [uid])
-            return db.changesCount > 0
+            let deleted = db.changesCount > 0
+            // The prekeys belonged to the keys now withdrawn.
+            try db.cachedStatement(sql: "DELETE FROM prekeys WHERE uid = ?").execute(arguments: [uid])
+            return deleted
         }
     }
 

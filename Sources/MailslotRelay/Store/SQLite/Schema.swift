@@ -174,6 +174,28 @@ enum Schema {
                 try db.execute(sql: "UPDATE key_bundles SET key_id = ? WHERE uid = ?", arguments: [keyID, uid])
             }
         }
+        // One-time prekeys (spec/protocol.md §4.14): public keys an owner leaves for senders, each
+        // claimed once and then erased (deleted: secure_delete overwrites it). Beside each bundle
+        // its identity key, so that a bundle of another identity erases the old identity's
+        // prekeys with one lookup; computed for stored bundles, as v6 computed key ids.
+        migrator.registerMigration("v7: one-time prekeys, identity keys") { db in
+            try db.execute(sql: """
+                CREATE TABLE prekeys (
+                    uid TEXT NOT NULL,
+                    id INTEGER NOT NULL CHECK (id BETWEEN 1 AND 4294967295),
+                    key TEXT NOT NULL CHECK (length(key) = 43),
+                    created_at INTEGER NOT NULL,
+                    PRIMARY KEY (uid, id)
+                ) WITHOUT ROWID;
+                ALTER TABLE key_bundles ADD COLUMN identity_key TEXT;
+                """)
+            for row in try Row.fetchAll(db, sql: "SELECT uid, bundle FROM key_bundles") {
+                let uid: String = row["uid"], bundle: Data = row["bundle"]
+                // A bundle that no longer decodes gets none: its identity counts as another one.
+                let identityKey = (try? KeyBundle.decode(Array(bundle), for: uid)).map { Base64URL.encode($0.identityKey.bytes) }
+                try db.execute(sql: "UPDATE key_bundles SET identity_key = ? WHERE uid = ?", arguments: [identityKey, uid])
+            }
+        }
         return migrator
     }
 }

@@ -72,6 +72,70 @@ enum RuleChecks {
                    body: ["envelope": Base64URL.encode(randomBytes(512))], 403, "blocked")
         await cell("block.other-cannot-unblock", "DELETE", blocked, mallory, 403, "forbidden")
         await cell("block.owner-unblocks", "DELETE", blocked, bob, 204)
+
+        await prekeys(context)
+    }
+
+    /// One-time prekeys (spec/protocol.md §4.14): only the owner uploads, counts and withdraws
+    /// them; any signed-in user claims one, and a claimed one is gone for good.
+    static func prekeys(_ context: AuditContext) async {
+        let http = context.http
+        let bob = context.bob!, alice = context.alice!, mallory = context.mallory!
+        let path = "/v1/users/\(bob.uid)/prekeys"
+        func upload(_ ids: ClosedRange<Int>) -> [String: Any] {
+            ["prekeys": ids.map { ["id": $0, "key": Base64URL.encode(MailboxKeyPair().publicKey.bytes)] }]
+        }
+        func count() async throws -> Int? {
+            try await http.call("GET", path, session: bob.session).json["count"] as? Int
+        }
+        func claim(_ user: AuditUser?) async throws -> AuditHTTP.Answer {
+            try await http.call("POST", path + "/claim", session: user?.session, body: [String: Any]())
+        }
+        await context.check("rule.prekeys.owner-uploads") {
+            _ = try await http.call("DELETE", path, session: bob.session)
+            let answer = try await http.call("POST", path, session: bob.session, body: upload(1...3))
+            context.record("rule.prekeys.owner-uploads", answer.status == 200 && answer.json["count"] as? Int == 3,
+                           "expected 200 with count 3, got \(answer.summary) \(answer.json["count"] ?? "no count")")
+        }
+        await context.check("rule.prekeys.other-cannot-upload") {
+            context.expect("rule.prekeys.other-cannot-upload", try await http.call("POST", path, session: mallory.session, body: upload(100...100)),
+                           403, "forbidden")
+        }
+        await context.check("rule.prekeys.other-cannot-count") {
+            context.expect("rule.prekeys.other-cannot-count", try await http.call("GET", path, session: mallory.session), 403, "forbidden")
+        }
+        await context.check("rule.prekeys.other-cannot-delete") {
+            let answer = try await http.call("DELETE", path, session: mallory.session)
+            let left = try await count()
+            context.record("rule.prekeys.other-cannot-delete", answer.status == 403 && answer.code == "forbidden" && left == 3,
+                           "expected 403 forbidden and 3 prekeys left, got \(answer.summary) and \(left.map(String.init) ?? "no count")")
+        }
+        await context.check("rule.prekeys.anonymous-cannot-claim") {
+            context.expect("rule.prekeys.anonymous-cannot-claim", try await claim(nil), 401)
+        }
+        // Three claims take the three prekeys, each once, lowest id first; the fourth finds none.
+        await context.check("rule.prekeys.claim-consumes") {
+            var ids: [Int] = []
+            for user in [alice, mallory, alice] {
+                let answer = try await claim(user)
+                guard answer.status == 200, let prekey = answer.json["prekey"] as? [String: Any], let id = prekey["id"] as? Int else {
+                    return context.record("rule.prekeys.claim-consumes", false, "a claim answered \(answer.summary) \(answer.text.prefix(200))")
+                }
+                ids.append(id)
+            }
+            let last = try await claim(alice)
+            let left = try await count()
+            context.record("rule.prekeys.claim-consumes",
+                           ids == [1, 2, 3] && last.status == 200 && last.json["prekey"] is NSNull && left == 0,
+                           "expected ids [1, 2, 3], then none and a count of 0; got \(ids), \(last.summary) \(last.text.prefix(100)), \(left.map(String.init) ?? "no count")")
+        }
+        await cell(context, "prekeys.owner-withdraws", "DELETE", path, bob, 204)
+    }
+
+    private static func cell(_ context: AuditContext, _ name: String, _ method: String, _ path: String, _ user: AuditUser?, _ status: Int) async {
+        await context.check("rule.\(name)") {
+            context.expect("rule.\(name)", try await context.http.call(method, path, session: user?.session), status)
+        }
     }
 
     /// Opens bob's subscription as `user`: the owner gets `ready`; anyone else an error frame
