@@ -142,7 +142,11 @@ let package = Package(
                 .product(name: "PostgresNIO", package: "postgres-nio"),
             ]
         ),
-        .testTarget(name: "MailslotClientTests", dependencies: ["MailslotClient", "MailslotRelay", "MailslotTestSupport"]),
+        .testTarget(name: "MailslotClientTests", dependencies: [
+            "MailslotClient", "MailslotRelay", "MailslotTestSupport",
+            // The session tests read the client's store as a thief would.
+            .product(name: "GRDB", package: "GRDB.swift"),
+        ]),
         // The attack catalogue, against in-process relays.
         .testTarget(
             name: "SecurityTests",

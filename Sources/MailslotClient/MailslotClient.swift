@@ -51,8 +51,9 @@ public actor MailslotClient {
             throw error
         }
         try await store.saveSession(grant)
-        try await api.putKeys(identity.bundle(), session: grant.session)
+        try await api.putKeys(try await currentBundle(of: identity), session: grant.session)
         try await store.markPublished(identity)
+        await replenishPrekeys()
         return grant.uid
     }
 
@@ -159,7 +160,8 @@ public actor MailslotClient {
     public func rotateMailboxKey() async throws {
         let rotated = try await store.rotateMailboxKey()
         // Not published until the relay took it: the next receive or flush tries again.
-        try await authorized { try await api.putKeys(rotated.bundle(), session: $0) }
+        let bundle = try await currentBundle(of: rotated)
+        try await authorized { try await api.putKeys(bundle, session: $0) }
         try await store.markPublished(rotated)
     }
 

@@ -22,6 +22,9 @@ public struct Contact: Sendable, Equatable {
     public let mailboxKey: MailboxPublicKey
     /// How far it is trusted.
     public let trust: Trust
+    /// The signed prekey of the contact's bundle (version 2): messages to it go in a session with
+    /// forward secrecy (spec/sessions.md). Nil for a contact that publishes none (version 1).
+    public let signedPrekey: PublishedPrekey?
 
     /// The key id of the pinned keys, sent with every message sealed to them (``KeyBundle/keyID``).
     public var keyID: String { KeyBundle.keyID(identityKey: identityKey, mailboxKey: mailboxKey) }
@@ -44,24 +47,36 @@ extension ClientStore {
         let identity: Data = row["identity_key"], mailbox: Data = row["mailbox_key"], trust: String = row["trust"]
         guard let identityKey = IdentityPublicKey(bytes: identity), let mailboxKey = MailboxPublicKey(bytes: mailbox),
               let level = Contact.Trust(rawValue: trust) else { return nil }
-        return Contact(uid: row["uid"], identityKey: identityKey, mailboxKey: mailboxKey, trust: level)
+        let prekeyID: Int64? = row["signed_prekey_id"], prekey: Data? = row["signed_prekey"]
+        let signedPrekey = prekeyID.flatMap { id in
+            prekey.flatMap(MailboxPublicKey.init(bytes:)).map { PublishedPrekey(id: UInt32(truncatingIfNeeded: id), key: $0) }
+        }
+        return Contact(uid: row["uid"], identityKey: identityKey, mailboxKey: mailboxKey, trust: level, signedPrekey: signedPrekey)
     }
 
     /// Pins `bundle` (already verified for its uid) on first use.
     func pin(_ bundle: KeyBundle) async throws {
         try await pool.write { db in
             try db.execute(sql: """
-                INSERT INTO contacts (uid, identity_key, mailbox_key, trust, updated_at) VALUES (?, ?, ?, 'pinned', ?)
+                INSERT INTO contacts (uid, identity_key, mailbox_key, trust, updated_at, signed_prekey_id, signed_prekey)
+                VALUES (?, ?, ?, 'pinned', ?, ?, ?)
                 ON CONFLICT (uid) DO NOTHING
-                """, arguments: [bundle.uid, Data(bundle.identityKey.bytes), Data(bundle.mailboxKey.bytes), Date().timeIntervalSince1970])
+                """, arguments: [bundle.uid, Data(bundle.identityKey.bytes), Data(bundle.mailboxKey.bytes), Date().timeIntervalSince1970,
+                                 bundle.signedPrekey.map { Int64($0.id) }, bundle.signedPrekey.map { Data($0.key.bytes) }])
         }
     }
 
-    /// Updates the mailbox key of a contact whose identity key is unchanged (keys rotate under one identity).
+    /// Updates the mailbox key and signed prekey of a contact whose identity key is unchanged
+    /// (keys rotate under one identity). A bundle without a signed prekey leaves the known one:
+    /// a contact once seen with sessions is never sent version 1 again (spec/sessions.md §6).
     func updateMailboxKey(_ bundle: KeyBundle) async throws {
         try await pool.write { db in
-            try db.execute(sql: "UPDATE contacts SET mailbox_key = ?, updated_at = ? WHERE uid = ? AND identity_key = ?",
-                           arguments: [Data(bundle.mailboxKey.bytes), Date().timeIntervalSince1970, bundle.uid, Data(bundle.identityKey.bytes)])
+            try db.execute(sql: """
+                UPDATE contacts SET mailbox_key = ?, updated_at = ?,
+                    signed_prekey_id = COALESCE(?, signed_prekey_id), signed_prekey = COALESCE(?, signed_prekey)
+                WHERE uid = ? AND identity_key = ?
+                """, arguments: [Data(bundle.mailboxKey.bytes), Date().timeIntervalSince1970, bundle.signedPrekey.map { Int64($0.id) },
+                                 bundle.signedPrekey.map { Data($0.key.bytes) }, bundle.uid, Data(bundle.identityKey.bytes)])
         }
     }
 
@@ -87,8 +102,14 @@ extension ClientStore {
         try await pool.write { db in
             guard let row = try Row.fetchOne(db, sql: "SELECT * FROM contacts WHERE uid = ?", arguments: [uid]) else { return nil }
             if let offered: Data = row["offered_bundle"], let bundle = try? KeyBundle.decode(Array(offered), for: uid) {
-                try db.execute(sql: "UPDATE contacts SET identity_key = ?, mailbox_key = ? WHERE uid = ?",
-                               arguments: [Data(bundle.identityKey.bytes), Data(bundle.mailboxKey.bytes), uid])
+                // A new identity: new keys, and the sessions with the old one are over.
+                try db.execute(sql: """
+                    UPDATE contacts SET identity_key = ?, mailbox_key = ?, signed_prekey_id = ?, signed_prekey = ?, sessions_used = 0
+                    WHERE uid = ?
+                    """, arguments: [Data(bundle.identityKey.bytes), Data(bundle.mailboxKey.bytes), bundle.signedPrekey.map { Int64($0.id) },
+                                     bundle.signedPrekey.map { Data($0.key.bytes) }, uid])
+                try db.execute(sql: "DELETE FROM sessions WHERE contact = ? AND peer_identity <> ?",
+                               arguments: [uid, Data(bundle.identityKey.bytes)])
             }
             try db.execute(sql: "UPDATE contacts SET trust = 'verified', offered_bundle = NULL, updated_at = ? WHERE uid = ?",
                            arguments: [Date().timeIntervalSince1970, uid])

@@ -11,17 +11,18 @@ struct Identity: Sendable {
     /// Replaced mailbox keys, newest first, no older than ``ClientStore/previousKeyLifetime``.
     var previousMailboxes: [MailboxKeyPair] = []
 
-    /// The self-signed bundle to publish at `/v1/users/{uid}/keys`.
-    func bundle(at date: Date = Date()) -> KeyBundle {
-        KeyBundle(uid: uid, identity: signing, mailboxKey: mailbox.publicKey, createdAt: date)
+    /// The self-signed bundle to publish at `/v1/users/{uid}/keys`, with the current signed prekey.
+    func bundle(signedPrekey: PublishedPrekey, at date: Date = Date()) -> KeyBundle {
+        KeyBundle(uid: uid, identity: signing, mailboxKey: mailbox.publicKey, signedPrekey: signedPrekey, createdAt: date)
     }
 
-    /// Opens an envelope with the current mailbox key, or else with a previous one: a sender may
-    /// have sealed it before the rotation. Any failure other than "sealed to another key" is final.
-    func open(_ envelope: [UInt8], id: String) throws(EnvelopeError) -> OpenedEnvelope {
-        do { return try Envelope.open(envelope, id: id, recipient: uid, keys: mailbox) } catch .cannotDecrypt {
+    /// Opens an envelope's outer layer with the current mailbox key, or else with a previous one:
+    /// a sender may have sealed it before the rotation. Any failure other than "sealed to another
+    /// key" is final.
+    func unseal(_ envelope: [UInt8], id: String) throws(EnvelopeError) -> UnsealedEnvelope {
+        do { return try Envelope.unseal(envelope, id: id, recipient: uid, keys: mailbox) } catch .cannotDecrypt {
             for previous in previousMailboxes {
-                do { return try Envelope.open(envelope, id: id, recipient: uid, keys: previous) } catch .cannotDecrypt { continue }
+                do { return try Envelope.unseal(envelope, id: id, recipient: uid, keys: previous) } catch .cannotDecrypt { continue }
             }
             throw .cannotDecrypt
         }

@@ -34,6 +34,8 @@ extension MailslotClient {
             }
             cursor = page.next
         } while cursor != nil
+        // New messages may have started sessions, each using up one of the relay's one-time prekeys.
+        if !received.isEmpty { await replenishPrekeys() }
         return received
     }
 
@@ -46,51 +48,99 @@ extension MailslotClient {
             try await store.storeRejected(id: record.id, author: record.author, reason: "envelope_missing")
             return Accepted()
         }
-        let opened: OpenedEnvelope
-        do { opened = try await open(envelope, id: record.id, as: me) } catch {
+        do {
+            switch try await unseal(envelope, id: record.id, as: me) {
+            case .version1(let opened): return try await acceptVersion1(opened, record)
+            case .version2(let sealed): return try await acceptVersion2(sealed, record, as: me)
+            }
+        } catch let error as EnvelopeError {
             try await store.storeRejected(id: record.id, author: record.author, reason: error.code)
-            guard error == .cannotDecrypt else { return Accepted() }
+            guard Self.isUnreadable(error) else { return Accepted() }
             // Delivered again (its ack was lost): the notice queued the first time, still waiting.
             if try await store.hasNotice(for: record.id) { return Accepted(notice: try await store.waitingNotice(for: record.id)) }
             return Accepted(notice: try await queueUnreadableNotice(for: record, as: me))
         }
-        guard opened.sender == record.author else {
-            try await store.storeRejected(id: record.id, author: record.author, reason: "author_mismatch")
-            return Accepted()
-        }
-        let signedByPinnedKey: Bool
-        do {
-            let sender = try await contact(opened.sender)
-            signedByPinnedKey = sender.identityKey == opened.senderKey
-            // Signed by another key than the pinned one: check what the relay serves now.
-            if !signedByPinnedKey { _ = try? await refreshKeys(of: opened.sender) }
-        } catch ClientError.keyChanged {
-            signedByPinnedKey = false
-        } catch ClientError.noKeys {
-            try await store.storeRejected(id: record.id, author: record.author, reason: "sender_has_no_keys")
-            return Accepted()
-        }
+    }
+
+    /// Refusals that mean "this device cannot read it" rather than "it is bad": the author is
+    /// told, and sends it again to the current keys in a new session (spec/sessions.md §6).
+    static func isUnreadable(_ error: EnvelopeError) -> Bool {
+        ClientStore.unreadableCodes.contains(error.code)
+    }
+
+    private func acceptVersion1(_ opened: OpenedEnvelope, _ record: MessageRecord) async throws -> Accepted {
+        guard opened.sender == record.author else { return try await reject(record, "author_mismatch") }
+        // Once a contact has written in sessions, a version 1 envelope from it is a downgrade.
+        guard try await !store.usesSessions(opened.sender) else { return try await reject(record, "envelope_downgrade") }
+        guard let pinned = try await isPinned(opened.senderKey, of: opened.sender) else { return try await reject(record, "sender_has_no_keys") }
         if let receipt = opened.message.payload.receipt, opened.message.type == .receipt, receipt.kind == .unreadable {
             // Even under a key not trusted yet: the notice only marks messages sent to its own
             // (relay-authenticated) author, and they go out again only to keys the user trusts.
-            try await store.markUndelivered(receipt.messageIDs, recipient: opened.sender, reason: "unreadable")
+            try await undelivered(receipt.messageIDs, reportedBy: opened.sender, in: nil)
         }
-        guard signedByPinnedKey else {
-            try await store.storeRejected(id: record.id, author: record.author, reason: ClientError.keyChangedCode)
-            return Accepted()
-        }
+        guard pinned else { return try await reject(record, ClientError.keyChangedCode) }
         let message = ReceivedMessage(id: record.id, sender: opened.sender, message: opened.message, body: opened.body)
         if opened.message.type == .typing { return Accepted(message: message) }  // shown, never stored
         try await store.storeReceived(message)
         return Accepted(message: message)
     }
 
-    /// Opens with this device's mailbox keys, current and previous; when none fits, once more with
-    /// the keys as stored now, in case they were rotated since `me` was read.
-    private func open(_ envelope: [UInt8], id: String, as me: Identity) async throws(EnvelopeError) -> OpenedEnvelope {
-        do { return try me.open(envelope, id: id) } catch .cannotDecrypt {
+    /// A version 2 envelope: the author and the pinned key are checked before the session is
+    /// touched, then it opens, advances its session and is stored in one transaction.
+    private func acceptVersion2(_ sealed: SessionEnvelope, _ record: MessageRecord, as me: Identity) async throws -> Accepted {
+        guard sealed.sender == record.author else { return try await reject(record, "author_mismatch") }
+        guard let pinned = try await isPinned(sealed.senderKey, of: sealed.sender) else { return try await reject(record, "sender_has_no_keys") }
+        guard pinned else {
+            // Under a key not trusted yet an `unreadable` notice is still read, as in version 1 —
+            // it only marks messages sent to its own author — but no session is kept with that key.
+            if let notice = try? await store.openWithoutKeeping(sealed, as: me), notice.message.type == .receipt,
+               let receipt = notice.message.payload.receipt, receipt.kind == .unreadable {
+                try await undelivered(receipt.messageIDs, reportedBy: notice.sender, in: nil)
+            }
+            return try await reject(record, ClientError.keyChangedCode)
+        }
+        let opened = try await store.openInSession(sealed, as: me)
+        if let receipt = opened.message.payload.receipt, opened.message.type == .receipt, receipt.kind == .unreadable {
+            try await undelivered(receipt.messageIDs, reportedBy: opened.sender, in: sealed.sessionID)
+        }
+        return Accepted(message: ReceivedMessage(id: record.id, sender: opened.sender, message: opened.message, body: opened.body))
+    }
+
+    /// The contact could not read these messages: they are marked undelivered, and the next
+    /// message to it goes in a session its device holds — the one the notice came in, if it came
+    /// in one, or else a new one.
+    private func undelivered(_ ids: [String], reportedBy contact: String, in session: [UInt8]?) async throws {
+        if try await store.markUndelivered(ids, recipient: contact, reason: "unreadable") > 0 {
+            try await store.deactivateSessions(with: contact, except: session)
+        }
+    }
+
+    /// Whether `key` is the identity key pinned for `sender` (pinning it on first use); nil when
+    /// the sender has no keys at all. Another key has the relay's keys checked again first.
+    private func isPinned(_ key: IdentityPublicKey, of sender: String) async throws -> Bool? {
+        do {
+            let contact = try await contact(sender)
+            if contact.identityKey == key { return true }
+            _ = try? await refreshKeys(of: sender)
+            return false
+        } catch ClientError.keyChanged {
+            return false
+        } catch ClientError.noKeys {
+            return nil
+        }
+    }
+
+    private func reject(_ record: MessageRecord, _ reason: String) async throws -> Accepted {
+        try await store.storeRejected(id: record.id, author: record.author, reason: reason)
+        return Accepted()
+    }
+
+    /// Opens the outer layer with this device's mailbox keys, current and previous; when none
+    /// fits, once more with the keys as stored now, in case they were rotated since `me` was read.
+    private func unseal(_ envelope: [UInt8], id: String, as me: Identity) async throws(EnvelopeError) -> UnsealedEnvelope {
+        do { return try me.unseal(envelope, id: id) } catch .cannotDecrypt {
             guard let current = try? await store.identity(), current.mailbox.publicKey != me.mailbox.publicKey else { throw .cannotDecrypt }
-            return try current.open(envelope, id: id)
+            return try current.unseal(envelope, id: id)
         }
     }
 
@@ -106,7 +156,7 @@ extension MailslotClient {
         let id = MessageID.generate()
         let sealed: ClientStore.Sealed?
         do {
-            sealed = try seal(notice, id: id, as: me, to: try await contact(record.author))
+            sealed = try await seal(notice, id: id, as: me, to: try await contact(record.author))
         } catch ClientError.keyChanged {
             sealed = nil  // held until the user trusts the author's new key
         } catch let error as ClientError {

@@ -65,8 +65,12 @@ extension MailslotClient {
                 ) { inbound, outbound, _ in
                     onState(.connected)
                     for try await frame in inbound.messages(maxSize: Defaults.maxRelayFrameBytes) {
-                        guard case .text(let text) = frame,
-                              case .message(let record) = try? JSONDecoder().decode(RelayFrame.self, from: Data(text.utf8)) else { continue }
+                        guard case .text(let text) = frame, let relayFrame = try? JSONDecoder().decode(RelayFrame.self, from: Data(text.utf8)) else {
+                            continue
+                        }
+                        // The relay says how many one-time prekeys it holds: topped up when low.
+                        if let prekeys = relayFrame.prekeys { await self.replenishPrekeys(remaining: prekeys) }
+                        guard case .message(let record) = relayFrame else { continue }
                         let accepted = try await self.accept(record, as: me)
                         if let message = accepted.message { continuation.yield(message) }
                         // Acknowledged only now, after the store: the relay erases it.

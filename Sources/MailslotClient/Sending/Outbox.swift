@@ -61,7 +61,7 @@ extension MailslotClient {
         }
         defer { resealing.remove(id) }
         let contact = try await contact(stored.recipient)
-        let sealed = try seal(try decodeStored(stored.body), id: id, as: try await identity(), to: contact)
+        let sealed = try await seal(try decodeStored(stored.body), id: id, as: try await identity(), to: contact)
         if stored.state == .undelivered {
             // The copy that did not open may still wait on the relay (its recipient has not
             // acknowledged it yet): taken back first, as its author may, or the new envelope under
@@ -72,19 +72,51 @@ extension MailslotClient {
         return try outcome(of: await deliver(.init(id: id, recipient: stored.recipient, sealed: sealed, resealed: true), sealing: true))
     }
 
-    /// Publishes this device's mailbox key if the relay may not have it (a rotation whose
-    /// publication failed), and erases previous mailbox keys past their lifetime. Best effort:
-    /// called before each receive and flush, it must not stop them.
+    /// Publishes this device's keys if the relay may not have them (a mailbox key rotation whose
+    /// publication failed, a signed prekey due for replacement), and erases previous mailbox keys
+    /// past their lifetime. Best effort: called before each receive and flush, it must not stop them.
     func keepKeysCurrent() async {
         do {
             if try await store.erasePreviousKeys() > 0 { try await store.checkpoint() }
-            guard let me = try await store.identity(), try await !store.isPublished(me) else { return }
-            try await authorized { try await api.putKeys(me.bundle(), session: $0) }
+            guard let me = try await store.identity() else { return }
+            let bundle = try await currentBundle(of: me)  // replaces a signed prekey that is due
+            guard try await !store.isPublished(me) else { return }
+            try await authorized { try await api.putKeys(bundle, session: $0) }
             try await store.markPublished(me)
         } catch {
             logger.info("could not bring the published keys up to date", metadata: ["error": "\(Self.describe(error))"])
         }
     }
+
+    /// `me`'s bundle to publish: the keys with the current signed prekey, made or replaced as due.
+    func currentBundle(of me: Identity) async throws -> KeyBundle {
+        let prekey = try await store.currentSignedPrekey()
+        return me.bundle(signedPrekey: PublishedPrekey(id: prekey.id, key: prekey.pair.publicKey))
+    }
+
+    /// Tops the relay's supply of this device's one-time prekeys up to ``prekeySupply`` when fewer
+    /// than ``prekeyLowWater`` are left (`remaining`, from a `ready` frame; asked when nil). Best
+    /// effort: a sender who finds none starts the session with the signed prekey alone.
+    func replenishPrekeys(remaining: Int? = nil) async {
+        do {
+            let me = try await identity()
+            var count = remaining
+            if count == nil { count = try await authorized { try await api.prekeyCount(owner: me.uid, session: $0) } }
+            guard let count, count < Self.prekeyLowWater else { return }
+            let made = try await store.makeOneTimePrekeys(Self.prekeySupply - count)
+            for batch in stride(from: 0, to: made.count, by: PrekeyUpload.maximumBatch) {
+                let prekeys = made[batch..<min(made.count, batch + PrekeyUpload.maximumBatch)].map { Prekey(id: $0.id, key: $0.key) }
+                _ = try await authorized { try await api.uploadPrekeys(prekeys, owner: me.uid, session: $0) }
+            }
+        } catch {
+            logger.info("could not top up the one-time prekeys", metadata: ["error": "\(Self.describe(error))"])
+        }
+    }
+
+    /// How many one-time prekeys the client keeps on the relay (spec/sessions.md §6).
+    static let prekeySupply = 100
+    /// Below this many left, the client uploads more.
+    static let prekeyLowWater = 25
 
     // MARK: The outbox
 
@@ -117,16 +149,43 @@ extension MailslotClient {
             try await store.enqueue(id: id, recipient: recipient, message: message, body: body, sealed: nil)
             return .held
         }
-        let sealed = try seal(message, id: id, as: me, to: contact)
+        let sealed = try await seal(message, id: id, as: me, to: contact)
         try await store.enqueue(id: id, recipient: recipient, message: message, body: body, sealed: sealed)
         return .queued(.init(id: id, recipient: recipient, sealed: sealed))
     }
 
-    func seal(_ message: ChatMessage, id: String, as me: Identity, to contact: Contact) throws -> ClientStore.Sealed {
+    /// Seals `message` for `contact`: in the active session with it when its bundle has a signed
+    /// prekey (a new session first, with a one-time prekey claimed from the relay when one is
+    /// left), as a version 1 envelope otherwise (spec/sessions.md §6).
+    func seal(_ message: ChatMessage, id: String, as me: Identity, to contact: Contact) async throws -> ClientStore.Sealed {
         do {
-            let envelope = try Envelope.seal(message, id: id, from: me.uid, identity: me.signing, to: contact.uid, mailboxKey: contact.mailboxKey)
+            guard let signedPrekey = contact.signedPrekey else {
+                let envelope = try Envelope.seal(message, id: id, from: me.uid, identity: me.signing, to: contact.uid,
+                                                 mailboxKey: contact.mailboxKey)
+                return .init(envelope: envelope, keyID: contact.keyID)
+            }
+            if try await !store.hasActiveSession(with: contact) {
+                let oneTimePrekey = await claimPrekey(of: contact.uid)
+                let session = try Session.initiate(identity: me.signing, peerIdentity: contact.identityKey, signedPrekey: signedPrekey,
+                                                   oneTimePrekey: oneTimePrekey)
+                try await store.startSession(session, with: contact)
+            }
+            guard let envelope = try await store.sealInActiveSession(message, id: id, as: me, to: contact) else {
+                throw ClientError.cannotSeal(EnvelopeError.noSession.code)
+            }
             return .init(envelope: envelope, keyID: contact.keyID)
-        } catch { throw ClientError.cannotSeal(error.code) }
+        } catch let error as EnvelopeError { throw ClientError.cannotSeal(error.code) }
+    }
+
+    /// One of `uid`'s one-time prekeys, claimed from the relay; nil when none is left or the relay
+    /// cannot say now (offline, rate-limited): the session then starts with the signed prekey alone.
+    private func claimPrekey(of uid: String) async -> PublishedPrekey? {
+        do {
+            return try await authorized { try await api.claimPrekey(for: uid, session: $0) }.map { PublishedPrekey(id: $0.id, key: $0.key) }
+        } catch {
+            logger.info("no one-time prekey claimed", metadata: ["recipient": "\(uid)", "error": "\(Self.describe(error))"])
+            return nil
+        }
     }
 
     private func decodeStored(_ body: [UInt8]) throws -> ChatMessage {
@@ -176,7 +235,7 @@ extension MailslotClient {
         do {
             let contact = try await refreshKeys(of: queued.recipient)
             guard let stored = try await store.outgoingBody(queued.id) else { throw ClientError.notResendable(queued.id) }
-            let sealed = try seal(try decodeStored(stored.body), id: queued.id, as: try await identity(), to: contact)
+            let sealed = try await seal(try decodeStored(stored.body), id: queued.id, as: try await identity(), to: contact)
             try await store.requeue(queued.id, sealed: sealed)
             logger.info("the recipient's keys changed; sealed again", metadata: ["id": "\(queued.id)"])
             return await deliver(.init(id: queued.id, recipient: queued.recipient, sealed: sealed, resealed: true), reseals: reseals,

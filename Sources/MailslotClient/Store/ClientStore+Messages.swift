@@ -71,15 +71,19 @@ extension ClientStore {
     // MARK: Inbox and rejected
 
     /// Whether message `id` was already stored, or rejected for a reason that a new copy cannot
-    /// change (a redelivery after a crash). An id rejected as `envelope_cannot_decrypt` is not
-    /// known: its sender may send it again, sealed to this device's keys (``MailslotClient/resend(_:)``).
+    /// change (a redelivery after a crash). An id rejected as unreadable on this device
+    /// (``MailslotClient/isUnreadable(_:)``) is not known: its sender may send it again, sealed
+    /// to this device's keys or in a session it holds (``MailslotClient/resend(_:)``).
     func knows(_ id: String) async throws -> Bool {
         try await pool.read { db in
             try Bool.fetchOne(db, sql: """
-                SELECT 1 FROM inbox WHERE id = ? UNION SELECT 1 FROM rejected WHERE id = ? AND reason <> ?
-                """, arguments: [id, id, EnvelopeError.cannotDecrypt.code]) ?? false
+                SELECT 1 FROM inbox WHERE id = ? UNION SELECT 1 FROM rejected WHERE id = ? AND reason NOT IN (?, ?, ?, ?)
+                """, arguments: StatementArguments([id, id] + Self.unreadableCodes)) ?? false
         }
     }
+
+    /// The codes of ``MailslotClient/isUnreadable(_:)``.
+    static let unreadableCodes = [EnvelopeError.cannotDecrypt, .noSession, .unknownPrekey, .sessionMismatch].map(\.code)
 
     /// The most notices that may wait unsent for one author: someone who sends envelopes nobody can
     /// open gets at most this many answers, however many it sends.
@@ -138,11 +142,14 @@ extension ClientStore {
 
     /// Stores a received message; a copy of it rejected earlier as unopenable is forgotten.
     func storeReceived(_ message: ReceivedMessage) async throws {
-        try await pool.write { db in
-            try db.execute(sql: "DELETE FROM rejected WHERE id = ?", arguments: [message.id])
-            try db.execute(sql: "INSERT OR IGNORE INTO inbox (id, sender, type, body, received_at) VALUES (?, ?, ?, ?, ?)",
-                           arguments: [message.id, message.sender, message.message.type.rawValue, Data(message.body), Date().timeIntervalSince1970])
-        }
+        try await pool.write { db in try Self.storeReceived(message, db) }
+    }
+
+    /// ``storeReceived(_:)`` inside a transaction (a session's advance is written in the same one).
+    static func storeReceived(_ message: ReceivedMessage, _ db: Database) throws {
+        try db.execute(sql: "DELETE FROM rejected WHERE id = ?", arguments: [message.id])
+        try db.execute(sql: "INSERT OR IGNORE INTO inbox (id, sender, type, body, received_at) VALUES (?, ?, ?, ?, ?)",
+                       arguments: [message.id, message.sender, message.message.type.rawValue, Data(message.body), Date().timeIntervalSince1970])
     }
 
     func storeRejected(id: String, author: String, reason: String) async throws {

@@ -103,6 +103,38 @@ final class ClientStore: Sendable {
                 ) WITHOUT ROWID;
                 """)
         }
+        // Sessions with forward secrecy (spec/sessions.md): this device's signed prekeys (the
+        // current one has no `retired_at`; replaced ones are kept for the longest message lifetime)
+        // and one-time prekeys (erased when a session start uses them); the sessions with each
+        // contact, one of them active for sending; and per contact the signed prekey of its bundle
+        // and whether a version 2 message was accepted from it (version 1 is refused after that).
+        migrator.registerMigration("v3: prekeys, sessions") { db in
+            try db.execute(sql: """
+                CREATE TABLE signed_prekeys (
+                    id INTEGER PRIMARY KEY,
+                    secret_key BLOB NOT NULL,
+                    created_at REAL NOT NULL,
+                    retired_at REAL
+                );
+                CREATE TABLE one_time_prekeys (
+                    id INTEGER PRIMARY KEY,
+                    secret_key BLOB NOT NULL,
+                    created_at REAL NOT NULL
+                );
+                CREATE TABLE sessions (
+                    id BLOB PRIMARY KEY,
+                    contact TEXT NOT NULL,
+                    peer_identity BLOB NOT NULL,
+                    state BLOB NOT NULL,
+                    active INTEGER NOT NULL DEFAULT 0,
+                    used_at REAL NOT NULL
+                ) WITHOUT ROWID;
+                CREATE INDEX sessions_by_contact ON sessions (contact, active);
+                ALTER TABLE contacts ADD COLUMN signed_prekey_id INTEGER;
+                ALTER TABLE contacts ADD COLUMN signed_prekey BLOB;
+                ALTER TABLE contacts ADD COLUMN sessions_used INTEGER NOT NULL DEFAULT 0;
+                """)
+        }
         return migrator
     }
 }

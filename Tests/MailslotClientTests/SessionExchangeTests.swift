@@ -1,0 +1,206 @@
+import Foundation
+import GRDB
+@testable import MailslotClient
+import MailslotTestSupport
+import MailslotWire
+import Testing
+
+/// Sessions with forward secrecy between clients of a real relay (spec/sessions.md §6): sent by
+/// default, prekeys used up and topped up, starts at the same moment, a contact that lost its
+/// sessions, and the property itself on a stolen store.
+@Suite struct SessionExchangeTests {
+    /// The envelopes waiting in `uid`'s mailbox, as the relay (or anyone recording it) holds them.
+    func capture(_ relay: TestRelay, _ uid: String) async throws -> [MessageRecord] {
+        let page = try await relay.call("GET", "/v1/users/\(uid)/messages", session: try await relay.signIn(uid).session)
+        return try page.decoded(MessagePage.self).messages
+    }
+
+    func prekeysLeft(_ relay: TestRelay, _ uid: String) async throws -> Int {
+        let answer = try await relay.call("GET", "/v1/users/\(uid)/prekeys", session: try await relay.signIn(uid).session)
+        return try answer.decoded(PrekeyCount.self).count
+    }
+
+    /// The record version inside an envelope, opened with `client`'s own mailbox key.
+    func version(of record: MessageRecord, for client: MailslotClient) async throws -> UInt8? {
+        let me = try await client.identity()
+        let envelope = try #require(record.envelope.flatMap(Base64URL.decode))
+        return switch try me.unseal(envelope, id: record.id) {
+        case .version1: 1
+        case .version2: 2
+        }
+    }
+
+    func activeSessions(_ client: MailslotClient, with contact: String) async throws -> [Data] {
+        try await client.store.pool.read { db in
+            try Data.fetchAll(db, sql: "SELECT id FROM sessions WHERE contact = ? AND active = 1", arguments: [contact])
+        }
+    }
+
+    @Test func clientsSendInSessionsByDefault() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            #expect(try await prekeysLeft(relay, "bob") == MailslotClient.prekeySupply, "signing in uploads one-time prekeys")
+
+            try await alice.send(text: "hello bob", to: "bob")
+            try await alice.send(text: "again", to: "bob")
+            #expect(try await prekeysLeft(relay, "bob") == MailslotClient.prekeySupply - 1, "one claimed for the session, not one per message")
+            for record in try await capture(relay, "bob") { #expect(try await version(of: record, for: bob) == 2) }
+
+            #expect(try await bob.receive().map(\.message.payload.text) == ["hello bob", "again"])
+            try await bob.send(text: "hi alice", to: "alice")
+            #expect(try await alice.receive().map(\.message.payload.text) == ["hi alice"])
+            #expect(try await activeSessions(alice, with: "bob") == (try await activeSessions(bob, with: "alice")))
+            for round in 0..<3 {
+                try await alice.send(text: "a\(round)", to: "bob")
+                try await alice.send(text: "a\(round)'", to: "bob")
+                #expect(try await bob.receive().map(\.message.payload.text) == ["a\(round)", "a\(round)'"])
+                try await bob.send(text: "b\(round)", to: "alice")
+                #expect(try await alice.receive().map(\.message.payload.text) == ["b\(round)"])
+            }
+            #expect(try await alice.rejected().isEmpty)
+            #expect(try await bob.rejected().isEmpty)
+        }
+    }
+
+    @Test func theSupplyOfOneTimePrekeysIsToppedUp() async throws {
+        try await withTestRelay(configure: { $0.prekeyMailboxBurst = 1000 }) { relay in
+            let bob = try relay.client("bob")
+            try await bob.signIn()
+            let senders = MailslotClient.prekeySupply - MailslotClient.prekeyLowWater + 1
+            for index in 0..<senders {
+                let sender = try relay.client("s\(index)")
+                try await sender.signIn()
+                try await sender.send(text: "hello from \(index)", to: "bob")
+            }
+            #expect(try await prekeysLeft(relay, "bob") == MailslotClient.prekeyLowWater - 1)
+            #expect(try await bob.receive().count == senders)
+            #expect(try await prekeysLeft(relay, "bob") == MailslotClient.prekeySupply, "below the low-water mark, receiving tops it up")
+            let stored = try await bob.store.pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM one_time_prekeys") }
+            #expect(stored == MailslotClient.prekeySupply, "the secrets of used prekeys are gone")
+        }
+    }
+
+    @Test func contactsWhoStartAtTheSameMomentEndOnOneSession() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            try await alice.send(text: "from alice", to: "bob")
+            try await bob.send(text: "from bob", to: "alice")  // before either has received
+            #expect(try await activeSessions(alice, with: "bob") != (try await activeSessions(bob, with: "alice")))
+            #expect(try await alice.receive().map(\.message.payload.text) == ["from bob"])
+            #expect(try await bob.receive().map(\.message.payload.text) == ["from alice"])
+            #expect(try await activeSessions(alice, with: "bob") == (try await activeSessions(bob, with: "alice")))
+            for round in 0..<2 {
+                try await alice.send(text: "a\(round)", to: "bob")
+                try await bob.send(text: "b\(round)", to: "alice")
+                #expect(try await bob.receive().map(\.message.payload.text) == ["a\(round)"])
+                #expect(try await alice.receive().map(\.message.payload.text) == ["b\(round)"])
+            }
+            #expect(try await activeSessions(alice, with: "bob").count == 1)
+            #expect(try await activeSessions(alice, with: "bob") == (try await activeSessions(bob, with: "alice")))
+        }
+    }
+
+    @Test func aContactThatLostItsSessionsIsSentTheMessagesAgain() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            try await alice.send(text: "first", to: "bob")
+            #expect(try await bob.receive().count == 1)
+            try await bob.send(text: "ack", to: "alice")
+            #expect(try await alice.receive().count == 1)
+            // Bob's device loses its sessions (restored from an old backup, say); Alice's next
+            // message is in a session Bob no longer has.
+            try await bob.store.pool.write { db in try db.execute(sql: "DELETE FROM sessions") }
+            guard case .sent(let lost) = try await alice.send(text: "second", to: "bob") else { Issue.record("not sent"); return }
+            #expect(try await bob.receive().isEmpty)
+            #expect(try await bob.rejected().map(\.reason) == ["envelope_no_session"])
+            // Bob's `unreadable` notice reaches Alice: the message is undelivered, and its resend
+            // starts a new session that Bob can read.
+            _ = try await bob.flush()
+            _ = try await alice.receive()
+            #expect(try await alice.outgoing().first { $0.id == lost }?.state == .undelivered)
+            let outcome = try await alice.resend(lost)
+            let again = try await bob.receive().map(\.message.payload.text)
+            let rejected = try await bob.rejected(), outgoing = try await alice.outgoing().map { ($0.state, $0.lastError) }
+            #expect(again == ["second"], "\(outcome) \(rejected) \(outgoing)")
+        }
+    }
+
+    /// The property: someone who records the envelopes on the relay and later takes the
+    /// recipient's whole store (the SQLite file, every key in it) cannot open what it recorded.
+    @Test func aStolenStoreDoesNotOpenCapturedEnvelopes() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            var captured: [MessageRecord] = []
+            for round in 0..<3 {
+                try await alice.send(text: "secret \(round)", to: "bob")
+                try await alice.send(text: "secret \(round)'", to: "bob")
+                captured += try await capture(relay, "bob")
+                #expect(try await bob.receive().count == 2)
+                try await bob.send(text: "ok", to: "alice")
+                _ = try await alice.receive()
+            }
+            #expect(try await relay.pending("bob") == 0, "erased from the relay once acknowledged")
+
+            // The theft: a copy of Bob's store, with its received messages deleted so that the
+            // copy does not recognise the ids and tries to open them.
+            let stolenPath = "\(relay.folder)/thief/client.sqlite"
+            try FileManager.default.createDirectory(atPath: "\(relay.folder)/thief", withIntermediateDirectories: true)
+            try await bob.store.pool.writeWithoutTransaction { db in try db.execute(sql: "VACUUM INTO ?", arguments: [stolenPath]) }
+            let thief = try relay.client("bob", profile: "thief")
+            try await thief.store.pool.write { db in try db.execute(sql: "DELETE FROM inbox") }
+            let me = try await thief.identity()
+            for record in captured {
+                let accepted = try await thief.accept(record, as: me)
+                #expect(accepted.message == nil)
+            }
+            let reasons = Set(try await thief.rejected().map(\.reason))
+            #expect(reasons.isSubset(of: ["envelope_stale_message", "envelope_unknown_prekey"]) && !reasons.isEmpty, "\(reasons)")
+            #expect(try await thief.history().isEmpty)
+
+            // A captured envelope created again after its erasure: Bob recognises the id and
+            // drops it; it is not shown twice.
+            let replayed = try #require(captured.first)
+            let created = try await relay.send(try await relay.signIn("alice").session, to: "bob", id: replayed.id,
+                                               envelope: replayed.envelope.flatMap(Base64URL.decode))
+            #expect(created.status == 201)
+            #expect(try await bob.receive().isEmpty)
+            #expect(try await relay.pending("bob") == 0)
+        }
+    }
+
+    @Test func versionOneEnvelopesOpenUntilTheContactUsesSessions() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            // A version 1 envelope from an older client of Alice's opens.
+            let me = try await alice.identity()
+            let bobKeys = try await alice.contact("bob")
+            let aliceSession = try await relay.signIn("alice").session
+            func legacy(_ text: String) async throws {
+                let id = MessageID.generate()
+                let envelope = try Envelope.seal(ChatMessage(type: .text, sender: Sender(id: "alice"), payload: Payload(text: text), timestamp: 1),
+                                                 id: id, from: "alice", identity: me.signing, to: "bob", mailboxKey: bobKeys.mailboxKey)
+                #expect(try await relay.send(aliceSession, to: "bob", id: id, envelope: envelope).status == 201)
+            }
+            try await legacy("old client")
+            let old = try await bob.receive().map(\.message.payload.text)
+            let oldRejected = try await bob.rejected()
+            #expect(old == ["old client"], "\(oldRejected)")
+            // After a session message from Alice, a version 1 envelope is a downgrade.
+            try await alice.send(text: "new client", to: "bob")
+            #expect(try await bob.receive().map(\.message.payload.text) == ["new client"])
+            try await legacy("downgraded")
+            #expect(try await bob.receive().isEmpty)
+            #expect(try await bob.rejected().map(\.reason) == ["envelope_downgrade"])
+        }
+    }
+}
