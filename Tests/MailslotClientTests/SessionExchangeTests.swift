@@ -176,6 +176,36 @@ import Testing
         }
     }
 
+    /// A bot sends to many recipients at once, several messages to each concurrently: every
+    /// session starts once per recipient and no message key is used twice.
+    @Test func aBotSendingConcurrentlyStaysCorrect() async throws {
+        try await withTestRelay { relay in
+            let bot = try relay.client("bot")
+            try await bot.signIn()
+            let recipients = try (0..<6).map { try relay.client("user\($0)") }
+            for recipient in recipients { try await recipient.signIn() }
+            let perRecipient = 4
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for index in recipients.indices {
+                    for message in 0..<perRecipient {
+                        group.addTask { try await bot.send(text: "m\(message)", to: "user\(index)") }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            for (index, recipient) in recipients.enumerated() {
+                let texts = try await recipient.receive().compactMap(\.message.payload.text)
+                #expect(Set(texts) == Set((0..<perRecipient).map { "m\($0)" }), "user\(index)")
+                #expect(try await recipient.rejected().isEmpty)
+                #expect(try await activeSessions(bot, with: "user\(index)").count == 1)
+                // The recipient answers in the bot's session: the conversation carries on.
+                try await recipient.send(text: "thanks", to: "bot")
+            }
+            #expect(try await bot.receive().count == recipients.count)
+            #expect(try await bot.rejected().isEmpty)
+        }
+    }
+
     @Test func versionOneEnvelopesOpenUntilTheContactUsesSessions() async throws {
         try await withTestRelay { relay in
             let alice = try relay.client("alice"), bob = try relay.client("bob")
