@@ -327,7 +327,7 @@ struct MailboxService: Sendable {
     }
 
     func require(_ operation: Operation, _ resource: Resource, _ principal: Principal, owner: String,
-                         author: String? = nil) throws {
+                 author: String? = nil) throws {
         guard configuration.rules.allows(operation, resource, principal: principal.uid, owner: owner, author: author) else {
             throw Problem(.forbidden, "you may not do this")
         }
