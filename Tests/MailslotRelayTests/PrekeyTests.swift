@@ -190,6 +190,36 @@ import MailslotWire
         }
     }
 
+    /// A claimed or withdrawn prekey is erased, not marked: its text is gone from the database
+    /// files (main file and WAL) once the checkpoint after the erasure ran.
+    @Test func claimedAndWithdrawnPrekeysAreGoneFromTheDatabaseFiles() async throws {
+        try await withTestRelay { relay in
+            let bob = try await relay.signIn("bob").session
+            let alice = try await relay.signIn("alice").session
+            let prekeys = Self.prekeys(3)
+            func stored(_ prekey: Prekey) -> Bool {
+                ["relay.sqlite", "relay.sqlite-wal"].contains { name in
+                    FileManager.default.contents(atPath: (relay.dataDirectory as NSString).appendingPathComponent(name))?
+                        .range(of: Data(prekey.key.utf8)) != nil
+                }
+            }
+            func eventually(_ condition: () -> Bool) async throws -> Bool {
+                for _ in 0..<100 {
+                    if condition() { return true }
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+                return false
+            }
+            #expect(try await Self.upload(relay, prekeys, as: bob).status == 200)
+            #expect(prekeys.allSatisfy(stored), "the search finds stored prekeys (so that it can fail)")
+            #expect(try await Self.claim(relay, alice).decoded(PrekeyClaim.self).prekey == prekeys[0])
+            #expect(try await eventually { !stored(prekeys[0]) }, "the claimed prekey is overwritten and the WAL truncated")
+            #expect(stored(prekeys[1]) && stored(prekeys[2]))
+            #expect(try await relay.call("DELETE", "/v1/users/bob/prekeys", session: bob).status == 204)
+            #expect(try await eventually { !stored(prekeys[1]) && !stored(prekeys[2]) }, "withdrawn prekeys too")
+        }
+    }
+
     @Test func claimsAreCounted() async throws {
         try await withTestRelay(configure: { $0.prekeyClaimBurst = 3; $0.prekeyClaimRate = 0.01 }) { relay in
             let bob = try await relay.signIn("bob").session

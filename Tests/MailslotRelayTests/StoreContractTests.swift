@@ -1,6 +1,8 @@
 import Foundation
+import GRDB
 import MailslotTestSupport
 import MailslotWire
+import PostgresNIO
 import Synchronization
 import Testing
 @testable import MailslotRelay
@@ -487,6 +489,65 @@ import Testing
             #expect(try await store.deleteKeyBundle(uid: "bob"))
             #expect(try await store.prekeyCount(uid: "bob") == 0, "withdrawing the bundle erases the prekeys")
             #expect(try await store.prekeyCount(uid: "carol") == 1, "another owner's are untouched")
+        }
+    }
+
+    /// A database made before prekeys, holding a bundle and a row that does not decode: the
+    /// migration gives stored bundles their identity keys, so that republishing the same identity
+    /// keeps the prekeys, and an unreadable bundle counts as another identity.
+    @Test(arguments: Backend.available)
+    func theMigrationGivesStoredBundlesTheirIdentityKeys(_ backend: Backend) async throws {
+        let identity = IdentityKeyPair()
+        let bundle = Data(KeyBundle(uid: "bob", identity: identity, mailboxKey: MailboxKeyPair().publicKey).encoded())
+        let rows = [("bob", bundle), ("carol", Data("{}".utf8))]
+        func check(_ store: any RelayStore) async throws {
+            let identityKey = Base64URL.encode(identity.publicKey.bytes)
+            for uid in ["bob", "carol"] { _ = try await store.addPrekeys(uid: uid, [Self.prekey(1)], limit: 10, now: Self.now) }
+            try await store.putKeyBundle(uid: "bob", bundle: bundle, keyID: "k", identityKey: identityKey, now: Self.now)
+            #expect(try await store.prekeyCount(uid: "bob") == 1, "the stored bundle's identity was read")
+            try await store.putKeyBundle(uid: "carol", bundle: Data([1]), keyID: "k", identityKey: identityKey, now: Self.now)
+            #expect(try await store.prekeyCount(uid: "carol") == 0, "an unreadable bundle's identity counts as another")
+        }
+        switch backend {
+        case .sqlite:
+            let folder = FileManager.default.temporaryDirectory.appendingPathComponent("identity-keys-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: folder) }
+            let path = folder.appendingPathComponent("relay.sqlite").path
+            do {
+                let queue = try DatabaseQueue(path: path)
+                try Schema.migrator.migrate(queue, upTo: "v6: key ids")
+                try await queue.write { db in
+                    for (uid, bundle) in rows {
+                        try db.execute(sql: "INSERT INTO key_bundles (uid, bundle, updated_at) VALUES (?, ?, 1)", arguments: [uid, bundle])
+                    }
+                }
+            }
+            try await check(try SQLiteStore(path: path))
+        case .postgresql:
+            try await TestDatabase.with { url in
+                let store = try PostgresStore(url: url, logger: TestRelay.logger)
+                do {
+                    // The schema of a relay before prekeys, as its migrations left it.
+                    try await store.pool.client.query("""
+                        CREATE TABLE mailslot_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
+                            applied_at TIMESTAMPTZ NOT NULL DEFAULT now())
+                        """)
+                    for migration in PostgresSchema.migrations where migration.version <= 2 {
+                        for statement in migration.sql { try await store.pool.client.query(PostgresQuery(unsafeSQL: statement)) }
+                        try await store.pool.client.query("INSERT INTO mailslot_migrations (version, name) VALUES (\(migration.version), \(migration.name))")
+                    }
+                    for (uid, bundle) in rows {
+                        try await store.pool.client.query("INSERT INTO key_bundles (uid, bundle, updated_at) VALUES (\(uid), \(bundle), 1)")
+                    }
+                    try await store.prepare()
+                    try await check(store)
+                } catch {
+                    await store.close()
+                    throw error
+                }
+                await store.close()
+            }
         }
     }
 

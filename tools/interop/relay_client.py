@@ -23,6 +23,9 @@ temporary data folder, and then, as clients:
   * key ids (envelope.md §4.1): creates naming the recipient's keys, 409 stale_keys after the
     recipient publishes a new mailbox key, re-sealing under the same id, identical retries,
     malformed key ids, the WebSocket `send` frame;
+  * one-time prekeys (§4.14): upload, retry, conflict, the checks and the supply's limit, the
+    rules, claims lowest id first and each once, `"prekey": null`, the `ready` frame's count, a
+    blocked claimer, a bundle of another identity, the per-owner claim limit;
   * erasure (§6): erased ciphertext is in neither database file shortly after;
   * `serve` refusing unusable settings (§11).
 
@@ -520,7 +523,7 @@ def scenario_chat(c):
     wb = WS(rel, "bob", b.session)
     c.sockets.append(wb)
     f = wb.frame()
-    ok("bob subscribes: first frame ready, pending 1 (§8.1)", f == {"type": "ready", "pending": 1}, f)
+    ok("bob subscribes: first frame ready, pending 1 (§8.1)", f == {"type": "ready", "pending": 1, "prekeys": 0}, f)
     f = wb.of("message")
     ok("backlog delivered: message frame in the owner's view (seq, envelope) (§8.2)",
        record_shape(f["message"], "alice", m1, True) == "" and f["message"]["envelope"] == fmt.b64e(env1),
@@ -538,7 +541,7 @@ def scenario_chat(c):
     wa = WS(rel, "alice", a.session)
     c.sockets.append(wa)
     f = wa.frame()
-    ok("alice subscribes: ready, pending 0", f == {"type": "ready", "pending": 0}, f)
+    ok("alice subscribes: ready, pending 0", f == {"type": "ready", "pending": 0, "prekeys": 0}, f)
     m3 = new_id()
     body3 = a.body("text", {"text": "sent over the socket \u2615 / \"quoted\""})
     frame = {"type": "send", "ref": "r-1", "to": "bob", "id": m3, "envelope": fmt.b64e(a.seal("bob", m3, body3))}
@@ -627,7 +630,7 @@ def scenario_chat(c):
     ok("a newer subscription closes the older with 4000 (§8.1)", cc == 4000, f"close {cc} {reason!r}")
     f = wb2.frame()
     ok("the new socket: ready pending 1, the unacked message again (§8.1)",
-       f == {"type": "ready", "pending": 1} and wb2.of("message")["message"]["id"] == m5 == d["id"], f)
+       f == {"type": "ready", "pending": 1, "prekeys": 0} and wb2.of("message")["message"]["id"] == m5 == d["id"], f)
     wb2.send({"type": "ack", "id": m5})
     wb2.of("acked", id=m5)
     # 8. bad frames keep the socket open (§8.3)
@@ -843,7 +846,7 @@ def scenario_rules(c):
                "invalid_uid", 4400)
     w = WS(rel, "bob", b.session)
     f = w.frame()
-    ok("rules: WS subscribe as owner → ready (§8.1)", f == {"type": "ready", "pending": 1}, f)
+    ok("rules: WS subscribe as owner → ready (§8.1)", f == {"type": "ready", "pending": 1, "prekeys": 0}, f)
     d = w.of("message")["message"]
     w.send({"type": "ack", "id": d["id"]})
     ok("rules: WS ack as owner (message delete) → acked", w.of("acked", id=m3).get("id") == m3, d)
@@ -1075,7 +1078,7 @@ def scenario_expiry(c):
            request(rel, "DELETE", base + mid, session=c.users["carol"].session), 403, "forbidden")
     w = WS(rel, "bob", b.session)
     f = w.frame()
-    ok("expired messages are not counted in ready.pending, not delivered (§5.4)", f == {"type": "ready", "pending": 0} and w.quiet(0.3),
+    ok("expired messages are not counted in ready.pending, not delivered (§5.4)", f == {"type": "ready", "pending": 0, "prekeys": 0} and w.quiet(0.3),
        f"{f} {w.buf}")
     w.send({"type": "ack", "id": mid3})
     try:
@@ -1165,6 +1168,99 @@ def scenario_rate(c):
         ok("Retry-After is small for --create-rate 0.5", False, f"Retry-After {wait}")
 
 
+def scenario_prekeys(c):
+    """protocol.md §4.14, with the relay's default limits (200 prekeys; claims of one user's
+    prekeys 0.2/s, burst 30)."""
+    rel, p, q, x = c.relay, c.users["pia"], c.users["quin"], c.users["rex"]
+    for u in (p, q, x):
+        u.grant = sign_in(rel, c.issuer, u)
+    path = "/v1/users/pia/prekeys"
+
+    def keys(ids):
+        return [{"id": i, "key": fmt.b64e(bytes(nacl.public.PrivateKey.generate().public_key))} for i in ids]
+
+    def count():
+        r = request(rel, "GET", path, session=p.session)
+        return r.json.get("count") if r.status == 200 and isinstance(r.json, dict) else repr(r)
+
+    def claim(u):
+        return request(rel, "POST", path + "/claim", {}, u.session if u else None)
+
+    up = keys(range(1, 4))
+    r = request(rel, "POST", path, {"prekeys": up}, p.session)
+    ok("POST prekeys as owner → 200 {\"count\":3} (§4.14)", r.status == 200 and r.json == {"count": 3}, repr(r))
+    r = request(rel, "POST", path, {"prekeys": up[:2]}, p.session)
+    ok("the same prekeys again → 200 {\"count\":3}: a retry adds nothing", r.status == 200 and r.json == {"count": 3}, repr(r))
+    expect("a new id beside a stored id with another key → 409 prekey_conflict",
+           request(rel, "POST", path, {"prekeys": keys([4]) + keys([2])}, p.session), 409, "prekey_conflict")
+    ok("nothing of the refused upload was stored: count 3", count() == 3, count())
+    for name, body in [("no entries", {"prekeys": []}), ("id 0", {"prekeys": [{"id": 0, "key": up[0]["key"]}]}),
+                       ("an id twice", {"prekeys": keys([7]) + keys([7])}),
+                       ("a 31-byte key", {"prekeys": [{"id": 9, "key": fmt.b64e(secrets.token_bytes(31))}]}),
+                       ("a padded key", {"prekeys": [{"id": 9, "key": up[0]["key"] + "="}]}),
+                       ("the all-zero key (a low-order point)", {"prekeys": [{"id": 9, "key": fmt.b64e(bytes(32))}]}),
+                       ("101 entries", {"prekeys": keys(range(10, 111))})]:
+        expect(f"an upload with {name} → 400 invalid_prekey", request(rel, "POST", path, body, p.session), 400, "invalid_prekey")
+    expect("an id over 32 bits → 400 invalid_json",
+           request(rel, "POST", path, {"prekeys": [{"id": 4294967296, "key": up[0]["key"]}]}, p.session), 400, "invalid_json")
+    expect("POST prekeys as another user → 403 forbidden (§2)", request(rel, "POST", path, {"prekeys": keys([50])}, q.session), 403, "forbidden")
+    expect("GET prekeys as another user → 403 forbidden", request(rel, "GET", path, session=q.session), 403, "forbidden")
+    expect("DELETE prekeys as another user → 403 forbidden", request(rel, "DELETE", path, session=q.session), 403, "forbidden")
+    expect("POST prekeys without a session → 401", request(rel, "POST", path, {"prekeys": keys([50])}), 401, "unauthenticated")
+    expect("a claim without a session → 401", claim(None), 401, "unauthenticated")
+    ok("still 3 after the refusals", count() == 3, count())
+
+    r = request(rel, "POST", path, {"prekeys": keys(range(100, 200))}, p.session)
+    ok("100 more → count 103", r.status == 200 and r.json == {"count": 103}, repr(r))
+    r = request(rel, "POST", path, {"prekeys": keys(range(200, 297))}, p.session)
+    ok("97 more → count 200, the limit", r.status == 200 and r.json == {"count": 200}, repr(r))
+    expect("one more → 409 too_many_prekeys", request(rel, "POST", path, {"prekeys": keys([300])}, p.session), 409, "too_many_prekeys")
+
+    r = claim(q)
+    ok("quin claims pia's prekey of the lowest id → 200 {\"prekey\":{id 1, its key}}", r.status == 200 and r.json == {"prekey": up[0]}, repr(r))
+    r = request(rel, "POST", path + "/claim", session=q.session)
+    ok("a claim without a body → the next, id 2", r.status == 200 and r.json == {"prekey": up[1]}, repr(r))
+    ok("claimed prekeys are gone: count 198", count() == 198, count())
+    w = WS(rel, "pia", p.session)
+    c.sockets.append(w)
+    f = w.frame()
+    ok("pia subscribes: ready counts her prekeys, {\"prekeys\":198} (§8.4)", f == {"type": "ready", "pending": 0, "prekeys": 198}, f)
+    w.close()
+    expect("DELETE prekeys as owner → 204", request(rel, "DELETE", path, session=p.session), 204)
+    r = claim(q)
+    ok("a claim with none left → 200 {\"prekey\":null}", r.status == 200 and r.json == {"prekey": None} and b'"prekey":null' in r.body, repr(r))
+    expect("DELETE prekeys again → 204", request(rel, "DELETE", path, session=p.session), 204)
+
+    request(rel, "POST", path, {"prekeys": keys([1])}, p.session)
+    expect("pia blocks rex → 204", request(rel, "PUT", "/v1/users/pia/blocked/rex", session=p.session), 204)
+    expect("rex's claim → 403 blocked, as his sends (§4.12)", claim(x), 403, "blocked")
+    request(rel, "DELETE", "/v1/users/pia/blocked/rex", session=p.session)
+    expect("PUT pia's bundle → 204", request(rel, "PUT", "/v1/users/pia/keys", p.bundle(), p.session), 204)
+    p.mailbox = nacl.public.PrivateKey.generate()
+    request(rel, "PUT", "/v1/users/pia/keys", p.bundle(), p.session)
+    ok("a new mailbox key, the same identity: the prekey stays", count() == 1, count())
+    p.identity = nacl.signing.SigningKey.generate()
+    expect("PUT a bundle of another identity → 204", request(rel, "PUT", "/v1/users/pia/keys", p.bundle(), p.session), 204)
+    ok("another identity's bundle erased the old identity's prekeys: count 0 (§4.6)", count() == 0, count())
+
+    # The per-owner bucket (burst 30, 0.2/s) was drawn on above; claims by one claimer (burst 60)
+    # reach it first. Each successful claim is another prekey.
+    request(rel, "POST", path, {"prekeys": keys(range(1, 41))}, p.session)
+    ids, limited = [], None
+    for _ in range(40):
+        r = claim(q)
+        if r.status != 200:
+            limited = r
+            break
+        ids.append(r.json["prekey"]["id"])
+    ra = limited.headers.get("retry-after", "") if limited else ""
+    ok("claims of one user's prekeys → 429 prekey_claims_limited, Retry-After 5, before 40 (§4.14)",
+       limited is not None and is_problem(limited, 429, "prekey_claims_limited") and ra == "5" and limited.json.get("retry_after") == 5,
+       f"{limited!r} Retry-After {ra!r} after {len(ids)} claims")
+    ok("the claims before it: ids 1, 2, … in order, each once", ids == list(range(1, len(ids) + 1)), ids)
+    ok("a refused claim takes nothing", count() == 40 - len(ids), count())
+
+
 def scenario_window(c):
     """§8.2: at most --window unacknowledged deliveries per socket; an erased delivery keeps its
     slot until acked; §8.3: an oversized frame closes with 1009 and loses nothing."""
@@ -1175,7 +1271,7 @@ def scenario_window(c):
     w = WS(rel, "winnie", w_.session)
     c.sockets.append(w)
     f = w.frame()
-    ok(f"ready pending {len(ids)}", f == {"type": "ready", "pending": len(ids)}, f)
+    ok(f"ready pending {len(ids)}", f == {"type": "ready", "pending": len(ids), "prekeys": 0}, f)
     got = [w.of("message")["message"]["id"] for _ in range(WINDOW)]
     ok(f"the first {WINDOW} (= --window) are delivered in order, then nothing (§8.2)", got == ids[:WINDOW] and w.quiet(0.4),
        f"{got} {w.buf}")
@@ -1199,7 +1295,7 @@ def scenario_window(c):
     c.sockets.append(w2)
     f = w2.frame()
     ok("after the 1009 close the unacked message is delivered again (§8.2)",
-       f == {"type": "ready", "pending": 1} and w2.of("message")["message"]["id"] == ids[-1], f)
+       f == {"type": "ready", "pending": 1, "prekeys": 0} and w2.of("message")["message"]["id"] == ids[-1], f)
     w2.send({"type": "ack", "id": ids[-1]})
     w2.of("acked", id=ids[-1])
     w2.close()
@@ -1404,7 +1500,8 @@ SCENARIOS = [("start", scenario_start, None), ("sign in", scenario_sign_in, None
              ("leases", scenario_leases, "sign in"), ("expiry", scenario_expiry, "sign in"),
              ("mailbox full", scenario_mailbox_full, "sign in"), ("window", scenario_window, "sign in"),
              ("rate", scenario_rate, "sign in"),
-             ("socket sessions", scenario_socket_sessions, "sign in"), ("erasure", scenario_erasure, None)]
+             ("socket sessions", scenario_socket_sessions, "sign in"), ("prekeys", scenario_prekeys, None),
+             ("erasure", scenario_erasure, None)]
 
 
 def main():
@@ -1422,7 +1519,7 @@ def main():
     c.issuer = Issuer()
     c.relay = Relay(binary, tmp, c.issuer.public)
     c.sockets, c.erased, c.broken = [], [], set()
-    c.users = {u: User(u) for u in ("alice", "bob", "carol", "lim", "dora", "filler", "flood", "gina", "hana", "winnie", "kim", "ken")}
+    c.users = {u: User(u) for u in ("alice", "bob", "carol", "lim", "dora", "filler", "flood", "gina", "hana", "winnie", "kim", "ken", "pia", "quin", "rex")}
     try:
         usage_errors(binary, tmp)
         try:

@@ -237,8 +237,9 @@ struct MailboxService: Sendable {
     func deleteKeyBundle(_ principal: Principal, owner: String) async throws {
         try Self.check(uid: owner)
         try require(.delete, .keyBundle, principal, owner: owner)
-        guard try await store.deleteKeyBundle(uid: owner) else { throw Problem(.notFound, "no key bundle") }
-        erasure.erased()
+        let deleted = try await store.deleteKeyBundle(uid: owner)
+        erasure.erased()  // the prekeys went too, bundle or not
+        guard deleted else { throw Problem(.notFound, "no key bundle") }
     }
 
     /// A page of the authors `owner` has blocked, in byte order, after `cursor` (an author of
@@ -326,7 +327,7 @@ struct MailboxService: Sendable {
     }
 
     func require(_ operation: Operation, _ resource: Resource, _ principal: Principal, owner: String,
-                         author: String? = nil) throws {
+                 author: String? = nil) throws {
         guard configuration.rules.allows(operation, resource, principal: principal.uid, owner: owner, author: author) else {
             throw Problem(.forbidden, "you may not do this")
         }

@@ -135,8 +135,10 @@ public struct RelayConfiguration: Sendable {
                 "the longest message lifetime (\(maxMessageTTL) s) is over \(Defaults.maxMessageTTL) s (30 days), how long clients keep a replaced mailbox key.")
         require(createRate > 0 && createRate.isFinite && createBurst >= 1 && createBurst.isFinite,
                 "the create rate must be a number above 0 and the burst at least 1.")
-        for (name, rate, burst) in [("prekey claim", prekeyClaimRate, prekeyClaimBurst), ("prekey mailbox", prekeyMailboxRate, prekeyMailboxBurst)] {
-            require(rate > 0 && rate.isFinite && burst >= 1 && burst.isFinite, "the \(name) rate must be a number above 0 and the burst at least 1.")
+        for (name, rate, burst) in [("prekey claim", prekeyClaimRate, prekeyClaimBurst),
+                                    ("prekey mailbox", prekeyMailboxRate, prekeyMailboxBurst)] {
+            require(rate > 0 && rate.isFinite && burst >= 1 && burst.isFinite,
+                    "the \(name) rate must be a number above 0 and the burst at least 1.")
         }
         for (name, value) in [("pending messages per mailbox", maxPendingPerMailbox), ("delivery window", deliveryWindow),
                               ("connection limit", maxConnections), ("JSON depth", maxJSONDepth), ("frame fragments", maxFrameFragments),

@@ -9,7 +9,9 @@
 //   1  SignInRequest (POST /v1/sessions): the token through TokenVerifier.
 //   2  RefreshRequest (POST /v1/sessions/refresh): the refresh token's shape and hash.
 //   3  SendRequest (PUT /v1/users/bob/messages/{id}): as a ClientFrame send.
-//   4  MessagePatch (PATCH …/messages/{id}): decoding only (the lease checks are two comparisons).
+//   4  MessagePatch (PATCH …/messages/{id}), and the prekey requests and answers (PrekeyUpload,
+//      PrekeyClaimRequest, PrekeyCount, PrekeyClaim, spec/protocol.md §4.14): decoding only (the
+//      lease checks are two comparisons; an upload's keys are checked as a Prekey's publicKey).
 //   5  a key bundle (PUT /v1/users/bob/keys): KeyBundle.decode for `bob`.
 //   6  RelayFrame (what a client decodes from the relay).
 //   7  a chat-message body: ChatMessage.decode.
@@ -56,6 +58,15 @@ public func wireDecodeOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         relaySend(to: Fixed.recipient, id: Fixed.messageID, envelope: request.envelope, ttlSeconds: request.ttlSeconds, keyID: request.keyID)
     case 4:
         _ = decodeAndRoundTrip(MessagePatch.self, body)
+        _ = decodeAndRoundTrip(PrekeyClaimRequest.self, body)
+        _ = decodeAndRoundTrip(PrekeyCount.self, body)
+        for prekey in decodeAndRoundTrip(PrekeyUpload.self, body)?.prekeys ?? [] {
+            // What the relay accepts is a canonical encoding of 32 bytes.
+            if let key = prekey.publicKey { expect(Base64URL.encode(key.bytes) == prekey.key, "a non-canonical prekey decoded") }
+        }
+        if let prekey = decodeAndRoundTrip(PrekeyClaim.self, body)?.prekey, let key = prekey.publicKey {
+            _ = key.isUsable
+        }
     case 5:
         guard let bundle = try? KeyBundle.decode(Array(body), for: Fixed.recipient) else { return 0 }
         let again = Result { () throws(KeyBundleError) in try KeyBundle.decode(bundle.encoded(), for: Fixed.recipient) }
@@ -143,11 +154,16 @@ func fuzzSeeds(root: String) -> [(name: String, bytes: [UInt8])] {
     add("refresh-bad", 2, text: #"{"refresh":"msr_AAAA","x":1}"#)
     add("patch-take", 4, MessagePatch(leaseSeconds: 300, leaseHolder: "worker-1"))
     add("patch-release", 4, text: #"{"lease_seconds":0}"#)
+    let prekey = Prekey(id: 1, key: Fixed.recipientKeys.publicKey)
+    add("prekey-upload", 4, PrekeyUpload(prekeys: [prekey, Prekey(id: 4_294_967_295, keyText: Base64URL.encode([UInt8](repeating: 0, count: 32)))]))
+    add("prekey-claim", 4, PrekeyClaim(prekey: prekey))
+    add("prekey-claim-none", 4, PrekeyClaim(prekey: nil))
 
     for (index, vector) in Seeds.list(Seeds.json(root, "spec/vectors/bundles.json"), "cases").enumerated() {
         if let bundle = vector["bundle"] as? String { add("bundle-\(index)", 5, text: bundle) }
     }
     add("relay-ready", 6, RelayFrame.ready(pending: 3))
+    add("relay-ready-prekeys", 6, RelayFrame.ready(pending: 3, prekeys: 57))
     add("relay-sent", 6, text: #"{"type":"sent","ref":"r","created":true,"message":{"id":"01KF0000000000000000000000","author":"alice","created_at":"x","expires_at":"y","size":512,"seq":null}}"#)
     add("relay-error", 6, RelayFrame.error(Problem(.rateLimited, "slow down", retryAfter: 2), ref: "r"))
     add("relay-acked", 6, RelayFrame.acked(id: Fixed.messageID))

@@ -113,15 +113,20 @@ enum RuleChecks {
         await context.check("rule.prekeys.anonymous-cannot-claim") {
             context.expect("rule.prekeys.anonymous-cannot-claim", try await claim(nil), 401)
         }
-        // Three claims take the three prekeys, each once, lowest id first; the fourth finds none.
+        // Three claims take the three prekeys, each once, lowest id first, the count going down with
+        // each; the fourth finds none.
         await context.check("rule.prekeys.claim-consumes") {
-            var ids: [Int] = []
+            var ids: [Int] = [], counts: [Int?] = []
             for user in [alice, mallory, alice] {
                 let answer = try await claim(user)
                 guard answer.status == 200, let prekey = answer.json["prekey"] as? [String: Any], let id = prekey["id"] as? Int else {
                     return context.record("rule.prekeys.claim-consumes", false, "a claim answered \(answer.summary) \(answer.text.prefix(200))")
                 }
                 ids.append(id)
+                counts.append(try await count())
+            }
+            guard counts == [2, 1, 0] else {
+                return context.record("rule.prekeys.claim-consumes", false, "the count after each claim: \(counts), not [2, 1, 0]")
             }
             let last = try await claim(alice)
             let left = try await count()
