@@ -61,6 +61,9 @@ import Testing
             }
             #expect(try await alice.rejected().isEmpty)
             #expect(try await bob.rejected().isEmpty)
+            // A note to oneself still goes (as version 1: one store cannot be both ends of a session).
+            try await alice.send(text: "note to self", to: "alice")
+            #expect(try await alice.receive().map(\.message.payload.text) == ["note to self"])
         }
     }
 

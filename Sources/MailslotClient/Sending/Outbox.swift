@@ -156,10 +156,11 @@ extension MailslotClient {
 
     /// Seals `message` for `contact`: in the active session with it when its bundle has a signed
     /// prekey (a new session first, with a one-time prekey claimed from the relay when one is
-    /// left), as a version 1 envelope otherwise (spec/sessions.md §6).
+    /// left), as a version 1 envelope otherwise (spec/sessions.md §6). A note to oneself is version
+    /// 1 too: one store cannot hold both ends of a session under one id.
     func seal(_ message: ChatMessage, id: String, as me: Identity, to contact: Contact) async throws -> ClientStore.Sealed {
         do {
-            guard let signedPrekey = contact.signedPrekey else {
+            guard let signedPrekey = contact.signedPrekey, contact.uid != me.uid else {
                 let envelope = try Envelope.seal(message, id: id, from: me.uid, identity: me.signing, to: contact.uid,
                                                  mailboxKey: contact.mailboxKey)
                 return .init(envelope: envelope, keyID: contact.keyID)
