@@ -246,7 +246,7 @@ extension SpecVectorTests {
             let id = vectorMessageID(name), body = textBody(text, from: sender), seed = ephemeralSeed(name)
             let (user, peer) = sender == "alice" ? (alice, bob) : (bob, alice)
             var session = try #require(user.sessions[sessionIDs[label]!])
-            let before = session, header = session.ratchet
+            let before = session, header = session.ratchet  // the header is the state's before sealing
             let envelope = try Envelope.seal(body: body, id: id, from: sender, identity: user.identity, to: peer.uid,
                                              mailboxKey: peer.mailbox.publicKey, session: &session,
                                              outerSeal: { peer.mailbox.publicKey.seal($0, ephemeralSeed: seed) })
@@ -440,20 +440,18 @@ extension SpecVectorTests {
                 $0.replaceSubrange((kindAt + 1)..<(kindAt + 33), with: [UInt8](repeating: 0, count: 32))
             }, id: message("A1").id, expect: "envelope_session_mismatch")
         // Skipping: Bob has received A5 (N = 0) of alice's second chain; N = 1001 skips 1000 keys, N = 1002 one more.
-        var far = afterA5Sealed
-        var farSession = try #require(far.sessions[s1])
-        for _ in 0..<1000 {
-            _ = try Envelope.seal(body: textBody("lost", from: "alice"), id: vectorMessageID("L"), from: "alice", identity: far.identity, to: "bob",
+        var farSession = try #require(afterA5Sealed.sessions[s1])
+        for _ in 0..<1000 {  // sealed and never delivered; only the chain moves
+            _ = try Envelope.seal(body: textBody("lost", from: "alice"), id: vectorMessageID("L"), from: "alice", identity: alice.identity, to: "bob",
                                   mailboxKey: bob.mailbox.publicKey, session: &farSession, outerSeal: { _ in [] })
         }
         for (number, expect) in [(1000, "ok"), (1001, "envelope_too_many_skipped")] {
             let name = "A message of A5's chain skipping \(number) keys"
             let id = vectorMessageID("N\(number)"), body = textBody("far", from: "alice")
-            let envelope = try Envelope.seal(body: body, id: id, from: "alice", identity: far.identity, to: "bob", mailboxKey: bob.mailbox.publicKey,
+            let envelope = try Envelope.seal(body: body, id: id, from: "alice", identity: alice.identity, to: "bob", mailboxKey: bob.mailbox.publicKey,
                                              session: &farSession, outerSeal: { bob.mailbox.publicKey.seal($0, ephemeralSeed: ephemeralSeed(name)) })
             add(name, after: step("A5", "open"), envelope: envelope, id: id, expect: expect, body: expect == "ok" ? body : nil)
         }
-        far.sessions[s1] = farSession
         // Bodies: decrypted, then refused (the state is kept only with a valid body).
         for (name, body, expect) in [("A body that is not JSON", Array("hello".utf8), "envelope_invalid_body"),
                                      ("A body whose sender is carol", textBody("it is carol", from: "carol"), "envelope_sender_mismatch")] {
@@ -520,12 +518,39 @@ extension SpecVectorTests {
         if Self.writing { try Self.write("sessions.json", generated) }
         let vectors = try Self.read("sessions.json")
         #expect(try Self.same(generated, vectors), "sessions.json is what the generator makes from the published seeds")
-        try Self.checkSessionVectors(vectors)
+        try Self.checkSessionVectors(vectors, minimumEvents: 14, minimumCases: 25)
+    }
+
+    /// Sessions sealed by the independent implementation (tools/interop, PyNaCl), from the spec alone:
+    /// the reference opens its conversation, seals every message again to the same bytes, and
+    /// refuses its cases with the codes it names.
+    @Test func independentSessions() throws {
+        try Self.checkSessionVectors(try Self.read("independent/sessions.json"), minimumEvents: 10, minimumCases: 8)
     }
 
     /// Replays the file alone: bundles, the conversation with each side's own state, and the cases.
-    static func checkSessionVectors(_ vectors: [String: Any]) throws {
-        for vector in try #require(vectors["bundles"] as? [[String: Any]]) {
+    static func checkSessionVectors(_ vectors: [String: Any], minimumEvents: Int, minimumCases: Int) throws {
+        // Every key from the file's own seeds, so that a file written by another implementation
+        // (spec/vectors/independent/) is checked the same way.
+        let seeds = try #require(vectors["seeds"] as? [String: String]).compactMapValues { Base64URL.decode($0) }
+        func seed(_ name: Any?) throws -> SecretBytes {
+            let name = try #require(name as? String)
+            return SecretBytes(copying: try #require(seeds[name], "seed \(name) is published"))
+        }
+        func pair(_ name: Any?) throws -> X25519KeyPair { X25519KeyPair(seed: try seed(name)) }
+        let users = try #require(vectors["users"] as? [[String: Any]])
+        func user(_ index: Int) throws -> VectorUser {
+            let info = users[index]
+            var user = VectorUser(uid: try #require(info["uid"] as? String),
+                                  identity: IdentityKeyPair(seed: try seed(info["identity_seed"])),
+                                  mailbox: try pair(info["mailbox_seed"]))
+            if let signed = info["signed_prekey"] as? [String: Any] { user.signedPrekeys[UInt32(signed["id"] as! Int)] = try pair(signed["seed"]) }
+            for oneTime in info["one_time_prekeys"] as? [[String: Any]] ?? [] { user.oneTimePrekeys[UInt32(oneTime["id"] as! Int)] = try pair(oneTime["seed"]) }
+            return user
+        }
+        var alice = try user(0), bob = try user(1)
+        let caseRatchet = try pair("case_ratchet")
+        for vector in vectors["bundles"] as? [[String: Any]] ?? [] {
             let name = vector["name"] as! String, expect = vector["expect"] as! String
             do {
                 _ = try KeyBundle.decode(Array((vector["bundle"] as! String).utf8), for: vector["expected_uid"] as? String)
@@ -535,22 +560,22 @@ extension SpecVectorTests {
             }
         }
         let now = Int64(try #require(vectors["now"] as? Int))
-        var (alice, bob) = vectorUsers()
         var states: [VectorUser] = [bob]
         var messages: [String: [String: Any]] = [:]
         var sessionIDs: [String: [UInt8]] = [:], started: [String: Session] = [:]
         for start in try #require(vectors["x3dh"] as? [[String: Any]]) {
             let session = try Session.initiate(
                 identity: alice.identity, peerIdentity: bob.identity.publicKey,
-                signedPrekey: PublishedPrekey(id: UInt32(start["signed_prekey_id"] as! Int), key: x25519("bob_signed_prekey").publicKey),
-                oneTimePrekey: (start["one_time_prekey_id"] as? Int).map { PublishedPrekey(id: UInt32($0), key: x25519("bob_one_time_prekey").publicKey) },
-                ephemeral: x25519(start["ephemeral_seed"] as! String), ratchetKey: x25519(start["ratchet_seed"] as! String))
+                signedPrekey: PublishedPrekey(id: UInt32(start["signed_prekey_id"] as! Int),
+                                              key: try #require(bob.signedPrekeys[UInt32(start["signed_prekey_id"] as! Int)]).publicKey),
+                oneTimePrekey: try (start["one_time_prekey_id"] as? Int).map { PublishedPrekey(id: UInt32($0), key: try #require(bob.oneTimePrekeys[UInt32($0)]).publicKey) },
+                ephemeral: try pair(start["ephemeral_seed"]), ratchetKey: try pair(start["ratchet_seed"]))
             #expect(Self.hexString(session.id) == start["session_id_hex"] as? String)
             sessionIDs[start["session"] as! String] = session.id
             started[start["session"] as! String] = session  // Alice holds it from her first message on
         }
         let events = try #require(vectors["conversation"] as? [[String: Any]])
-        #expect(events.count >= 14)
+        #expect(events.count >= minimumEvents)
         for event in events {
             let name = event["message"] as! String
             if event["event"] as? String == "seal" {
@@ -570,17 +595,19 @@ extension SpecVectorTests {
             } else {
                 let message = try #require(messages[name])
                 let envelope = try #require(Base64URL.decode(message["envelope"] as! String))
-                let seed = event["new_ratchet_seed"] as? String
-                let newKey = { x25519(seed ?? "case_ratchet") }
+                let turning = try event["new_ratchet_seed"].map { try pair($0) }
+                var turned = false
+                let newKey = { () -> X25519KeyPair in turned = true; return turning ?? caseRatchet }
                 let opened = event["by"] as? String == "bob"
                     ? try bob.open(envelope, id: message["id"] as! String, now: now, newRatchetKey: newKey)
                     : try alice.open(envelope, id: message["id"] as! String, now: now, newRatchetKey: newKey)
                 #expect(String(decoding: opened.body, as: UTF8.self) == message["body"] as? String, "\(name)")
+                #expect(turned == (turning != nil), "\(name): the ratchet turns exactly when the vector says")
             }
             states.append(bob)
         }
         let cases = try #require(vectors["cases"] as? [[String: Any]])
-        #expect(cases.count >= 25)
+        #expect(cases.count >= minimumCases)
         for vector in cases {
             let name = vector["name"] as! String, expect = vector["expect"] as! String
             var user = states[vector["after_step"] as! Int]
@@ -588,7 +615,7 @@ extension SpecVectorTests {
             do {
                 let opened = try user.open(try #require(Base64URL.decode(vector["envelope"] as! String)), id: vector["id"] as! String,
                                            as: vector["recipient"] as? String, ownIdentity: ownIdentity,
-                                           now: Int64(vector["now"] as! Int), newRatchetKey: { x25519("case_ratchet") })
+                                           now: Int64(vector["now"] as! Int), newRatchetKey: { caseRatchet })
                 #expect(expect == "ok", "\(name): opened, expected \(expect)")
                 #expect(String(decoding: opened.body, as: UTF8.self) == vector["body"] as? String, "\(name)")
             } catch {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Independent implementation of Mailslot's formats, written from spec/ alone.
 
-Reads only spec/tokens.md, spec/envelope.md and spec/vectors/*.json (no Swift source), with
+Reads only spec/tokens.md, spec/envelope.md, spec/sessions.md and spec/vectors/*.json (no Swift source), with
 PyNaCl (libsodium) and pyseto (PASETO). It checks the project's vectors, cross-checks the
 `mailslot-relay` binary (tokens minted by each side, verified by the other), and with
 --write-independent writes spec/vectors/independent/{envelopes,tokens}.json from this code.
