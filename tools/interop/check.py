@@ -4,7 +4,7 @@
 Reads only spec/tokens.md, spec/envelope.md, spec/sessions.md and spec/vectors/*.json (no Swift source), with
 PyNaCl (libsodium) and pyseto (PASETO). It checks the project's vectors, cross-checks the
 `mailslot-relay` binary (tokens minted by each side, verified by the other), and with
---write-independent writes spec/vectors/independent/{envelopes,tokens}.json from this code.
+--write-independent writes spec/vectors/independent/{envelopes,tokens,sessions}.json from this code.
 
     check.py --relay-binary PATH [--write-independent]
 
@@ -1289,10 +1289,81 @@ def decode_bundle_v2_fields(b):
     return spk_id, spk
 
 
-def check_session_vectors(path):
-    """sessions.md §9 sessions.json."""
+def check_session_vectors(path, label="sessions"):
+    """sessions.md §9 sessions.json (the reference's), or the independent file of the same layout
+    (which has only users, x3dh, conversation and cases)."""
     v = json.load(open(path))
     seeds = {k: b64d(s) for k, s in v["seeds"].items()}
+    if "hkdf" in v:
+        check_session_primitives(v, seeds)
+    users = {u["uid"]: u for u in v["users"]}
+    alice_sk = nacl.signing.SigningKey(seeds[users["alice"]["identity_seed"]])
+    bob_info = users["bob"]
+    bob_pk = bytes(nacl.signing.SigningKey(seeds[bob_info["identity_seed"]]).verify_key)
+    spk = (bob_info["signed_prekey"]["id"], x25519_from_seed(seeds[bob_info["signed_prekey"]["seed"]]))
+    opks = {p["id"]: x25519_from_seed(seeds[p["seed"]]) for p in bob_info["one_time_prekeys"]}
+    started, secrets = {}, {}
+    for c in v["x3dh"]:
+        name = f"{label} x3dh '{c['name']}'"
+        ek = x25519_from_seed(seeds[c["ephemeral_seed"]])
+        ik_a_x = nacl.bindings.crypto_sign_ed25519_sk_to_curve25519(bytes(alice_sk) + bytes(alice_sk.verify_key))
+        outs = [dh(ik_a_x, spk[1][1]), dh(ek[0], identity_x25519(bob_pk)), dh(ek[0], spk[1][1])]
+        opk = (c["one_time_prekey_id"], opks[c["one_time_prekey_id"]]) if "one_time_prekey_id" in c else None
+        if opk:
+            outs.append(dh(ek[0], opk[1][1]))
+        want = [c["dh1_hex"], c["dh2_hex"], c["dh3_hex"]] + ([c["dh4_hex"]] if opk else [])
+        check(f"{name} DH outputs", [o.hex() for o in outs] == want, [o.hex() for o in outs])
+        check(f"{name} SK", x3dh(outs).hex() == c["sk_hex"], x3dh(outs).hex())
+        sid = session_id(bytes(alice_sk.verify_key), bob_pk, ek[1])
+        check(f"{name} session id", sid.hex() == c["session_id_hex"] and
+              pae(LABEL_SESSION_ID, bytes(alice_sk.verify_key), bob_pk, ek[1]).hex() == c["session_id_input_hex"], sid.hex())
+        started[c["session"]] = initiate(alice_sk, bob_pk, (spk[0], spk[1][1]), (opk[0], opk[1][1]) if opk else None, ek,
+                                         x25519_from_seed(seeds[c["ratchet_seed"]]))
+        secrets[c["session"]] = x3dh(outs)
+    if "ratchet" in v:
+        check_ratchet_parts(v, seeds, secrets["S1"], spk, bob_pk, bob_info)
+
+    # The conversation: each side with its own state; every envelope sealed again byte for byte.
+    now = v["now"]
+    alice = PyUser("alice", seeds[users["alice"]["identity_seed"]], seeds[users["alice"]["mailbox_seed"]])
+    bob = PyUser("bob", seeds[bob_info["identity_seed"]], seeds[bob_info["mailbox_seed"]], {spk[0]: spk[1]}, opks)
+    people = {"alice": alice, "bob": bob}
+    states, sealed = [bob.copy()], {}
+    for e in v["conversation"]:
+        name = f"{label} conversation step {e['step']} ({e['event']} {e['message']})"
+        try:
+            if e["event"] == "seal":
+                sender, recipient = people[e["from"]], people[e["to"]]
+                sid = started[e["session"]].id
+                if e["from"] == "alice" and sid not in alice.sessions:
+                    alice.sessions[sid] = started[e["session"]]
+                session = sender.sessions[sid]
+                env = seal_v2(e["body"].encode(), e["id"], sender.uid, sender.identity, recipient.uid, recipient.mailbox[1], session,
+                              lambda p, s=b64d(e["ephemeral_seed"]), pk=recipient.mailbox[1]: seal_with_seed(p, pk, s))
+                check(f"{name}: sealed byte for byte", b64e(env) == e["envelope"], "differs")
+                sealed[e["message"]] = e
+            else:
+                m = sealed[e["message"]]
+                turned = []
+                new_key = lambda: (turned.append(1), x25519_from_seed(seeds[e.get("new_ratchet_seed", "case_ratchet")]))[1]  # noqa: E731
+                _, _, body = people[e["by"]].open(b64d(m["envelope"]), m["id"], now, new_key)
+                check(f"{name}: opens", body == m["body"].encode() and bool(turned) == ("new_ratchet_seed" in e), body[:60])
+        except FormatError as err:
+            check(name, False, err.code)
+        states.append(bob.copy())
+    for c in v["cases"]:
+        user = states[c["after_step"]].copy()
+        try:
+            _, _, body = user.open(b64d(c["envelope"]), c["id"], c["now"], lambda: x25519_from_seed(seeds["case_ratchet"]),
+                                   c["recipient"], b64d(c["opener_identity"]) if "opener_identity" in c else None)
+            got = "ok" if body == c.get("body", "").encode() else "ok, another body"
+        except FormatError as err:
+            got = err.code
+        expect_outcome(f"{label} case '{c['name']}' → {c['expect']}", got, c["expect"])
+
+
+def check_session_primitives(v, seeds):
+    """sessions.json: HKDF, the X25519 forms, prekeys, the version 2 bundle and its cases."""
     for c in v["hkdf"]:
         got = hkdf(bytes.fromhex(c["salt_hex"]), bytes.fromhex(c["ikm_hex"]), bytes.fromhex(c["info_hex"]), c["length"])
         check(f"sessions hkdf '{c['name']}'", got.hex() == c["okm_hex"], got.hex())
@@ -1322,31 +1393,9 @@ def check_session_vectors(path):
             got = e.code
         expect_outcome(f"sessions bundle '{c['name']}' → {c['expect']}", got, c["expect"])
 
-    users = {u["uid"]: u for u in v["users"]}
-    alice_sk = nacl.signing.SigningKey(seeds[users["alice"]["identity_seed"]])
-    bob_info = users["bob"]
-    bob_pk = bytes(nacl.signing.SigningKey(seeds[bob_info["identity_seed"]]).verify_key)
-    spk = (bob_info["signed_prekey"]["id"], x25519_from_seed(seeds[bob_info["signed_prekey"]["seed"]]))
-    opks = {p["id"]: x25519_from_seed(seeds[p["seed"]]) for p in bob_info["one_time_prekeys"]}
-    started = {}
-    for c in v["x3dh"]:
-        name = f"sessions x3dh '{c['name']}'"
-        ek = x25519_from_seed(seeds[c["ephemeral_seed"]])
-        ik_a_x = nacl.bindings.crypto_sign_ed25519_sk_to_curve25519(bytes(alice_sk) + bytes(alice_sk.verify_key))
-        outs = [dh(ik_a_x, spk[1][1]), dh(ek[0], identity_x25519(bob_pk)), dh(ek[0], spk[1][1])]
-        opk = (c["one_time_prekey_id"], opks[c["one_time_prekey_id"]]) if "one_time_prekey_id" in c else None
-        if opk:
-            outs.append(dh(ek[0], opk[1][1]))
-        want = [c["dh1_hex"], c["dh2_hex"], c["dh3_hex"]] + ([c["dh4_hex"]] if opk else [])
-        check(f"{name} DH outputs", [o.hex() for o in outs] == want, [o.hex() for o in outs])
-        check(f"{name} SK", x3dh(outs).hex() == c["sk_hex"], x3dh(outs).hex())
-        sid = session_id(bytes(alice_sk.verify_key), bob_pk, ek[1])
-        check(f"{name} session id", sid.hex() == c["session_id_hex"] and
-              pae(LABEL_SESSION_ID, bytes(alice_sk.verify_key), bob_pk, ek[1]).hex() == c["session_id_input_hex"], sid.hex())
-        started[c["session"]] = initiate(alice_sk, bob_pk, (spk[0], spk[1][1]), (opk[0], opk[1][1]) if opk else None, ek,
-                                         x25519_from_seed(seeds[c["ratchet_seed"]]))
-        if c["session"] == "S1":
-            s1_sk = x3dh(outs)
+
+def check_ratchet_parts(v, seeds, s1_sk, spk, bob_pk, bob_info):
+    """sessions.json `ratchet`: the initial state, both DH steps, KDF_CK, the first record."""
     r = v["ratchet"]
     ai = r["alice_initial"]
     rk, ck = kdf_rk(s1_sk, dh(x25519_from_seed(seeds["alice_ratchet_1"])[0], spk[1][1]))
@@ -1377,44 +1426,6 @@ def check_session_vectors(path):
     check("sessions first record: the record of A1 and its associated data",
           outer_open(b64d(a1["envelope"]), bob_mailbox_sk) == rec
           and pae(LABEL_ENVELOPE_V2, parsed["prefix"], bob_pk).hex() == fr["associated_data_hex"], "differs")
-
-    # The conversation: each side with its own state; every envelope sealed again byte for byte.
-    now = v["now"]
-    alice = PyUser("alice", seeds[users["alice"]["identity_seed"]], seeds[users["alice"]["mailbox_seed"]])
-    bob = PyUser("bob", seeds[bob_info["identity_seed"]], seeds[bob_info["mailbox_seed"]], {spk[0]: spk[1]}, opks)
-    people = {"alice": alice, "bob": bob}
-    states, sealed = [bob.copy()], {}
-    for e in v["conversation"]:
-        name = f"sessions conversation step {e['step']} ({e['event']} {e['message']})"
-        try:
-            if e["event"] == "seal":
-                sender, recipient = people[e["from"]], people[e["to"]]
-                sid = started[e["session"]].id
-                if e["from"] == "alice" and sid not in alice.sessions:
-                    alice.sessions[sid] = started[e["session"]]
-                session = sender.sessions[sid]
-                env = seal_v2(e["body"].encode(), e["id"], sender.uid, sender.identity, recipient.uid, recipient.mailbox[1], session,
-                              lambda p, s=b64d(e["ephemeral_seed"]), pk=recipient.mailbox[1]: seal_with_seed(p, pk, s))
-                check(f"{name}: sealed byte for byte", b64e(env) == e["envelope"], "differs")
-                sealed[e["message"]] = e
-            else:
-                m = sealed[e["message"]]
-                turned = []
-                new_key = lambda: (turned.append(1), x25519_from_seed(seeds[e.get("new_ratchet_seed", "case_ratchet")]))[1]  # noqa: E731
-                _, _, body = people[e["by"]].open(b64d(m["envelope"]), m["id"], now, new_key)
-                check(f"{name}: opens", body == m["body"].encode() and bool(turned) == ("new_ratchet_seed" in e), body[:60])
-        except FormatError as err:
-            check(name, False, err.code)
-        states.append(bob.copy())
-    for c in v["cases"]:
-        user = states[c["after_step"]].copy()
-        try:
-            _, _, body = user.open(b64d(c["envelope"]), c["id"], c["now"], lambda: x25519_from_seed(seeds["case_ratchet"]),
-                                   c["recipient"], b64d(c["opener_identity"]) if "opener_identity" in c else None)
-            got = "ok" if body == c.get("body", "").encode() else "ok, another body"
-        except FormatError as err:
-            got = err.code
-        expect_outcome(f"sessions case '{c['name']}' → {c['expect']}", got, c["expect"])
 
 
 # ---------------------------------------------------------------- independent vectors
@@ -1714,6 +1725,152 @@ def write_independent_envelopes(path):
         "recipient_mailbox_secret_key": b64e(bytes(bob_mb)), "recipient_mailbox_public_key": b64e(bpk), "cases": cases})
 
 
+def write_independent_sessions(path):
+    """spec/vectors/independent/sessions.json (sessions.md §9 layout: users, x3dh, conversation,
+    cases) from this implementation, with its own seeds, ids and conversation. Deterministic: the
+    outer boxes are sealed from ephemeral seeds (envelope.md §6), so writing it again changes nothing."""
+    labels = ["alice identity", "alice mailbox", "bob identity", "bob mailbox", "bob signed prekey", "bob one-time prekey 7",
+              "bob one-time prekey 8", "alice ephemeral 1", "alice ephemeral 2", "alice ratchet 1", "alice ratchet 2",
+              "alice ratchet 3", "alice ratchet 4", "bob ratchet 1", "bob ratchet 2", "bob ratchet 3", "case ratchet"]
+    names = {lab: lab.replace(" ", "_").replace("-", "_") for lab in labels}
+    seeds = {names[lab]: seed(lab) for lab in labels}
+    now, spk_id = 1835000000, 4000000000
+    key = lambda n: x25519_from_seed(seeds[n])  # noqa: E731
+    alice = PyUser("alice", seeds["alice_identity"], seeds["alice_mailbox"])
+    bob = PyUser("bob", seeds["bob_identity"], seeds["bob_mailbox"], {spk_id: key("bob_signed_prekey")},
+                 {7: key("bob_one_time_prekey_7"), 8: key("bob_one_time_prekey_8")})
+    bob_pk = bytes(bob.identity.verify_key)
+    people = {"alice": alice, "bob": bob}
+    ratchet_seeds = {"alice": ["alice_ratchet_2", "alice_ratchet_3"], "bob": ["bob_ratchet_1", "bob_ratchet_2", "bob_ratchet_3"]}
+    x3dh_entries, started, events, sealed, states, cases = [], {}, [], {}, [bob.copy()], []
+
+    def start(label, eph, rseed, opk_id):
+        ek, spk = key(eph), (spk_id, key("bob_signed_prekey")[1])
+        opk = (opk_id, key(f"bob_one_time_prekey_{opk_id}")[1]) if opk_id else None
+        ik_a_x = nacl.bindings.crypto_sign_ed25519_sk_to_curve25519(bytes(alice.identity) + bytes(alice.identity.verify_key))
+        outs = [dh(ik_a_x, spk[1]), dh(ek[0], identity_x25519(bob_pk)), dh(ek[0], spk[1])] + ([dh(ek[0], opk[1])] if opk else [])
+        s = initiate(alice.identity, bob_pk, spk, opk, ek, key(rseed))
+        alice.sessions[s.id] = started[label] = s
+        entry = {"name": f"{label}, {'with one-time prekey %d' % opk_id if opk_id else 'without a one-time prekey'}", "session": label,
+                 "initiator": "alice", "responder": "bob", "ephemeral_seed": eph, "ratchet_seed": rseed,
+                 "ephemeral_public_key": b64e(ek[1]), "signed_prekey_id": spk_id,
+                 "ikm_hex": (b"\xff" * 32 + b"".join(outs)).hex(), "sk_hex": x3dh(outs).hex(),
+                 "session_id_input_hex": pae(LABEL_SESSION_ID, bytes(alice.identity.verify_key), bob_pk, ek[1]).hex(),
+                 "session_id_hex": s.id.hex()}
+        entry.update({f"dh{i + 1}_hex": o.hex() for i, o in enumerate(outs)})
+        if opk_id:
+            entry["one_time_prekey_id"] = opk_id
+        x3dh_entries.append(entry)
+
+    def seal_event(name, frm, label, text, record_only=False):
+        sender, recipient = people[frm], people["bob" if frm == "alice" else "alice"]
+        session = sender.sessions[started[label].id]
+        r = session.ratchet
+        header, was_start = (r.own[1], r.pn, r.ns), session.start is not None
+        mid = "01KJ7Z" + "0" * (20 - len(name)) + name
+        b = jdump({"payload": {"text": text}, "sender": {"id": frm}, "timestamp": now * 1000, "type": "text"})
+        eseed = hashlib.blake2b(b"mailslot vector: " + name.encode(), digest_size=32).digest()
+        env = seal_v2(b, mid, frm, sender.identity, recipient.uid, recipient.mailbox[1], session,
+                      lambda p: seal_with_seed(p, recipient.mailbox[1], eseed))
+        sealed[name] = (mid, env, b)
+        events.append({"event": "seal", "message": name, "from": frm, "to": recipient.uid, "session": label, "id": mid,
+                       "body": b.decode(), "envelope": b64e(env), "ephemeral_seed": b64e(eseed), "start": was_start,
+                       "ratchet_key": b64e(header[0]), "previous_chain_length": header[1], "message_number": header[2]})
+        states.append(bob.copy())
+
+    def open_event(name, by):
+        used = []
+
+        def new_key():
+            used.append(ratchet_seeds[by].pop(0))
+            return key(used[-1])
+        mid, env, b = sealed[name]
+        _, _, body = people[by].open(env, mid, now, new_key)
+        assert body == b, name
+        e = {"event": "open", "message": name, "by": by}
+        if used:
+            e["new_ratchet_seed"] = used[0]
+        events.append(e)
+        states.append(bob.copy())
+
+    start("S1", "alice_ephemeral_1", "alice_ratchet_1", 7)
+    seal_event("X1", "alice", "S1", "one")
+    seal_event("X2", "alice", "S1", "two, opened first")
+    open_event("X2", "bob")
+    open_event("X1", "bob")
+    for i in (1, 2, 3):
+        seal_event(f"Y{i}", "bob", "S1", f"reply {i}")
+    open_event("Y3", "alice")
+    open_event("Y1", "alice")
+    seal_event("X3", "alice", "S1", "three, in my second chain")
+    alice_after_x3 = alice.copy()
+    open_event("X3", "bob")
+    seal_event("Y4", "bob", "S1", "reply 4, in my second chain")
+    open_event("Y4", "alice")
+    open_event("Y2", "alice")
+    start("S2", "alice_ephemeral_2", "alice_ratchet_4", None)
+    seal_event("Z1", "alice", "S2", "a second session, without a one-time prekey")
+    open_event("Z1", "bob")
+    for i, e in enumerate(events):
+        e["step"] = i + 1
+    step = lambda ev, m: next(e["step"] for e in events if e["event"] == ev and e["message"] == m)  # noqa: E731
+
+    def reseal(name, m, change):
+        rec = bytearray(outer_open(sealed[m][1], bob.mailbox[0]))
+        change(rec)
+        eseed = hashlib.blake2b(b"mailslot vector: " + name.encode(), digest_size=32).digest()
+        return seal_with_seed(pad(bytes(rec)), bob.mailbox[1], eseed)
+
+    def case(name, after, env, mid, expect, t=now, rcpt="bob", b=None):
+        c = {"name": name, "after_step": after, "id": mid, "recipient": rcpt, "envelope": b64e(env), "now": t, "expect": expect}
+        if b is not None:
+            c["body"] = b.decode()
+        cases.append(c)
+    kind = 36 + 5 + 3 + 26 + 16  # alice → bob, 26-character ids
+    case("X1 again after it opened", step("open", "X1"), sealed["X1"][1], sealed["X1"][0], "envelope_stale_message")
+    case("X3 without the session", 0, sealed["X3"][1], sealed["X3"][0], "envelope_no_session")
+    case("X1 naming one-time prekey 9", 0, reseal("X1 naming one-time prekey 9", "X1",
+                                                     lambda r: r.__setitem__(slice(kind + 37, kind + 41), (9).to_bytes(4, "big"))),
+         sealed["X1"][0], "envelope_unknown_prekey")
+    case("X1 naming signed prekey 1", 0, reseal("X1 naming signed prekey 1", "X1",
+                                                   lambda r: r.__setitem__(slice(kind + 33, kind + 37), (1).to_bytes(4, "big"))),
+         sealed["X1"][0], "envelope_unknown_prekey")
+    case("X1 with a session id off by one bit", 0, reseal("X1 with a session id off by one bit", "X1",
+                                                             lambda r: r.__setitem__(kind - 16, r[kind - 16] ^ 0x80)),
+         sealed["X1"][0], "envelope_malformed_record")
+    case("X3 with its tag altered", step("seal", "Y3"), reseal("X3 with its tag altered", "X3",
+                                                                lambda r: r.__setitem__(len(r) - 16, r[len(r) - 16] ^ 1)),
+         sealed["X3"][0], "envelope_session_mismatch")
+    case("X3 with its previous chain length altered", step("seal", "Y3"),
+         reseal("X3 with its previous chain length altered", "X3", lambda r: r.__setitem__(kind + 36, r[kind + 36] ^ 1)),
+         sealed["X3"][0], "envelope_session_mismatch")
+    case("X3 with message kind 3", step("seal", "Y3"), reseal("X3 with message kind 3", "X3", lambda r: r.__setitem__(kind, 3)),
+         sealed["X3"][0], "envelope_malformed_record")
+    case("X3 opened as carol", step("seal", "Y3"), sealed["X3"][1], sealed["X3"][0], "envelope_wrong_recipient", rcpt="carol")
+    case("X1 after X2, 31 days later", step("open", "X2"), sealed["X1"][1], sealed["X1"][0], "ok", t=now + 31 * 86400, b=sealed["X1"][2])
+    case("X1 after X2, 31 days and a second later", step("open", "X2"), sealed["X1"][1], sealed["X1"][0], "envelope_stale_message",
+         t=now + 31 * 86400 + 1)
+    far = alice_after_x3.sessions[started["S1"].id]
+    for _ in range(1000):
+        far.ratchet.next_send()
+    for n, expect in ((1000, "ok"), (1001, "envelope_too_many_skipped")):
+        name = f"a message of X3's chain skipping {n} keys"
+        mid, b = f"01KJ7Z{n:020d}", jdump({"payload": {"text": "far"}, "sender": {"id": "alice"}, "timestamp": now * 1000, "type": "text"})
+        eseed = hashlib.blake2b(b"mailslot vector: " + name.encode(), digest_size=32).digest()
+        env = seal_v2(b, mid, "alice", alice.identity, "bob", bob.mailbox[1], far, lambda p, s=eseed: seal_with_seed(p, bob.mailbox[1], s))
+        case(name, step("open", "X3"), env, mid, expect, b=b if expect == "ok" else None)
+    write_json(path, {
+        "description": "Sessions (spec/sessions.md §9 layout) written by tools/interop/check.py, an independent implementation "
+                       "with PyNaCl, from the spec alone: replay `conversation`, then open each case with bob's state after `after_step`.",
+        "seeds": {k: b64e(v) for k, v in seeds.items()},
+        "users": [{"uid": "alice", "identity_seed": "alice_identity", "mailbox_seed": "alice_mailbox"},
+                  {"uid": "bob", "identity_seed": "bob_identity", "mailbox_seed": "bob_mailbox",
+                   "signed_prekey": {"id": spk_id, "seed": "bob_signed_prekey"},
+                   "one_time_prekeys": [{"id": 7, "seed": "bob_one_time_prekey_7"}, {"id": 8, "seed": "bob_one_time_prekey_8"}]}],
+        "now": now, "x3dh": x3dh_entries, "conversation": events, "cases": cases,
+    })
+
+
 def write_json(path, obj):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
@@ -1884,7 +2041,8 @@ def main():
     if a.write_independent:
         write_independent_tokens(os.path.join(ind, "tokens.json"))
         write_independent_envelopes(os.path.join(ind, "envelopes.json"))
-        print(f"wrote {ind}/tokens.json and envelopes.json")
+        write_independent_sessions(os.path.join(ind, "sessions.json"))
+        print(f"wrote {ind}/tokens.json, envelopes.json and sessions.json")
     self_checks()
     check_token_vectors(os.path.join(VECTORS, "tokens.json"), "tokens")
     check_envelope_vectors(os.path.join(VECTORS, "envelopes.json"), "envelopes")
@@ -1896,6 +2054,8 @@ def main():
         check_token_vectors(os.path.join(ind, "tokens.json"), "independent tokens")
     if os.path.exists(os.path.join(ind, "envelopes.json")):
         check_envelope_vectors(os.path.join(ind, "envelopes.json"), "independent envelopes")
+    if os.path.exists(os.path.join(ind, "sessions.json")):
+        check_session_vectors(os.path.join(ind, "sessions.json"), "independent sessions")
     if not os.access(a.relay_binary, os.X_OK):
         check("relay binary present", False, a.relay_binary)
     else:
