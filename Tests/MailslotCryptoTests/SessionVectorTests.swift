@@ -301,6 +301,7 @@ extension SpecVectorTests {
         try seal("A2", from: "alice", in: "S1", text: "second, delivered late")
         try seal("A3", from: "alice", in: "S1", text: "third")
         try seal("A4", from: "alice", in: "S1", text: "fourth, delivered after the next chain's first")
+        let afterA4Sealed = alice  // for the case of the 2000 skipped keys below
         try open("A1", by: "bob", turning: "bob_ratchet_1")
         // Bob's ratchet step on A1, recomputed: receiving chain with his signed prekey, then a new key.
         let bobReceive = try rootStep(skBytes, x25519("bob_signed_prekey"), x25519("alice_ratchet_1").publicKey)
@@ -351,10 +352,12 @@ extension SpecVectorTests {
             return Array(padded[..<(try #require(padded.lastIndex(of: 0x80)))])
         }
         func add(_ name: String, after: Int, envelope: [UInt8], id: String, expect: String, recipient: String = "bob",
-                 now caseNow: Int64 = now, ownIdentity: IdentityKeyPair? = nil, body: [UInt8]? = nil) {
+                 now caseNow: Int64 = now, ownIdentity: IdentityKeyPair? = nil, body: [UInt8]? = nil,
+                 prior: [(id: String, envelope: [UInt8])] = []) {
             var user = bobStates[after]
             var outcome = "ok", openedBody: [UInt8] = []
             do {
+                for earlier in prior { _ = try user.open(earlier.envelope, id: earlier.id, now: caseNow, newRatchetKey: { x25519("case_ratchet") }) }
                 openedBody = try user.open(envelope, id: id, as: recipient, ownIdentity: ownIdentity?.publicKey, now: caseNow,
                                            newRatchetKey: { x25519("case_ratchet") }).body
             } catch {
@@ -366,6 +369,7 @@ extension SpecVectorTests {
                                       "envelope": Base64URL.encode(envelope), "now": Int(caseNow), "expect": expect]
             if let ownIdentity { out["opener_identity"] = Base64URL.encode(ownIdentity.publicKey.bytes) }
             if let body { out["body"] = String(decoding: body, as: UTF8.self) }
+            if !prior.isEmpty { out["prior"] = prior.map { ["id": $0.id, "envelope": Base64URL.encode($0.envelope)] } }
             cases.append(out)
         }
         func resealed(_ name: String, _ message: String, _ change: (inout [UInt8]) -> Void) throws -> [UInt8] {
@@ -452,6 +456,24 @@ extension SpecVectorTests {
                                              session: &farSession, outerSeal: { bob.mailbox.publicKey.seal($0, ephemeralSeed: ephemeralSeed(name)) })
             add(name, after: step("A5", "open"), envelope: envelope, id: id, expect: expect, body: expect == "ok" ? body : nil)
         }
+        // At most 2000 skipped keys: after A3, Bob holds A2's; two messages of A1's chain skipping
+        // 1000 each make it 2001, and A2's, the oldest, goes.
+        var longSession = try #require(afterA4Sealed.sessions[s1])
+        var longPrior: [(id: String, envelope: [UInt8])] = []
+        for (lost, number) in [(999, 1003), (1000, 2004)] {
+            for _ in 0..<lost {
+                _ = try Envelope.seal(body: textBody("lost", from: "alice"), id: vectorMessageID("L"), from: "alice", identity: alice.identity,
+                                      to: "bob", mailboxKey: bob.mailbox.publicKey, session: &longSession, outerSeal: { _ in [] })
+            }
+            let name = "A1's chain, message \(number)", id = vectorMessageID("P\(number)")
+            longPrior.append((id, try Envelope.seal(body: textBody("far", from: "alice"), id: id, from: "alice", identity: alice.identity, to: "bob",
+                                                    mailboxKey: bob.mailbox.publicKey, session: &longSession,
+                                                    outerSeal: { bob.mailbox.publicKey.seal($0, ephemeralSeed: ephemeralSeed(name)) })))
+        }
+        add("A2 after 2001 keys were skipped (the oldest dropped)", after: step("A3", "open"), envelope: message("A2").envelope, id: message("A2").id,
+            expect: "envelope_stale_message", prior: longPrior)
+        add("A2 after 1001 keys were skipped", after: step("A3", "open"), envelope: message("A2").envelope, id: message("A2").id,
+            expect: "ok", body: sealed["A2"]!.body, prior: Array(longPrior.prefix(1)))
         // Bodies: decrypted, then refused (the state is kept only with a valid body).
         for (name, body, expect) in [("A body that is not JSON", Array("hello".utf8), "envelope_invalid_body"),
                                      ("A body whose sender is carol", textBody("it is carol", from: "carol"), "envelope_sender_mismatch")] {
@@ -613,6 +635,10 @@ extension SpecVectorTests {
             var user = states[vector["after_step"] as! Int]
             let ownIdentity = (vector["opener_identity"] as? String).flatMap { IdentityPublicKey(bytes: Base64URL.decode($0) ?? []) }
             do {
+                for earlier in vector["prior"] as? [[String: String]] ?? [] {
+                    _ = try user.open(try #require(Base64URL.decode(earlier["envelope"]!)), id: earlier["id"]!, now: Int64(vector["now"] as! Int),
+                                      newRatchetKey: { caseRatchet })
+                }
                 let opened = try user.open(try #require(Base64URL.decode(vector["envelope"] as! String)), id: vector["id"] as! String,
                                            as: vector["recipient"] as? String, ownIdentity: ownIdentity,
                                            now: Int64(vector["now"] as! Int), newRatchetKey: { caseRatchet })

@@ -47,7 +47,7 @@ RULES = dict.fromkeys([
     # spec/sessions.md
     "bundle_v2_members", "bundle_v2_prekey_id", "bundle_v2_prekey_low_order", "session_id", "signed_prekey_id_nonzero",
     "unknown_one_time_prekey", "ciphertext_min_length", "stale_retired_keys", "stale_old_number", "skip_to_previous_chain_length",
-    "max_skip", "skipped_key_lifetime",
+    "max_skip", "skipped_key_lifetime", "max_skipped_keys",
 ], True)
 
 
@@ -1062,7 +1062,8 @@ class Ratchet:
             self.ckr, mk = kdf_ck(self.ckr)
             self.skipped.append((self.peer, self.nr, mk, now))
             self.nr += 1
-        del self.skipped[:max(0, len(self.skipped) - MAX_SKIPPED_KEYS)]
+        if RULES["max_skipped_keys"]:
+            del self.skipped[:max(0, len(self.skipped) - MAX_SKIPPED_KEYS)]
 
     def receive(self, header, now, new_key):
         """§4.3, in order; returns (message key, the state to keep if the body decrypts)."""
@@ -1354,6 +1355,8 @@ def check_session_vectors(path, label="sessions"):
     for c in v["cases"]:
         user = states[c["after_step"]].copy()
         try:
+            for earlier in c.get("prior", []):  # opened first, each must open
+                user.open(b64d(earlier["envelope"]), earlier["id"], c["now"], lambda: x25519_from_seed(seeds["case_ratchet"]))
             _, _, body = user.open(b64d(c["envelope"]), c["id"], c["now"], lambda: x25519_from_seed(seeds["case_ratchet"]),
                                    c["recipient"], b64d(c["opener_identity"]) if "opener_identity" in c else None)
             got = "ok" if body == c.get("body", "").encode() else "ok, another body"
