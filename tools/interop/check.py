@@ -1342,6 +1342,9 @@ def check_session_vectors(path, label="sessions"):
                 env = seal_v2(e["body"].encode(), e["id"], sender.uid, sender.identity, recipient.uid, recipient.mailbox[1], session,
                               lambda p, s=b64d(e["ephemeral_seed"]), pk=recipient.mailbox[1]: seal_with_seed(p, pk, s))
                 check(f"{name}: sealed byte for byte", b64e(env) == e["envelope"], "differs")
+                r = read_v2(env, e["id"], recipient.uid, recipient.mailbox[0])
+                check(f"{name}: header and kind as listed", (r["start"] is not None, b64e(r["header"][0]), r["header"][1], r["header"][2]) ==
+                      (e["start"], e["ratchet_key"], e["previous_chain_length"], e["message_number"]), repr(r["header"]))
                 sealed[e["message"]] = e
             else:
                 m = sealed[e["message"]]
