@@ -1400,8 +1400,24 @@ def check_session_primitives(v, seeds):
         expect_outcome(f"sessions bundle '{c['name']}' → {c['expect']}", got, c["expect"])
 
 
+def check_session_examples(v):
+    """The worked examples of sessions.md §3 and §4.1 are the vectors' S1 and alice_initial."""
+    text = open(os.path.join(ROOT, "spec", "sessions.md"), encoding="utf-8").read()
+    x, ai = v["x3dh"][0], v["ratchet"]["alice_initial"]
+    found = dict(re.findall(r"^(DH[1-4]|SK|session_id) += ([0-9a-f]+)$", text, re.M))
+    check("sessions.md §3 worked example is S1 of sessions.json",
+          found == {"DH1": x["dh1_hex"], "DH2": x["dh2_hex"], "DH3": x["dh3_hex"], "DH4": x["dh4_hex"], "SK": x["sk_hex"],
+                    "session_id": x["session_id_hex"]}, repr(found))
+    fm = ai["first_message"]
+    chain = re.findall(r"\b(?:RK|CKs|mk|key|nonce) += ([0-9a-f]{48,})$", text, re.M)
+    check("sessions.md §4.1 worked example is alice_initial of sessions.json",
+          chain == [ai["root_key_hex"], ai["sending_chain_key_hex"], fm["message_key_hex"], fm["next_chain_key_hex"],
+                    fm["aead_key_hex"], fm["nonce_hex"]] and ai["dh_hex"] in text, repr(chain))
+
+
 def check_ratchet_parts(v, seeds, s1_sk, spk, bob_pk, bob_info):
     """sessions.json `ratchet`: the initial state, both DH steps, KDF_CK, the first record."""
+    check_session_examples(v)
     r = v["ratchet"]
     ai = r["alice_initial"]
     rk, ck = kdf_rk(s1_sk, dh(x25519_from_seed(seeds["alice_ratchet_1"])[0], spk[1][1]))
