@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """Independent implementation of Mailslot's formats, written from spec/ alone.
 
-Reads only spec/tokens.md, spec/envelope.md and spec/vectors/*.json (no Swift source), with
+Reads only spec/tokens.md, spec/envelope.md, spec/sessions.md and spec/vectors/*.json (no Swift source), with
 PyNaCl (libsodium) and pyseto (PASETO). It checks the project's vectors, cross-checks the
 `mailslot-relay` binary (tokens minted by each side, verified by the other), and with
---write-independent writes spec/vectors/independent/{envelopes,tokens}.json from this code.
+--write-independent writes spec/vectors/independent/{envelopes,tokens,sessions}.json from this code.
 
     check.py --relay-binary PATH [--write-independent]
 
 Prints `PASS name` / `FAIL name: why` per check, then `N passed, M failed`; exits 1 on failure.
 """
-import argparse, base64, calendar, decimal, hashlib, json, math, os, re, subprocess, sys, tempfile, time
+import argparse, base64, calendar, decimal, hashlib, hmac, json, math, os, re, subprocess, sys, tempfile, time
 
 import nacl.bindings, nacl.exceptions, nacl.public, nacl.signing
 import pyseto
@@ -44,6 +44,10 @@ RULES = dict.fromkeys([
     "duplicate_names", "byte_order_mark", "number_length", "depth", "surrogates", "binary64",
     "days_in_month", "gregorian_leap_years", "clock_ranges", "time_fraction", "bundle_check_5",
     "bundle_check_5a", "typing_payload", "number_format",
+    # spec/sessions.md
+    "bundle_v2_members", "bundle_v2_prekey_id", "bundle_v2_prekey_low_order", "session_id", "signed_prekey_id_nonzero",
+    "unknown_one_time_prekey", "ciphertext_min_length", "stale_retired_keys", "stale_old_number", "skip_to_previous_chain_length",
+    "max_skip", "skipped_key_lifetime", "max_skipped_keys",
 ], True)
 
 
@@ -835,8 +839,9 @@ def decode_bundle(text, expected_uid):
         ok = False
     if not ok:                                                                       # 1
         raise FormatError("bundle_malformed")
-    if b["version"] != 1:                                                            # 2
+    if b["version"] not in (1, 2):                                                   # 2
         raise FormatError("bundle_malformed", "version")
+    prekey = decode_bundle_v2_fields(b)                                              # 2 (sessions.md §2)
     if not valid_uid(b["uid"]):                                                      # 3
         raise FormatError("bundle_invalid_uid")
     if expected_uid is not None and b["uid"] != expected_uid:                        # 4
@@ -849,8 +854,10 @@ def decode_bundle(text, expected_uid):
         if RULES["bundle_check_5a"]:
             raise FormatError("bundle_malformed", "low-order mailbox key")
     try:                                                                             # 6
-        nacl.signing.VerifyKey(ik).verify(
-            pae(b"mailslot-key-bundle-v1", b["uid"].encode(), ik, mk, b["created_at"].encode()), sig)
+        signed = [b"mailslot-key-bundle-v1", b["uid"].encode(), ik, mk, b["created_at"].encode()]
+        if prekey:
+            signed = [LABEL_BUNDLE_V2] + signed[1:] + [prekey[0].to_bytes(4, "big"), prekey[1]]
+        nacl.signing.VerifyKey(ik).verify(pae(*signed), sig)
     except (nacl.exceptions.BadSignatureError, ValueError):
         raise FormatError("bundle_bad_signature")
     return b
@@ -947,6 +954,500 @@ def check_safety_vectors(path):
         if i == 0:  # the three-line example of §5 is this pair
             check(f"{name} display (§5 example)", display(c["safety_number"]) ==
                   "23715 92509 46723 99080\n74682 41898 99777 81249\n11356 03913 84734 71384", display(c["safety_number"]))
+
+
+# ---------------------------------------------------------------- sessions (sessions.md)
+
+LABEL_X3DH, LABEL_SESSION_ID = b"mailslot-x3dh-v2", b"mailslot-session-id-v2"
+LABEL_ROOT, LABEL_MESSAGE_KEY, LABEL_ENVELOPE_V2 = b"mailslot-ratchet-root-v2", b"mailslot-message-key-v2", b"mailslot-envelope-v2"
+LABEL_BUNDLE_V2 = b"mailslot-key-bundle-v2"
+MAX_SKIP, MAX_SKIPPED_KEYS, SKIPPED_KEY_LIFETIME, MAX_RETIRED_KEYS = 1000, 2000, 31 * 86400, 16
+
+
+def hmac_sha256(key, msg):
+    return hmac.new(key, msg, hashlib.sha256).digest()
+
+
+def hkdf(salt, ikm, info, length):
+    """§1: RFC 5869 with HMAC-SHA-256; an empty salt is 32 zero bytes."""
+    prk = hmac_sha256(salt or bytes(32), ikm)
+    out, block, counter = b"", b"", 1
+    while len(out) < length:
+        block = hmac_sha256(prk, block + info + bytes([counter]))
+        out += block
+        counter += 1
+    return out[:length]
+
+
+def x25519_from_seed(seed_bytes):
+    """(secret, public) of crypto_box_seed_keypair(seed)."""
+    pk, sk = nacl.bindings.crypto_box_seed_keypair(seed_bytes)
+    return sk, pk
+
+
+def identity_x25519(identity_pk):
+    """§1: the X25519 form of an Ed25519 public key, or envelope_session_mismatch."""
+    try:
+        return nacl.bindings.crypto_sign_ed25519_pk_to_curve25519(identity_pk)
+    except (nacl.exceptions.CryptoError, ValueError):
+        raise FormatError("envelope_session_mismatch", "identity key has no X25519 form")
+
+
+def dh(sk, pk):
+    """§1: X25519; an all-zero output is refused (envelope_session_mismatch)."""
+    try:
+        out = nacl.bindings.crypto_scalarmult(sk, pk)
+    except nacl.exceptions.CryptoError:
+        out = bytes(32)
+    if out == bytes(32):
+        raise FormatError("envelope_session_mismatch", "all-zero DH")
+    return out
+
+
+def x3dh(outputs):
+    """§3: SK from the DH outputs in order."""
+    return hkdf(bytes(32), b"\xff" * 32 + b"".join(outputs), LABEL_X3DH, 32)
+
+
+def session_id(ik_a, ik_b, ek_a):
+    return hashlib.blake2b(pae(LABEL_SESSION_ID, ik_a, ik_b, ek_a), digest_size=16).digest()
+
+
+def kdf_rk(rk, dh_out):
+    out = hkdf(rk, dh_out, LABEL_ROOT, 64)
+    return out[:32], out[32:]
+
+
+def kdf_ck(ck):
+    """§4: (next chain key, message key)."""
+    return hmac_sha256(ck, b"\x02"), hmac_sha256(ck, b"\x01")
+
+
+def expand_message_key(mk):
+    out = hkdf(b"", mk, LABEL_MESSAGE_KEY, 56)
+    return out[:32], out[32:]
+
+
+class Ratchet:
+    """§4: one side's Double Ratchet state; receive() works on a copy."""
+
+    def __init__(self, rk, own, peer=None, cks=None, ckr=None):
+        self.rk, self.own, self.peer, self.cks, self.ckr = rk, own, peer, cks, ckr
+        self.ns = self.nr = self.pn = 0
+        self.skipped = []   # [(ratchet key, number, message key, stored at)], oldest first
+        self.retired = []
+
+    @classmethod
+    def initiator(cls, sk, peer_signed_prekey, own):
+        rk, cks = kdf_rk(sk, dh(own[0], peer_signed_prekey))
+        return cls(rk, own, peer_signed_prekey, cks=cks)
+
+    def copy(self):
+        c = Ratchet(self.rk, self.own, self.peer, self.cks, self.ckr)
+        c.ns, c.nr, c.pn, c.skipped, c.retired = self.ns, self.nr, self.pn, list(self.skipped), list(self.retired)
+        return c
+
+    def next_send(self):
+        self.cks, mk = kdf_ck(self.cks)
+        header = (self.own[1], self.pn, self.ns)
+        self.ns += 1
+        return header, mk
+
+    def _skip(self, until, now):
+        if self.ckr is None or until <= self.nr:
+            return
+        if until - self.nr > MAX_SKIP and RULES["max_skip"]:
+            raise FormatError("envelope_too_many_skipped")
+        while self.nr < until:
+            self.ckr, mk = kdf_ck(self.ckr)
+            self.skipped.append((self.peer, self.nr, mk, now))
+            self.nr += 1
+        if RULES["max_skipped_keys"]:
+            del self.skipped[:max(0, len(self.skipped) - MAX_SKIPPED_KEYS)]
+
+    def receive(self, header, now, new_key):
+        """§4.3, in order; returns (message key, the state to keep if the body decrypts)."""
+        s = self.copy()
+        key, pn, n = header
+        if RULES["skipped_key_lifetime"]:
+            s.skipped = [k for k in s.skipped if k[3] >= now - SKIPPED_KEY_LIFETIME]
+        for i, (k, num, mk, _) in enumerate(s.skipped):
+            if k == key and num == n:
+                del s.skipped[i]
+                return mk, s
+        if key != s.peer:
+            if key in s.retired and RULES["stale_retired_keys"]:
+                raise FormatError("envelope_stale_message")
+            if RULES["skip_to_previous_chain_length"]:
+                s._skip(pn, now)
+            if s.peer is not None:
+                s.retired = (s.retired + [s.peer])[-MAX_RETIRED_KEYS:]
+            s.pn, s.ns, s.nr, s.peer = s.ns, 0, 0, key
+            s.rk, s.ckr = kdf_rk(s.rk, dh(s.own[0], key))
+            s.own = new_key()
+            s.rk, s.cks = kdf_rk(s.rk, dh(s.own[0], key))
+        if n < s.nr and RULES["stale_old_number"]:
+            raise FormatError("envelope_stale_message")
+        s._skip(n, now)
+        if s.ckr is None:
+            raise FormatError("envelope_stale_message")
+        s.ckr, mk = kdf_ck(s.ckr)
+        s.nr += 1
+        return mk, s
+
+
+class PySession:
+    def __init__(self, sid, peer_identity, initiated, start, ratchet):
+        self.id, self.peer_identity, self.initiated, self.start, self.ratchet = sid, peer_identity, initiated, start, ratchet
+
+
+def initiate(identity_sk, peer_identity, signed_prekey, one_time_prekey, ephemeral, ratchet_key):
+    """§3 initiator: prekeys are (id, public key); ephemeral and ratchet_key (secret, public)."""
+    own_x = nacl.bindings.crypto_sign_ed25519_sk_to_curve25519(bytes(identity_sk) + bytes(identity_sk.verify_key))
+    outputs = [dh(own_x, signed_prekey[1]), dh(ephemeral[0], identity_x25519(peer_identity)), dh(ephemeral[0], signed_prekey[1])]
+    if one_time_prekey:
+        outputs.append(dh(ephemeral[0], one_time_prekey[1]))
+    sid = session_id(bytes(identity_sk.verify_key), peer_identity, ephemeral[1])
+    start = (ephemeral[1], signed_prekey[0], one_time_prekey[0] if one_time_prekey else 0)
+    return PySession(sid, peer_identity, True, start, Ratchet.initiator(x3dh(outputs), signed_prekey[1], ratchet_key))
+
+
+def build_record_v2(sender, skey, recipient, mid, session, header, ciphertext=None):
+    s, r, i = sender.encode(), recipient.encode(), mid.encode()
+    rec = bytes([2, len(s)]) + s + skey + bytes([len(r)]) + r + bytes([len(i)]) + i + session.id
+    if session.start:
+        rec += b"\x01" + session.start[0] + session.start[1].to_bytes(4, "big") + session.start[2].to_bytes(4, "big")
+    else:
+        rec += b"\x00"
+    return rec + header[0] + header[1].to_bytes(4, "big") + header[2].to_bytes(4, "big")
+
+
+def seal_v2(body, mid, sender, identity_sk, recipient, mailbox_pk, session, seal_padded):
+    """§5.2; advances `session` and returns the envelope. seal_padded(padded) is the outer layer."""
+    if session.ratchet.cks is None:
+        raise FormatError("envelope_no_session")
+    ratchet = session.ratchet.copy()
+    header, mk = ratchet.next_send()
+    prefix = build_record_v2(sender, bytes(identity_sk.verify_key), recipient, mid, session, header)
+    key, nonce = expand_message_key(mk)
+    ct = nacl.bindings.crypto_aead_xchacha20poly1305_ietf_encrypt(body, pae(LABEL_ENVELOPE_V2, prefix, session.peer_identity), nonce, key)
+    envelope = seal_padded(pad(prefix + len(ct).to_bytes(4, "big") + ct))
+    session.ratchet = ratchet
+    return envelope
+
+
+def outer_open(envelope, mailbox_sk):
+    """envelope.md §2.6 checks 1-4, shared by both record versions: the record."""
+    n = len(envelope)
+    if not (MIN_CLASS <= n <= MAX_CLASS and n & (n - 1) == 0):
+        raise FormatError("envelope_invalid_size")
+    try:
+        padded = nacl.public.SealedBox(nacl.public.PrivateKey(mailbox_sk)).decrypt(envelope)
+    except nacl.exceptions.CryptoError:
+        raise FormatError("envelope_cannot_decrypt")
+    end = len(padded.rstrip(b"\x00"))
+    if end == 0 or padded[end - 1] != 0x80 or size_class(end - 1) != n:
+        raise FormatError("envelope_bad_padding")
+    if end - 1 < 1:
+        raise FormatError("envelope_malformed_record", "empty")
+    return padded[:end - 1]
+
+
+def read_v2(envelope, mid, recipient, mailbox_sk):
+    """§5.3 checks 1-14: the clear fields of a version 2 record."""
+    return parse_record_v2(outer_open(envelope, mailbox_sk), mid, recipient)
+
+
+def parse_record_v2(rec, mid, recipient):
+    """§5.3 checks 5-14 on the record."""
+    if rec[0] != 2:
+        raise FormatError("envelope_unsupported_version")
+    pos = 1
+
+    def take(k):
+        nonlocal pos
+        if pos + k > len(rec):
+            raise FormatError("envelope_malformed_record", "overrun")
+        pos += k
+        return rec[pos - k:pos]
+    a = take(1)[0]; sender = take(a); skey = take(32)                               # noqa: E702
+    b = take(1)[0]; rcpt = take(b)                                                   # noqa: E702
+    c = take(1)[0]; rmid = take(c)                                                   # noqa: E702
+    sid = take(16)
+    kind = take(1)[0]
+    if kind > 1:
+        raise FormatError("envelope_malformed_record", "kind")
+    start = None
+    if kind == 1:
+        start = (take(32), int.from_bytes(take(4), "big"), int.from_bytes(take(4), "big"))
+        if start[1] == 0 and RULES["signed_prekey_id_nonzero"]:
+            raise FormatError("envelope_malformed_record", "signed prekey id 0")
+    header = (take(32), int.from_bytes(take(4), "big"), int.from_bytes(take(4), "big"))
+    prefix = rec[:pos]
+    length = int.from_bytes(take(4), "big")
+    if length < 16 and RULES["ciphertext_min_length"]:
+        raise FormatError("envelope_malformed_record", "short ciphertext")
+    ct = take(length)
+    if pos != len(rec):
+        raise FormatError("envelope_malformed_record", "trailing bytes")
+    try:
+        sender, rcpt, rmid = sender.decode(), rcpt.decode(), rmid.decode()
+    except UnicodeDecodeError:
+        raise FormatError("envelope_malformed_record", "identifier")
+    if not valid_uid(sender) or not valid_uid(rcpt) or not valid_message_id(rmid):
+        raise FormatError("envelope_malformed_record", "identifier")
+    if rcpt != recipient:
+        raise FormatError("envelope_wrong_recipient")
+    if rmid != mid:
+        raise FormatError("envelope_wrong_message_id")
+    return dict(sender=sender, skey=skey, sid=sid, start=start, header=header, prefix=prefix, ct=ct)
+
+
+class PyUser:
+    """One user's keys, prekeys and sessions (§6), opening as §5.3 says."""
+
+    def __init__(self, uid, identity_seed, mailbox_seed, signed_prekeys=None, one_time_prekeys=None):
+        self.uid = uid
+        self.identity = nacl.signing.SigningKey(identity_seed)
+        self.mailbox = x25519_from_seed(mailbox_seed)
+        self.signed_prekeys = dict(signed_prekeys or {})
+        self.one_time_prekeys = dict(one_time_prekeys or {})
+        self.sessions = {}
+
+    def copy(self):
+        u = PyUser.__new__(PyUser)
+        u.uid, u.identity, u.mailbox = self.uid, self.identity, self.mailbox
+        u.signed_prekeys, u.one_time_prekeys = dict(self.signed_prekeys), dict(self.one_time_prekeys)
+        u.sessions = {k: PySession(s.id, s.peer_identity, s.initiated, s.start, s.ratchet.copy()) for k, s in self.sessions.items()}
+        return u
+
+    def open(self, envelope, mid, now, new_key, recipient=None, own_identity=None):
+        r = read_v2(envelope, mid, recipient or self.uid, self.mailbox[0])
+        used = None
+        session = self.sessions.get(r["sid"])
+        if session is None:                                                          # 15
+            if r["start"] is None:
+                raise FormatError("envelope_no_session")
+            ek, spk_id, opk_id = r["start"]
+            if spk_id not in self.signed_prekeys:                                    # 16
+                raise FormatError("envelope_unknown_prekey")
+            opk = None
+            if opk_id:
+                opk = self.one_time_prekeys.get(opk_id)
+                if opk is None and RULES["unknown_one_time_prekey"]:
+                    raise FormatError("envelope_unknown_prekey")
+                used = opk_id
+            own_pk = bytes(self.identity.verify_key)
+            if session_id(r["skey"], own_pk, ek) != r["sid"] and RULES["session_id"]:  # 17
+                raise FormatError("envelope_malformed_record", "session id")
+            spk = self.signed_prekeys[spk_id]
+            own_x = nacl.bindings.crypto_sign_ed25519_sk_to_curve25519(bytes(self.identity) + own_pk)
+            outputs = [dh(spk[0], identity_x25519(r["skey"])), dh(own_x, ek), dh(spk[0], ek)]   # 18
+            if opk:
+                outputs.append(dh(opk[0], ek))
+            session = PySession(r["sid"], r["skey"], False, None, Ratchet(x3dh(outputs), spk))
+        if session.id != r["sid"] or session.peer_identity != r["skey"]:              # 19
+            raise FormatError("envelope_session_mismatch")
+        mk, ratchet = session.ratchet.receive(r["header"], now, new_key)              # 20
+        key, nonce = expand_message_key(mk)
+        ad = pae(LABEL_ENVELOPE_V2, r["prefix"], own_identity or bytes(self.identity.verify_key))
+        try:                                                                         # 21
+            body = nacl.bindings.crypto_aead_xchacha20poly1305_ietf_decrypt(r["ct"], ad, nonce, key)
+        except (nacl.exceptions.CryptoError, ValueError):  # PyNaCl: ValueError for fewer than 16 bytes
+            raise FormatError("envelope_session_mismatch")
+        msg = validate_body(body)                                                    # 22
+        if msg["sender"]["id"] != r["sender"]:                                       # 23
+            raise FormatError("envelope_sender_mismatch")
+        self.sessions[session.id] = PySession(session.id, session.peer_identity, session.initiated, None, ratchet)
+        if used is not None:
+            self.one_time_prekeys.pop(used, None)
+        return r["sender"], r["skey"], body
+
+
+def decode_bundle_v2_fields(b):
+    """§2: the version 2 members; returns (id, key) or None for a version 1 bundle."""
+    has_id, has_key = "signed_prekey_id" in b, "signed_prekey" in b
+    if b["version"] == 1 and not has_id and not has_key:
+        return None
+    if not (has_id and has_key) and (RULES["bundle_v2_members"] or b["version"] == 2):
+        raise FormatError("bundle_malformed", "signed_prekey and signed_prekey_id go together")
+    if b["version"] != 2 and RULES["bundle_v2_members"]:
+        raise FormatError("bundle_malformed", "version")
+    spk_id = b.get("signed_prekey_id")
+    try:
+        spk = b64d(b.get("signed_prekey"))
+    except ValueError:
+        raise FormatError("bundle_malformed", "signed_prekey")
+    if not is_int(spk_id) or not 0 <= spk_id <= 0xFFFFFFFF or len(spk) != 32:
+        raise FormatError("bundle_malformed", "signed prekey")
+    if spk_id == 0 and RULES["bundle_v2_prekey_id"]:
+        raise FormatError("bundle_malformed", "signed_prekey_id 0")
+    try:
+        nacl.bindings.crypto_scalarmult(os.urandom(32), spk)
+    except nacl.exceptions.CryptoError:
+        if RULES["bundle_v2_prekey_low_order"]:
+            raise FormatError("bundle_malformed", "low-order signed prekey")
+    return spk_id, spk
+
+
+def check_session_vectors(path, label="sessions"):
+    """sessions.md §9 sessions.json (the reference's), or the independent file of the same layout
+    (which has only users, x3dh, conversation and cases)."""
+    v = json.load(open(path))
+    seeds = {k: b64d(s) for k, s in v["seeds"].items()}
+    if "hkdf" in v:
+        check_session_primitives(v, seeds)
+    users = {u["uid"]: u for u in v["users"]}
+    alice_sk = nacl.signing.SigningKey(seeds[users["alice"]["identity_seed"]])
+    bob_info = users["bob"]
+    bob_pk = bytes(nacl.signing.SigningKey(seeds[bob_info["identity_seed"]]).verify_key)
+    spk = (bob_info["signed_prekey"]["id"], x25519_from_seed(seeds[bob_info["signed_prekey"]["seed"]]))
+    opks = {p["id"]: x25519_from_seed(seeds[p["seed"]]) for p in bob_info["one_time_prekeys"]}
+    started, secrets = {}, {}
+    for c in v["x3dh"]:
+        name = f"{label} x3dh '{c['name']}'"
+        ek = x25519_from_seed(seeds[c["ephemeral_seed"]])
+        ik_a_x = nacl.bindings.crypto_sign_ed25519_sk_to_curve25519(bytes(alice_sk) + bytes(alice_sk.verify_key))
+        outs = [dh(ik_a_x, spk[1][1]), dh(ek[0], identity_x25519(bob_pk)), dh(ek[0], spk[1][1])]
+        opk = (c["one_time_prekey_id"], opks[c["one_time_prekey_id"]]) if "one_time_prekey_id" in c else None
+        if opk:
+            outs.append(dh(ek[0], opk[1][1]))
+        want = [c["dh1_hex"], c["dh2_hex"], c["dh3_hex"]] + ([c["dh4_hex"]] if opk else [])
+        check(f"{name} DH outputs", [o.hex() for o in outs] == want, [o.hex() for o in outs])
+        check(f"{name} SK", x3dh(outs).hex() == c["sk_hex"], x3dh(outs).hex())
+        sid = session_id(bytes(alice_sk.verify_key), bob_pk, ek[1])
+        check(f"{name} session id", sid.hex() == c["session_id_hex"] and
+              pae(LABEL_SESSION_ID, bytes(alice_sk.verify_key), bob_pk, ek[1]).hex() == c["session_id_input_hex"], sid.hex())
+        started[c["session"]] = initiate(alice_sk, bob_pk, (spk[0], spk[1][1]), (opk[0], opk[1][1]) if opk else None, ek,
+                                         x25519_from_seed(seeds[c["ratchet_seed"]]))
+        secrets[c["session"]] = x3dh(outs)
+    if "ratchet" in v:
+        check_ratchet_parts(v, seeds, secrets["S1"], spk, bob_pk, bob_info)
+
+    # The conversation: each side with its own state; every envelope sealed again byte for byte.
+    now = v["now"]
+    alice = PyUser("alice", seeds[users["alice"]["identity_seed"]], seeds[users["alice"]["mailbox_seed"]])
+    bob = PyUser("bob", seeds[bob_info["identity_seed"]], seeds[bob_info["mailbox_seed"]], {spk[0]: spk[1]}, opks)
+    people = {"alice": alice, "bob": bob}
+    states, sealed = [bob.copy()], {}
+    for e in v["conversation"]:
+        name = f"{label} conversation step {e['step']} ({e['event']} {e['message']})"
+        try:
+            if e["event"] == "seal":
+                sender, recipient = people[e["from"]], people[e["to"]]
+                sid = started[e["session"]].id
+                if e["from"] == "alice" and sid not in alice.sessions:
+                    alice.sessions[sid] = started[e["session"]]
+                session = sender.sessions[sid]
+                env = seal_v2(e["body"].encode(), e["id"], sender.uid, sender.identity, recipient.uid, recipient.mailbox[1], session,
+                              lambda p, s=b64d(e["ephemeral_seed"]), pk=recipient.mailbox[1]: seal_with_seed(p, pk, s))
+                check(f"{name}: sealed byte for byte", b64e(env) == e["envelope"], "differs")
+                r = read_v2(env, e["id"], recipient.uid, recipient.mailbox[0])
+                check(f"{name}: header and kind as listed", (r["start"] is not None, b64e(r["header"][0]), r["header"][1], r["header"][2]) ==
+                      (e["start"], e["ratchet_key"], e["previous_chain_length"], e["message_number"]), repr(r["header"]))
+                sealed[e["message"]] = e
+            else:
+                m = sealed[e["message"]]
+                turned = []
+                new_key = lambda: (turned.append(1), x25519_from_seed(seeds[e.get("new_ratchet_seed", "case_ratchet")]))[1]  # noqa: E731
+                _, _, body = people[e["by"]].open(b64d(m["envelope"]), m["id"], now, new_key)
+                check(f"{name}: opens", body == m["body"].encode() and bool(turned) == ("new_ratchet_seed" in e), body[:60])
+        except FormatError as err:
+            check(name, False, err.code)
+        states.append(bob.copy())
+    for c in v["cases"]:
+        user = states[c["after_step"]].copy()
+        try:
+            for earlier in c.get("prior", []):  # opened first, each must open
+                user.open(b64d(earlier["envelope"]), earlier["id"], c["now"], lambda: x25519_from_seed(seeds["case_ratchet"]))
+            _, _, body = user.open(b64d(c["envelope"]), c["id"], c["now"], lambda: x25519_from_seed(seeds["case_ratchet"]),
+                                   c["recipient"], b64d(c["opener_identity"]) if "opener_identity" in c else None)
+            got = "ok" if body == c.get("body", "").encode() else "ok, another body"
+        except FormatError as err:
+            got = err.code
+        expect_outcome(f"{label} case '{c['name']}' → {c['expect']}", got, c["expect"])
+
+
+def check_session_primitives(v, seeds):
+    """sessions.json: HKDF, the X25519 forms, prekeys, the version 2 bundle and its cases."""
+    for c in v["hkdf"]:
+        got = hkdf(bytes.fromhex(c["salt_hex"]), bytes.fromhex(c["ikm_hex"]), bytes.fromhex(c["info_hex"]), c["length"])
+        check(f"sessions hkdf '{c['name']}'", got.hex() == c["okm_hex"], got.hex())
+    for c in v["identities"]:
+        sk = nacl.signing.SigningKey(seeds[c["seed"]])
+        pk = bytes(sk.verify_key)
+        x_sk = nacl.bindings.crypto_sign_ed25519_sk_to_curve25519(bytes(sk) + pk)
+        x_pk = nacl.bindings.crypto_sign_ed25519_pk_to_curve25519(pk)
+        check(f"sessions identity '{c['name']}' X25519 form", (b64e(pk), b64e(x_sk), b64e(x_pk)) ==
+              (c["identity_key"], c["x25519_secret_key"], c["x25519_public_key"])
+              and nacl.bindings.crypto_scalarmult_base(x_sk) == x_pk, "differs")
+    for name, c in v["prekeys"].items():
+        sk, pk = x25519_from_seed(seeds[c["seed"]])
+        check(f"sessions prekey {name}", (b64e(sk), b64e(pk)) == (c["secret_key"], c["public_key"]), "differs")
+    b = v["bundle"]
+    fields = json.loads(b["json"])
+    signed = pae(LABEL_BUNDLE_V2, fields["uid"].encode(), b64d(fields["identity_key"]), b64d(fields["mailbox_key"]),
+                 fields["created_at"].encode(), fields["signed_prekey_id"].to_bytes(4, "big"), b64d(fields["signed_prekey"]))
+    check("sessions bundle: signed bytes", signed.hex() == b["signed_hex"], signed.hex())
+    check("sessions bundle: key id unchanged by the signed prekey", key_id(b64d(fields["identity_key"]), b64d(fields["mailbox_key"]))
+          == b["key_id"] == b["key_id_version_1"], "differs")
+    for c in v["bundles"]:
+        try:
+            decode_bundle(c["bundle"], c["expected_uid"])
+            got = "ok"
+        except FormatError as e:
+            got = e.code
+        expect_outcome(f"sessions bundle '{c['name']}' → {c['expect']}", got, c["expect"])
+
+
+def check_session_examples(v):
+    """The worked examples of sessions.md §3 and §4.1 are the vectors' S1 and alice_initial."""
+    text = open(os.path.join(ROOT, "spec", "sessions.md"), encoding="utf-8").read()
+    x, ai = v["x3dh"][0], v["ratchet"]["alice_initial"]
+    found = dict(re.findall(r"^(DH[1-4]|SK|session_id) += ([0-9a-f]+)$", text, re.M))
+    check("sessions.md §3 worked example is S1 of sessions.json",
+          found == {"DH1": x["dh1_hex"], "DH2": x["dh2_hex"], "DH3": x["dh3_hex"], "DH4": x["dh4_hex"], "SK": x["sk_hex"],
+                    "session_id": x["session_id_hex"]}, repr(found))
+    fm = ai["first_message"]
+    chain = re.findall(r"\b(?:RK|CKs|mk|key|nonce) += ([0-9a-f]{48,})$", text, re.M)
+    check("sessions.md §4.1 worked example is alice_initial of sessions.json",
+          chain == [ai["root_key_hex"], ai["sending_chain_key_hex"], fm["message_key_hex"], fm["next_chain_key_hex"],
+                    fm["aead_key_hex"], fm["nonce_hex"]] and ai["dh_hex"] in text, repr(chain))
+
+
+def check_ratchet_parts(v, seeds, s1_sk, spk, bob_pk, bob_info):
+    """sessions.json `ratchet`: the initial state, both DH steps, KDF_CK, the first record."""
+    check_session_examples(v)
+    r = v["ratchet"]
+    ai = r["alice_initial"]
+    rk, ck = kdf_rk(s1_sk, dh(x25519_from_seed(seeds["alice_ratchet_1"])[0], spk[1][1]))
+    check("sessions ratchet: alice's initial root and sending chain", (rk.hex(), ck.hex()) == (ai["root_key_hex"], ai["sending_chain_key_hex"]), "")
+    for label, step in (("bob_step", r["bob_step"]), ("alice_step", r["alice_step"])):
+        fm = step["first_message"]
+        nxt, mk = kdf_ck(bytes.fromhex(fm["chain_key_hex"]))
+        key, nonce = expand_message_key(mk)
+        check(f"sessions ratchet {label}: KDF_CK and the message key's expansion",
+              (nxt.hex(), mk.hex(), key.hex(), nonce.hex()) == (fm["next_chain_key_hex"], fm["message_key_hex"], fm["aead_key_hex"], fm["nonce_hex"]), "")
+    check("sessions ratchet: alice's first message key", ai["first_message"]["chain_key_hex"] == ck.hex(), "")
+    # Bob's step on A1 (his signed prekey against alice_ratchet_1, then his new key), then alice's
+    # on B1 (alice_ratchet_1 against bob's new key, then alice_ratchet_2).
+    steps = [("bob", r["bob_step"], s1_sk, spk[1][0], "alice_ratchet_1"),
+             ("alice", r["alice_step"], None, x25519_from_seed(seeds["alice_ratchet_1"])[0], r["bob_step"]["new_ratchet_seed"])]
+    for who, st, root, own_old, peer_seed in steps:
+        root = root if root is not None else bytes.fromhex(ai["root_key_hex"])
+        peer = x25519_from_seed(seeds[peer_seed])[1]
+        rk1, ckr = kdf_rk(root, dh(own_old, peer))
+        rk2, cks = kdf_rk(rk1, dh(x25519_from_seed(seeds[st["new_ratchet_seed"]])[0], peer))
+        check(f"sessions ratchet: {who}'s DH step", (rk1.hex(), ckr.hex(), rk2.hex(), cks.hex(), st["first_message"]["chain_key_hex"]) ==
+              (st["receiving_root_key_hex"], st["receiving_chain_key_hex"], st["root_key_hex"], st["sending_chain_key_hex"], cks.hex()), "")
+    fr = r["first_record"]
+    rec = bytes.fromhex(fr["record_hex"])
+    a1 = next(e for e in v["conversation"] if e["message"] == fr["message"])
+    parsed = parse_record_v2(rec, a1["id"], a1["to"])
+    bob_mailbox_sk = x25519_from_seed(seeds[bob_info["mailbox_seed"]])[0]
+    check("sessions first record: the record of A1 and its associated data",
+          outer_open(b64d(a1["envelope"]), bob_mailbox_sk) == rec
+          and pae(LABEL_ENVELOPE_V2, parsed["prefix"], bob_pk).hex() == fr["associated_data_hex"], "differs")
 
 
 # ---------------------------------------------------------------- independent vectors
@@ -1246,6 +1747,152 @@ def write_independent_envelopes(path):
         "recipient_mailbox_secret_key": b64e(bytes(bob_mb)), "recipient_mailbox_public_key": b64e(bpk), "cases": cases})
 
 
+def write_independent_sessions(path):
+    """spec/vectors/independent/sessions.json (sessions.md §9 layout: users, x3dh, conversation,
+    cases) from this implementation, with its own seeds, ids and conversation. Deterministic: the
+    outer boxes are sealed from ephemeral seeds (envelope.md §6), so writing it again changes nothing."""
+    labels = ["alice identity", "alice mailbox", "bob identity", "bob mailbox", "bob signed prekey", "bob one-time prekey 7",
+              "bob one-time prekey 8", "alice ephemeral 1", "alice ephemeral 2", "alice ratchet 1", "alice ratchet 2",
+              "alice ratchet 3", "alice ratchet 4", "bob ratchet 1", "bob ratchet 2", "bob ratchet 3", "case ratchet"]
+    names = {lab: lab.replace(" ", "_").replace("-", "_") for lab in labels}
+    seeds = {names[lab]: seed(lab) for lab in labels}
+    now, spk_id = 1835000000, 4000000000
+    key = lambda n: x25519_from_seed(seeds[n])  # noqa: E731
+    alice = PyUser("alice", seeds["alice_identity"], seeds["alice_mailbox"])
+    bob = PyUser("bob", seeds["bob_identity"], seeds["bob_mailbox"], {spk_id: key("bob_signed_prekey")},
+                 {7: key("bob_one_time_prekey_7"), 8: key("bob_one_time_prekey_8")})
+    bob_pk = bytes(bob.identity.verify_key)
+    people = {"alice": alice, "bob": bob}
+    ratchet_seeds = {"alice": ["alice_ratchet_2", "alice_ratchet_3"], "bob": ["bob_ratchet_1", "bob_ratchet_2", "bob_ratchet_3"]}
+    x3dh_entries, started, events, sealed, states, cases = [], {}, [], {}, [bob.copy()], []
+
+    def start(label, eph, rseed, opk_id):
+        ek, spk = key(eph), (spk_id, key("bob_signed_prekey")[1])
+        opk = (opk_id, key(f"bob_one_time_prekey_{opk_id}")[1]) if opk_id else None
+        ik_a_x = nacl.bindings.crypto_sign_ed25519_sk_to_curve25519(bytes(alice.identity) + bytes(alice.identity.verify_key))
+        outs = [dh(ik_a_x, spk[1]), dh(ek[0], identity_x25519(bob_pk)), dh(ek[0], spk[1])] + ([dh(ek[0], opk[1])] if opk else [])
+        s = initiate(alice.identity, bob_pk, spk, opk, ek, key(rseed))
+        alice.sessions[s.id] = started[label] = s
+        entry = {"name": f"{label}, {'with one-time prekey %d' % opk_id if opk_id else 'without a one-time prekey'}", "session": label,
+                 "initiator": "alice", "responder": "bob", "ephemeral_seed": eph, "ratchet_seed": rseed,
+                 "ephemeral_public_key": b64e(ek[1]), "signed_prekey_id": spk_id,
+                 "ikm_hex": (b"\xff" * 32 + b"".join(outs)).hex(), "sk_hex": x3dh(outs).hex(),
+                 "session_id_input_hex": pae(LABEL_SESSION_ID, bytes(alice.identity.verify_key), bob_pk, ek[1]).hex(),
+                 "session_id_hex": s.id.hex()}
+        entry.update({f"dh{i + 1}_hex": o.hex() for i, o in enumerate(outs)})
+        if opk_id:
+            entry["one_time_prekey_id"] = opk_id
+        x3dh_entries.append(entry)
+
+    def seal_event(name, frm, label, text, record_only=False):
+        sender, recipient = people[frm], people["bob" if frm == "alice" else "alice"]
+        session = sender.sessions[started[label].id]
+        r = session.ratchet
+        header, was_start = (r.own[1], r.pn, r.ns), session.start is not None
+        mid = "01KJ7Z" + "0" * (20 - len(name)) + name
+        b = jdump({"payload": {"text": text}, "sender": {"id": frm}, "timestamp": now * 1000, "type": "text"})
+        eseed = hashlib.blake2b(b"mailslot vector: " + name.encode(), digest_size=32).digest()
+        env = seal_v2(b, mid, frm, sender.identity, recipient.uid, recipient.mailbox[1], session,
+                      lambda p: seal_with_seed(p, recipient.mailbox[1], eseed))
+        sealed[name] = (mid, env, b)
+        events.append({"event": "seal", "message": name, "from": frm, "to": recipient.uid, "session": label, "id": mid,
+                       "body": b.decode(), "envelope": b64e(env), "ephemeral_seed": b64e(eseed), "start": was_start,
+                       "ratchet_key": b64e(header[0]), "previous_chain_length": header[1], "message_number": header[2]})
+        states.append(bob.copy())
+
+    def open_event(name, by):
+        used = []
+
+        def new_key():
+            used.append(ratchet_seeds[by].pop(0))
+            return key(used[-1])
+        mid, env, b = sealed[name]
+        _, _, body = people[by].open(env, mid, now, new_key)
+        assert body == b, name
+        e = {"event": "open", "message": name, "by": by}
+        if used:
+            e["new_ratchet_seed"] = used[0]
+        events.append(e)
+        states.append(bob.copy())
+
+    start("S1", "alice_ephemeral_1", "alice_ratchet_1", 7)
+    seal_event("X1", "alice", "S1", "one")
+    seal_event("X2", "alice", "S1", "two, opened first")
+    open_event("X2", "bob")
+    open_event("X1", "bob")
+    for i in (1, 2, 3):
+        seal_event(f"Y{i}", "bob", "S1", f"reply {i}")
+    open_event("Y3", "alice")
+    open_event("Y1", "alice")
+    seal_event("X3", "alice", "S1", "three, in my second chain")
+    alice_after_x3 = alice.copy()
+    open_event("X3", "bob")
+    seal_event("Y4", "bob", "S1", "reply 4, in my second chain")
+    open_event("Y4", "alice")
+    open_event("Y2", "alice")
+    start("S2", "alice_ephemeral_2", "alice_ratchet_4", None)
+    seal_event("Z1", "alice", "S2", "a second session, without a one-time prekey")
+    open_event("Z1", "bob")
+    for i, e in enumerate(events):
+        e["step"] = i + 1
+    step = lambda ev, m: next(e["step"] for e in events if e["event"] == ev and e["message"] == m)  # noqa: E731
+
+    def reseal(name, m, change):
+        rec = bytearray(outer_open(sealed[m][1], bob.mailbox[0]))
+        change(rec)
+        eseed = hashlib.blake2b(b"mailslot vector: " + name.encode(), digest_size=32).digest()
+        return seal_with_seed(pad(bytes(rec)), bob.mailbox[1], eseed)
+
+    def case(name, after, env, mid, expect, t=now, rcpt="bob", b=None):
+        c = {"name": name, "after_step": after, "id": mid, "recipient": rcpt, "envelope": b64e(env), "now": t, "expect": expect}
+        if b is not None:
+            c["body"] = b.decode()
+        cases.append(c)
+    kind = 36 + 5 + 3 + 26 + 16  # alice → bob, 26-character ids
+    case("X1 again after it opened", step("open", "X1"), sealed["X1"][1], sealed["X1"][0], "envelope_stale_message")
+    case("X3 without the session", 0, sealed["X3"][1], sealed["X3"][0], "envelope_no_session")
+    case("X1 naming one-time prekey 9", 0, reseal("X1 naming one-time prekey 9", "X1",
+                                                     lambda r: r.__setitem__(slice(kind + 37, kind + 41), (9).to_bytes(4, "big"))),
+         sealed["X1"][0], "envelope_unknown_prekey")
+    case("X1 naming signed prekey 1", 0, reseal("X1 naming signed prekey 1", "X1",
+                                                   lambda r: r.__setitem__(slice(kind + 33, kind + 37), (1).to_bytes(4, "big"))),
+         sealed["X1"][0], "envelope_unknown_prekey")
+    case("X1 with a session id off by one bit", 0, reseal("X1 with a session id off by one bit", "X1",
+                                                             lambda r: r.__setitem__(kind - 16, r[kind - 16] ^ 0x80)),
+         sealed["X1"][0], "envelope_malformed_record")
+    case("X3 with its tag altered", step("seal", "Y3"), reseal("X3 with its tag altered", "X3",
+                                                                lambda r: r.__setitem__(len(r) - 16, r[len(r) - 16] ^ 1)),
+         sealed["X3"][0], "envelope_session_mismatch")
+    case("X3 with its previous chain length altered", step("seal", "Y3"),
+         reseal("X3 with its previous chain length altered", "X3", lambda r: r.__setitem__(kind + 36, r[kind + 36] ^ 1)),
+         sealed["X3"][0], "envelope_session_mismatch")
+    case("X3 with message kind 3", step("seal", "Y3"), reseal("X3 with message kind 3", "X3", lambda r: r.__setitem__(kind, 3)),
+         sealed["X3"][0], "envelope_malformed_record")
+    case("X3 opened as carol", step("seal", "Y3"), sealed["X3"][1], sealed["X3"][0], "envelope_wrong_recipient", rcpt="carol")
+    case("X1 after X2, 31 days later", step("open", "X2"), sealed["X1"][1], sealed["X1"][0], "ok", t=now + 31 * 86400, b=sealed["X1"][2])
+    case("X1 after X2, 31 days and a second later", step("open", "X2"), sealed["X1"][1], sealed["X1"][0], "envelope_stale_message",
+         t=now + 31 * 86400 + 1)
+    far = alice_after_x3.sessions[started["S1"].id]
+    for _ in range(1000):
+        far.ratchet.next_send()
+    for n, expect in ((1000, "ok"), (1001, "envelope_too_many_skipped")):
+        name = f"a message of X3's chain skipping {n} keys"
+        mid, b = f"01KJ7Z{n:020d}", jdump({"payload": {"text": "far"}, "sender": {"id": "alice"}, "timestamp": now * 1000, "type": "text"})
+        eseed = hashlib.blake2b(b"mailslot vector: " + name.encode(), digest_size=32).digest()
+        env = seal_v2(b, mid, "alice", alice.identity, "bob", bob.mailbox[1], far, lambda p, s=eseed: seal_with_seed(p, bob.mailbox[1], s))
+        case(name, step("open", "X3"), env, mid, expect, b=b if expect == "ok" else None)
+    write_json(path, {
+        "description": "Sessions (spec/sessions.md §9 layout) written by tools/interop/check.py, an independent implementation "
+                       "with PyNaCl, from the spec alone: replay `conversation`, then open each case with bob's state after `after_step`.",
+        "seeds": {k: b64e(v) for k, v in seeds.items()},
+        "users": [{"uid": "alice", "identity_seed": "alice_identity", "mailbox_seed": "alice_mailbox"},
+                  {"uid": "bob", "identity_seed": "bob_identity", "mailbox_seed": "bob_mailbox",
+                   "signed_prekey": {"id": spk_id, "seed": "bob_signed_prekey"},
+                   "one_time_prekeys": [{"id": 7, "seed": "bob_one_time_prekey_7"}, {"id": 8, "seed": "bob_one_time_prekey_8"}]}],
+        "now": now, "x3dh": x3dh_entries, "conversation": events, "cases": cases,
+    })
+
+
 def write_json(path, obj):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
@@ -1416,17 +2063,21 @@ def main():
     if a.write_independent:
         write_independent_tokens(os.path.join(ind, "tokens.json"))
         write_independent_envelopes(os.path.join(ind, "envelopes.json"))
-        print(f"wrote {ind}/tokens.json and envelopes.json")
+        write_independent_sessions(os.path.join(ind, "sessions.json"))
+        print(f"wrote {ind}/tokens.json, envelopes.json and sessions.json")
     self_checks()
     check_token_vectors(os.path.join(VECTORS, "tokens.json"), "tokens")
     check_envelope_vectors(os.path.join(VECTORS, "envelopes.json"), "envelopes")
     check_bundle_vectors(os.path.join(VECTORS, "bundles.json"))
     check_safety_vectors(os.path.join(VECTORS, "safety-numbers.json"))
     check_key_id_vectors(os.path.join(VECTORS, "key-ids.json"))
+    check_session_vectors(os.path.join(VECTORS, "sessions.json"))
     if os.path.exists(os.path.join(ind, "tokens.json")):
         check_token_vectors(os.path.join(ind, "tokens.json"), "independent tokens")
     if os.path.exists(os.path.join(ind, "envelopes.json")):
         check_envelope_vectors(os.path.join(ind, "envelopes.json"), "independent envelopes")
+    if os.path.exists(os.path.join(ind, "sessions.json")):
+        check_session_vectors(os.path.join(ind, "sessions.json"), "independent sessions")
     if not os.access(a.relay_binary, os.X_OK):
         check("relay binary present", False, a.relay_binary)
     else:
