@@ -35,7 +35,7 @@ import Testing
         #expect(throws: KeyBundleError.badSignature) { try KeyBundle.decode(try altered("created_at", "2020-01-01T00:00:00Z")) }
         #expect(throws: KeyBundleError.invalidUID) { try KeyBundle.decode(try altered("uid", "a/b")) }
         #expect(throws: KeyBundleError.malformed("unknown version 3")) { try KeyBundle.decode(try altered("version", 3)) }
-        #expect(throws: KeyBundleError.malformed("a version 2 bundle has a signed prekey")) { try KeyBundle.decode(try altered("version", 2)) }
+        #expect(throws: KeyBundleError.malformed("a version 2 bundle needs a signed prekey")) { try KeyBundle.decode(try altered("version", 2)) }
         #expect(throws: KeyBundleError.malformed("created_at is not an RFC 3339 time")) { try KeyBundle.decode(try altered("created_at", "yesterday")) }
         #expect(throws: KeyBundleError.malformed("not a key bundle in JSON")) { try KeyBundle.decode(try altered("signature", "AAAA")) }
         #expect(throws: KeyBundleError.malformed("not a key bundle in JSON")) { try KeyBundle.decode(try altered("mailbox_key", 5)) }

@@ -326,6 +326,16 @@ import Testing
         }
     }
 
+    @Test func prekeyIdZeroIsRefusedWhenStarting() throws {
+        let alice = Side("alice"), bob = Side("bob")
+        let key = bob.signedPrekey.publicKey
+        for (signed, oneTime) in [(PublishedPrekey(id: 0, key: key), nil), (PublishedPrekey(id: 7, key: key), PublishedPrekey(id: 0, key: key))] {
+            #expect(throws: EnvelopeError.malformedRecord("a prekey id is 0")) {
+                _ = try Session.initiate(identity: alice.identity, peerIdentity: bob.identity.publicKey, signedPrekey: signed, oneTimePrekey: oneTime)
+            }
+        }
+    }
+
     // MARK: Key bundles with a signed prekey
 
     @Test func versionTwoBundlesSignTheirPrekey() throws {

@@ -406,7 +406,7 @@ public struct SessionEnvelope: Sendable {
         }
         let message: ChatMessage
         do { message = try ChatMessage.decode(body) } catch { wipe(&body); throw error }
-        guard message.sender.id == sender else { throw .senderMismatch }
+        guard message.sender.id == sender else { wipe(&body); throw .senderMismatch }
         var next = session
         next.ratchet = ratchet
         next.start = nil  // the contact answered, so it holds the session

@@ -97,7 +97,7 @@ public struct KeyBundle: Sendable, Equatable, Codable {
         case (2, let prekey?):
             guard prekey.id != 0 else { throw .malformed("signed_prekey_id is 0") }
             guard prekey.key.isUsable else { throw .malformed("signed_prekey is a low-order point") }
-        case (2, nil): throw .malformed("a version 2 bundle has a signed prekey")
+        case (2, nil): throw .malformed("a version 2 bundle needs a signed prekey")
         default: throw .malformed("unknown version \(version)")
         }
         guard Identifier.isValidUID(uid) else { throw .invalidUID }

@@ -67,6 +67,8 @@ public struct Session: Sendable {
     static func initiate(identity: IdentityKeyPair, peerIdentity: IdentityPublicKey, signedPrekey: PublishedPrekey,
                          oneTimePrekey: PublishedPrekey?, ephemeral: X25519KeyPair,
                          ratchetKey: X25519KeyPair) throws(EnvelopeError) -> Session {
+        // Id 0 means "none" on the wire: a session started with such a prekey could never be derived again.
+        guard signedPrekey.id != 0, oneTimePrekey.map({ $0.id != 0 }) ?? true else { throw .malformedRecord("a prekey id is 0") }
         let secret = try X3DH.initiatorSecret(identity: identity, ephemeral: ephemeral, peerIdentity: peerIdentity,
                                               signedPrekey: signedPrekey.key, oneTimePrekey: oneTimePrekey?.key)
         return Session(id: id(initiator: identity.publicKey, responder: peerIdentity, ephemeral: ephemeral.publicKey),
