@@ -23,6 +23,9 @@ public actor MailslotClient {
     let logger: Logger
     /// Messages being sealed again right now (``resend(_:)``, a flush told of stale keys).
     var resealing: Set<String> = []
+    /// Contacts pinned without a signed prekey whose bundle was fetched again since this client
+    /// started, to learn whether they publish one now (``seal(_:id:as:to:)``).
+    var upgradeChecks: Set<String> = []
 
     /// A client of the relay at `relay`, keeping its state in the SQLite file at `databasePath`.
     /// `tokenProvider` returns a fresh custom token; it is called to sign in, and again whenever

@@ -209,6 +209,26 @@ import Testing
         }
     }
 
+    /// A contact pinned while it published a version 1 bundle moves to sessions under the same keys
+    /// (no `stale_keys` says so): the sender learns it on its next send.
+    @Test func aContactThatStartsPublishingPrekeysGetsSessions() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            let keys = try await bob.identity()
+            let legacy = KeyBundle(uid: "bob", identity: keys.signing, mailboxKey: keys.mailbox.publicKey)
+            let bobSession = try await relay.signIn("bob").session
+            #expect(try await relay.call("PUT", "/v1/users/bob/keys", session: bobSession, body: try JSONSerialization.jsonObject(with: Data(legacy.encoded()))).status == 204)
+            #expect(try await alice.contact("bob").signedPrekey == nil, "pinned from the version 1 bundle")
+            try await bob.signIn()  // publishes version 2 again, same keys
+            let restarted = try relay.client("alice")  // a new run of alice's client, same store
+            try await restarted.send(text: "now in a session", to: "bob")
+            for record in try await capture(relay, "bob") { #expect(try await version(of: record, for: bob) == 2) }
+            #expect(try await bob.receive().map(\.message.payload.text) == ["now in a session"])
+        }
+    }
+
     @Test func versionOneEnvelopesOpenUntilTheContactUsesSessions() async throws {
         try await withTestRelay { relay in
             let alice = try relay.client("alice"), bob = try relay.client("bob")

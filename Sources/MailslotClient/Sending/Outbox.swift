@@ -159,6 +159,12 @@ extension MailslotClient {
     /// left), as a version 1 envelope otherwise (spec/sessions.md §6). A note to oneself is version
     /// 1 too: one store cannot hold both ends of a session under one id.
     func seal(_ message: ChatMessage, id: String, as me: Identity, to contact: Contact) async throws -> ClientStore.Sealed {
+        var contact = contact
+        if contact.signedPrekey == nil, contact.uid != me.uid, upgradeChecks.insert(contact.uid).inserted {
+            // Pinned from a version 1 bundle: the contact may have moved to sessions since under the
+            // same keys, which no `stale_keys` would tell. Asked once per contact while this client runs.
+            if let fresh = try? await refreshKeys(of: contact.uid) { contact = fresh }
+        }
         do {
             guard let signedPrekey = contact.signedPrekey, contact.uid != me.uid else {
                 let envelope = try Envelope.seal(message, id: id, from: me.uid, identity: me.signing, to: contact.uid,
