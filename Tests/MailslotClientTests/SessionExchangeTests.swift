@@ -209,6 +209,32 @@ import Testing
         }
     }
 
+    /// After a contact's identity key changed and the user trusted the new one, the sessions with
+    /// the old key are gone and the next message starts a new session with the new key.
+    @Test func aTrustedNewIdentityStartsANewSession() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            try await alice.send(text: "before", to: "bob")
+            #expect(try await bob.receive().count == 1)
+            let old = try await activeSessions(alice, with: "bob")
+            #expect(old.count == 1)
+
+            let newBob = try relay.client("bob", profile: "bob-2")  // a reinstall: new keys
+            try await newBob.signIn()
+            await #expect(throws: ClientError.keyChanged("bob")) { try await alice.send(text: "held", to: "bob") }
+            try await alice.trust("bob")
+            let sessions = try await alice.store.pool.read { db in
+                try Row.fetchAll(db, sql: "SELECT id, peer_identity FROM sessions WHERE contact = 'bob'")
+            }
+            let newKey = try await newBob.identity().signing.publicKey
+            #expect(sessions.count == 1 && (sessions.first?["peer_identity"] as Data?) == Data(newKey.bytes))
+            #expect(try await activeSessions(alice, with: "bob") != old)
+            #expect(try await newBob.receive().map(\.message.payload.text) == ["held"])
+        }
+    }
+
     /// A contact pinned while it published a version 1 bundle moves to sessions under the same keys
     /// (no `stale_keys` says so): the sender learns it on its next send.
     @Test func aContactThatStartsPublishingPrekeysGetsSessions() async throws {
