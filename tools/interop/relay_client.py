@@ -35,12 +35,12 @@ temporary data folder, and then, as clients:
     CLI's v2 bundle and its 100 prekeys (seen through a second session of the CLI's uid), its
     session start with a Python prekey (which leaves the relay), Python's replies in that
     session, a session Python starts with a prekey it claims of the CLI's, the CLI's answer in
-    it, two messages created in reverse order, and replays under the same and another id (not
-    shown; the mailbox ends empty);
+    it, two messages created in reverse order, replays under the same and another id and a
+    version 1 envelope after version 2 ones (none shown; the mailbox ends empty);
   * erasure (§6): erased ciphertext is in neither database file shortly after;
   * `serve` refusing unusable settings (§11).
 
-Every wait is bounded; a run takes about 25 s. Only what a client can observe is checked.
+Every wait is bounded; a run takes about 20 s. Only what a client can observe is checked.
 
 Prints `PASS name` / `FAIL name: why` per check, then `N passed, M failed`; exits 0 only when
 nothing failed. The relay is always stopped with SIGTERM and must exit 0.
@@ -1682,8 +1682,24 @@ def scenario_sessions_with_swift(c):
         ok(f"CLI `receive --json` ({name}) → exit 0", rc == 0, f"exit {rc}, {lines}, stderr {err!r}")
         return lines
 
+    def clear(f):
+        """The clear fields that say which session and where in it (§5.1), readable in a FAIL line."""
+        return {"session": f["sid"].hex(), "kind": 0 if f["start"] is None else 1, "pn_n": f["header"][1:],
+                "start": f["start"] and (fmt.b64e(f["start"][0]), *f["start"][1:])}
+
     def shown(lines):
         return [(m.get("id"), m.get("from"), m.get("type"), m.get("text")) for m in lines]
+
+    def receive_one(u, mid):
+        """u's mailbox over HTTP (protocol.md §4.9) holds exactly `mid`: opened, then acked (§4.11)."""
+        r = request(rel, "GET", f"/v1/users/{u.uid}/messages", session=u.session)
+        recs = r.json.get("messages", []) if r.status == 200 else []
+        if [x["id"] for x in recs] != [mid]:
+            raise RuntimeError(f"{u.uid}'s mailbox, expected only {mid}: {r!r}")
+        fields, _, msg = u.accept(rel, recs[0])
+        expect(f"{u.uid} acks {mid[:8]}… → 204 (protocol.md §4.11)",
+               request(rel, "DELETE", f"/v1/users/{u.uid}/messages/{mid}", session=u.session), 204)
+        return fields, msg
 
     # 1. The CLI logs in: a version 2 bundle and 100 one-time prekeys (§6.1 items 1, 3).
     rc, lines, err = cli.run("login", "--profile", "swuser", "--relay", f"http://127.0.0.1:{rel.port}", "--token", "-", "--json",
@@ -1739,7 +1755,7 @@ def scenario_sessions_with_swift(c):
         starts = [o["start"] for o in opened]
         ok("all three are session starts (kind 1) of one session, N = 0, 1, 2: the initiator writes the start until answered (§5.1)",
            all(s is not None for s in starts) and len({o["sid"] for o in opened}) == 1 and len(set(starts)) == 1
-           and [o["header"][2] for o in opened] == [0, 1, 2], [(o["sid"].hex(), o["start"] and o["start"][1:], o["header"][1:]) for o in opened])
+           and [o["header"][2] for o in opened] == [0, 1, 2], [clear(o) for o in opened])
         spk_id, opk_id = starts[0][1], starts[0][2]
         ok("the start names pyuser's signed prekey and a one-time prekey pyuser uploaded (§3, §5.1)",
            spk_id == py.spk_id and opk_id in before, (spk_id, opk_id))
@@ -1776,18 +1792,12 @@ def scenario_sessions_with_swift(c):
     ok("the CLI pinned pyuser's identity key: its safety number is Python's (envelope.md §5)",
        rc == 0 and sn and sn[0].get("safety_number") == want, f"exit {rc}, {sn}, stderr {err!r}; expected {want}")
     mid4 = cli_send("four, after your reply", "pyuser")
-    r = request(rel, "GET", "/v1/users/pyuser/messages", session=py.session)
-    recs = r.json.get("messages", []) if r.status == 200 else []
     try:
-        if [x["id"] for x in recs] != [mid4]:
-            raise RuntimeError(f"mailbox: {[x['id'] for x in recs]}")
-        fields, body, msg = py.accept(rel, recs[0])
+        fields, msg = receive_one(py, mid4)
         ok("the CLI's next message is kind 0 in the same session, N = 0 of a new chain: the start is answered (§5.1, §4.4)",
            fields["start"] is None and fields["sid"] == opened[0]["sid"] and fields["header"][1:] == (3, 0)
            and fields["header"][0] != opened[0]["header"][0] and msg["payload"].get("text") == "four, after your reply",
-           (fields["start"], fields["header"][1:]))
-        expect("pyuser acks it → 204 (protocol.md §4.11)",
-               request(rel, "DELETE", f"/v1/users/pyuser/messages/{mid4}", session=py.session), 204)
+           clear(fields))
     except Exception as e:
         ok("pyuser opens the CLI's answer in the session (§5.3)", False, f"{type(e).__name__}: {e}")
 
@@ -1809,20 +1819,15 @@ def scenario_sessions_with_swift(c):
        shown(lines) == [(m21, "pyuser2", "text", "hello swift, from python"), (m22, "pyuser2", "text", "and a second one")], lines)
     ok("the CLI did not replace its prekeys while 25 or more were left (§6.1 item 3): count unchanged", sw_count() == n0 - 1, sw_count())
     mid5 = cli_send("swift answers pyuser2", "pyuser2")
-    r = request(rel, "GET", "/v1/users/pyuser2/messages", session=py2.session)
-    recs = r.json.get("messages", []) if r.status == 200 else []
     try:
-        if [x["id"] for x in recs] != [mid5]:
-            raise RuntimeError(f"mailbox: {[x['id'] for x in recs]}")
-        fields, body, msg = py2.accept(rel, recs[0])
+        fields, msg = receive_one(py2, mid5)
         ok("the CLI answers in pyuser2's session (its active one, §6.4 item 11): same session id, kind 0, N = 0",
-           fields["sid"] == s2.id and fields["start"] is None and fields["header"][1:] == (0, 0), (fields["sid"].hex(), fields["start"]))
+           fields["sid"] == s2.id and fields["start"] is None and fields["header"][1:] == (0, 0), clear(fields))
         ok("pyuser2 opens the answer in its session (§5.3): from swuser, the text", fields["sender"] == "swuser"
            and msg["payload"].get("text") == "swift answers pyuser2", msg)
         ok("pyuser2's start is answered: it would write kind 0 from now on (§5.1)", py2.py.sessions[s2.id].start is None, "")
         ok("pyuser2's own one-time prekeys are untouched: the CLI did not start a second session (count 10)",
            py_count(py2) == 10, py_count(py2))
-        expect("pyuser2 acks it → 204", request(rel, "DELETE", f"/v1/users/pyuser2/messages/{mid5}", session=py2.session), 204)
     except Exception as e:
         ok("pyuser2 opens the CLI's answer in its session (§5.3)", False, f"{type(e).__name__}: {e}")
 
@@ -1841,14 +1846,25 @@ def scenario_sessions_with_swift(c):
            put(py, "swuser", replay_id, replay_env), 201)
     other_id = new_id()
     expect("… and under a new id → 201", put(py, "swuser", other_id, replay_env), 201)
-    lines = cli_receive("replays")
-    ok("the CLI shows neither replay: a stored id is recognised before decryption (§6.2 item 7), another id is refused (§5.3 check 15)",
-       lines == [], lines)
+    # §6.3 item 9: version 1 from pyuser, who has written in sessions, is a downgrade; from a contact
+    # who never has (pyv1, a version 1 bundle), the same kind of envelope still opens.
+    v1_id, ctl_id, pyv1 = new_id(), new_id(), User("pyv1")
+    expect("pyuser creates a version 1 envelope (envelope.md §2) after its version 2 ones → 201",
+           put(py, "swuser", v1_id, fmt.seal(py.text("a downgrade"), v1_id, "pyuser", py.py.identity, "swuser", py.mailboxes["swuser"])), 201)
+    pyv1.grant = sign_in(rel, c.issuer, pyv1)
+    request(rel, "PUT", "/v1/users/pyv1/keys", pyv1.bundle(), pyv1.session)
+    fetch_bundle(rel, pyv1, "swuser")
+    expect("control: pyv1 (version 1 bundle, never in a session) creates a version 1 text → 201",
+           put(pyv1, "swuser", ctl_id, pyv1.seal("swuser", ctl_id, pyv1.body("text", {"text": "version 1 still opens"}))), 201)
+    lines = cli_receive("replays, a downgrade, a version 1 control")
+    ok("the CLI shows only pyv1's version 1 text: neither replay (a stored id is recognised before decryption, §6.2 item 7; "
+       "another id is refused, §5.3 check 15) nor pyuser's version 1 (envelope_downgrade, §6.3 item 9)",
+       shown(lines) == [(ctl_id, "pyv1", "text", "version 1 still opens")], lines)
     r = request(rel, "GET", "/v1/users/swuser/messages", session=owner.session)
-    ok("the CLI acknowledged both: swuser's mailbox ends empty (§6.2 item 7, §6.4 item 14)",
+    ok("the CLI acknowledged all four: swuser's mailbox ends empty (§6.2 item 7, §6.3 item 9)",
        r.status == 200 and r.json == {"messages": [], "next": None}, repr(r))
     r = request(rel, "GET", "/v1/users/pyuser/messages", session=py.session)
-    ok("no `unreadable` receipt came back to pyuser for them (§6.4 item 13 is only for unreadable messages)",
+    ok("no `unreadable` receipt came back to pyuser for them (§6.4 item 13: only for messages that cannot be read)",
        r.status == 200 and r.json == {"messages": [], "next": None}, repr(r))
     rc, hist, err = cli.run("history", "--profile", "swuser", "--json", "pyuser")
     received = [h.get("id") for h in hist if h.get("from") == "pyuser"]
