@@ -35,8 +35,10 @@ temporary data folder, and then, as clients:
     CLI's v2 bundle and its 100 prekeys (seen through a second session of the CLI's uid), its
     session start with a Python prekey (which leaves the relay), Python's replies in that
     session, a session Python starts with a prekey it claims of the CLI's, the CLI's answer in
-    it, two messages created in reverse order, replays under the same and another id and a
-    version 1 envelope after version 2 ones (none shown; the mailbox ends empty);
+    it, a start naming that spent prekey (the CLI's `unreadable` receipt, the message sent again
+    in a new session, which the CLI then answers in), two messages created in reverse order,
+    replays under the same and another id and a version 1 envelope after version 2 ones (none
+    shown; the mailbox ends empty);
   * erasure (§6): erased ciphertext is in neither database file shortly after;
   * `serve` refusing unusable settings (§11).
 
@@ -1591,9 +1593,10 @@ class V2User:
         return fmt.jdump({"timestamp": int(time.time() * 1000), "type": "text",
                           "sender": {"id": self.uid, "name": self.uid.capitalize()}, "payload": {"text": words}})
 
-    def seal(self, peer, mid, words):
-        """§5.2 in the active session with `peer` (§6.4 item 10), sealed to its verified mailbox key."""
-        s = self.py.sessions[self.active[peer]]
+    def seal(self, peer, mid, words, session=None):
+        """§5.2 in the active session with `peer` (§6.4 item 10), or in `session`, sealed to its
+        verified mailbox key."""
+        s = session or self.py.sessions[self.active[peer]]
         return fmt.seal_v2(self.text(words), mid, self.uid, self.py.identity, peer, self.mailboxes[peer], s,
                            lambda padded: fmt.seal_record(None, self.mailboxes[peer], padded))
 
@@ -1691,11 +1694,13 @@ def scenario_sessions_with_swift(c):
         return [(m.get("id"), m.get("from"), m.get("type"), m.get("text")) for m in lines]
 
     def receive_one(u, mid):
-        """u's mailbox over HTTP (protocol.md §4.9) holds exactly `mid`: opened, then acked (§4.11)."""
+        """u's mailbox over HTTP (protocol.md §4.9) holds exactly `mid` (one message of any id when
+        None): opened, then acked (§4.11)."""
         r = request(rel, "GET", f"/v1/users/{u.uid}/messages", session=u.session)
         recs = r.json.get("messages", []) if r.status == 200 else []
-        if [x["id"] for x in recs] != [mid]:
-            raise RuntimeError(f"{u.uid}'s mailbox, expected only {mid}: {r!r}")
+        if len(recs) != 1 or mid not in (None, recs[0]["id"]):
+            raise RuntimeError(f"{u.uid}'s mailbox, expected only {mid or 'one message'}: {r!r}")
+        mid = recs[0]["id"]
         fields, _, msg = u.accept(rel, recs[0])
         expect(f"{u.uid} acks {mid[:8]}… → 204 (protocol.md §4.11)",
                request(rel, "DELETE", f"/v1/users/{u.uid}/messages/{mid}", session=u.session), 204)
@@ -1830,6 +1835,44 @@ def scenario_sessions_with_swift(c):
            py_count(py2) == 10, py_count(py2))
     except Exception as e:
         ok("pyuser2 opens the CLI's answer in its session (§5.3)", False, f"{type(e).__name__}: {e}")
+
+    # 4b. A session start naming the one-time prekey the CLI has used: its secret is gone (§6.1
+    # item 4), the start cannot be read (§5.3 check 17), the CLI says so with an `unreadable`
+    # receipt in its active session with pyuser2; pyuser2 drops that session and sends the message
+    # again, under its id, in a new one (§6.4 item 13), which the CLI then makes its active one.
+    spent = fmt.initiate(py2.py.identity, py2.pins["swuser"], py2.signed_prekeys["swuser"], (claimed["id"], fmt.b64d(claimed["key"])),
+                         fmt.x25519_from_seed(os.urandom(32)), fmt.x25519_from_seed(os.urandom(32)))
+    m6, words6 = new_id(), "sent again in a new session"
+    expect("pyuser2 creates a session start naming swuser's spent one-time prekey → 201",
+           put(py2, "swuser", m6, py2.seal("swuser", m6, words6, session=spent)), 201)
+    lines = cli_receive("a start with a spent prekey")
+    ok("the CLI does not show it: the prekey's secret was erased with the first message (§6.1 item 4, §5.3 check 17)", lines == [], lines)
+    try:
+        fields, msg = receive_one(py2, None)
+        ok("pyuser2 gets an `unreadable` receipt naming it, from swuser, in the CLI's active session with it, kind 0 (§6.4 item 13)",
+           msg["type"] == "receipt" and msg["payload"].get("receipt") == {"kind": "unreadable", "message_ids": [m6]}
+           and fields["sid"] == s2.id and fields["start"] is None, (msg, clear(fields)))
+    except Exception as e:
+        ok("pyuser2 receives the CLI's `unreadable` receipt (§6.4 item 13)", False, f"{type(e).__name__}: {e}")
+    del py2.py.sessions[py2.active.pop("swuser")]
+    try:
+        s4, _ = py2.start_session(rel, "swuser")
+        expect("pyuser2 drops its active session and sends the message again, same id, in a new session (§6.4 item 13) → 201",
+               put(py2, "swuser", m6, py2.seal("swuser", m6, words6)), 201)
+    except Exception as e:
+        ok("pyuser2 starts a new session with swuser (§3)", False, f"{type(e).__name__}: {e}")
+        s4 = None
+    lines = cli_receive("the message again, in a new session")
+    ok("the CLI shows it now: a rejection for an unreadable code does not make its id a duplicate (§6.4 item 13)",
+       shown(lines) == [(m6, "pyuser2", "text", words6)], lines)
+    mid7 = cli_send("swift answers in the new session", "pyuser2")
+    try:
+        fields, msg = receive_one(py2, mid7)
+        ok("the CLI answers in pyuser2's new session, now its active one (§6.4 item 11), kind 0",
+           s4 is not None and fields["sid"] == s4.id and fields["start"] is None
+           and msg["payload"].get("text") == "swift answers in the new session", clear(fields))
+    except Exception as e:
+        ok("pyuser2 opens the CLI's answer in the new session (§5.3)", False, f"{type(e).__name__}: {e}")
 
     # 5. Out of order, then replays.
     oo = [(new_id(), "out of order: sent first"), (new_id(), "out of order: sent second")]
