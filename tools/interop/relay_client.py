@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Independent Mailslot relay client, written from spec/ alone (protocol.md, openapi.yaml,
-tokens.md, envelope.md), run against a relay it starts itself.
+tokens.md, envelope.md, sessions.md), run against a relay it starts itself.
 
-Python stdlib + PyNaCl (libsodium) + pyseto (PASETO) + websockets. The token, envelope and
-key-bundle formats come from check.py (the earlier independent implementation of those specs).
+Python stdlib + PyNaCl (libsodium) + pyseto (PASETO) + websockets. The token, envelope, key-bundle
+and session (version 2) formats come from check.py (the earlier independent implementation of
+those specs).
 
-    relay_client.py --relay-binary PATH
+    relay_client.py --relay-binary PATH [--cli-binary PATH]
+
+(--cli-binary: the Swift `mailslot` CLI; by default `mailslot` beside the relay binary.)
 
 It makes its own issuer key pair, starts `mailslot-relay serve` on a free loopback port with a
 temporary data folder, and then, as clients:
@@ -26,6 +29,16 @@ temporary data folder, and then, as clients:
   * one-time prekeys (§4.14): upload, retry, conflict, the checks and the supply's limit, the
     rules, claims lowest id first and each once, `"prekey": null`, the `ready` frame's count, a
     blocked claimer, a bundle of another identity, the per-owner claim limit;
+  * sessions with the Swift CLI (sessions.md): Python users with check.py's version 2 (a v2
+    bundle, one-time prekeys, X3DH, the Double Ratchet, as §6 says a client does) and a CLI
+    profile in a temporary MAILSLOT_HOME (`login`, `send`, `receive --json`) talk both ways: the
+    CLI's v2 bundle and its 100 prekeys (seen through a second session of the CLI's uid), its
+    session start with a Python prekey (which leaves the relay), Python's replies in that
+    session, a session Python starts with a prekey it claims of the CLI's, the CLI's answer in
+    it, a start naming that spent prekey (the CLI's `unreadable` receipt, the message sent again
+    in a new session, which the CLI then answers in), two messages created in reverse order,
+    replays under the same and another id and a version 1 envelope after version 2 ones (none
+    shown; the mailbox ends empty);
   * erasure (§6): erased ciphertext is in neither database file shortly after;
   * `serve` refusing unusable settings (§11).
 
@@ -1494,6 +1507,415 @@ def scenario_key_ids(c):
     wk.close()
 
 
+# ---------------------------------------------------------------- sessions with the Swift CLI (sessions.md)
+
+class V2User:
+    """A client of spec/sessions.md §6 built on check.py's version 2 code (PyUser, initiate, seal_v2):
+    a version 2 bundle (§2), one-time prekeys stored before they are uploaded (§6.1), sessions with
+    one active per contact (§6.4), pins (envelope.md §2.6), the ids it has stored (§6.2 item 7)."""
+
+    def __init__(self, uid):
+        self.uid = uid
+        self.spk_id = secrets.randbelow(0xFFFFFFFF) + 1                         # 1 … 2³² − 1
+        self.py = fmt.PyUser(uid, os.urandom(32), os.urandom(32), {self.spk_id: fmt.x25519_from_seed(os.urandom(32))})
+        self.grant = None
+        self.pins, self.mailboxes, self.signed_prekeys = {}, {}, {}   # contact uid → identity key, mailbox key, (id, prekey)
+        self.active = {}                                              # contact uid → session id
+        self.stored = set()                                           # message ids stored (or refused)
+        self.next_prekey_id = secrets.randbelow(1 << 30) + 1
+
+    @property
+    def session(self):
+        return self.grant["session"]
+
+    @property
+    def identity_key(self):
+        return bytes(self.py.identity.verify_key)
+
+    def bundle(self):
+        """§2: signed over PAE("mailslot-key-bundle-v2", uid, IK, MK, created_at, u32be(id), SPK)."""
+        mk, spk = self.py.mailbox[1], self.py.signed_prekeys[self.spk_id][1]
+        created = fmt.fmt_time(int(time.time()))
+        sig = self.py.identity.sign(fmt.pae(fmt.LABEL_BUNDLE_V2, self.uid.encode(), self.identity_key, mk, created.encode(),
+                                            self.spk_id.to_bytes(4, "big"), spk)).signature
+        return fmt.jdump({"version": 2, "uid": self.uid, "identity_key": fmt.b64e(self.identity_key), "mailbox_key": fmt.b64e(mk),
+                          "created_at": created, "signed_prekey_id": self.spk_id, "signed_prekey": fmt.b64e(spk),
+                          "signature": fmt.b64e(sig)})
+
+    def make_prekeys(self, n):
+        """§6.1 item 3: fresh ids, the secrets stored before the upload; the upload's entries."""
+        out = []
+        for _ in range(n):
+            i, self.next_prekey_id = self.next_prekey_id, self.next_prekey_id + 1
+            self.py.one_time_prekeys[i] = fmt.x25519_from_seed(os.urandom(32))
+            out.append({"id": i, "key": fmt.b64e(self.py.one_time_prekeys[i][1])})
+        return out
+
+    def fetch(self, relay, peer):
+        """GET the contact's bundle, verify it for that uid (§2), pin its identity key on first use
+        and refuse another one later (envelope.md §2.6); the signed prekey only from a verified
+        version 2 bundle. Returns the bundle."""
+        r = request(relay, "GET", f"/v1/users/{peer}/keys", session=self.session)
+        if r.status != 200:
+            raise RuntimeError(f"GET keys of {peer}: {r!r}")
+        b = fmt.decode_bundle(r.body.decode(), peer)
+        ik = fmt.b64d(b["identity_key"])
+        if self.pins.setdefault(peer, ik) != ik:
+            raise RuntimeError(f"{peer}'s identity key changed: not re-pinned")
+        self.mailboxes[peer] = fmt.b64d(b["mailbox_key"])
+        if b["version"] == 2:
+            self.signed_prekeys[peer] = (b["signed_prekey_id"], fmt.b64d(b["signed_prekey"]))
+        return b
+
+    def start_session(self, relay, peer):
+        """§3 / §6.2 item 5: claim a one-time prekey (refusing an unusable one, §6.1 item 3), X3DH
+        with the verified signed prekey, fresh ephemeral and ratchet keys. Returns (session, claimed)."""
+        if peer not in self.signed_prekeys:
+            self.fetch(relay, peer)
+        r = request(relay, "POST", f"/v1/users/{peer}/prekeys/claim", {}, self.session)
+        if r.status != 200 or not isinstance(r.json, dict) or "prekey" not in r.json:
+            raise RuntimeError(f"claim of {peer}'s prekey: {r!r}")
+        claimed, opk = r.json["prekey"], None
+        if claimed is not None:
+            try:
+                key = fmt.b64d(claimed.get("key"))
+                if type(claimed.get("id")) is int and 1 <= claimed["id"] <= 0xFFFFFFFF and len(key) == 32:
+                    opk = (claimed["id"], key)
+            except (ValueError, TypeError):
+                pass
+        s = fmt.initiate(self.py.identity, self.pins[peer], self.signed_prekeys[peer], opk,
+                         fmt.x25519_from_seed(os.urandom(32)), fmt.x25519_from_seed(os.urandom(32)))
+        self.py.sessions[s.id] = s
+        self.active[peer] = s.id
+        return s, claimed
+
+    def text(self, words):
+        return fmt.jdump({"timestamp": int(time.time() * 1000), "type": "text",
+                          "sender": {"id": self.uid, "name": self.uid.capitalize()}, "payload": {"text": words}})
+
+    def seal(self, peer, mid, words, session=None):
+        """§5.2 in the active session with `peer` (§6.4 item 10), or in `session`, sealed to its
+        verified mailbox key."""
+        s = session or self.py.sessions[self.active[peer]]
+        return fmt.seal_v2(self.text(words), mid, self.uid, self.py.identity, peer, self.mailboxes[peer], s,
+                           lambda padded: fmt.seal_record(None, self.mailboxes[peer], padded))
+
+    def accept(self, relay, record):
+        """A delivered record: a stored id is only acknowledged (§6.2 item 7, before decryption);
+        otherwise the clear fields are read, the sender checked against the author the relay
+        stamped and the pinned key (§5.3, the caller's checks; pinned now from a verified bundle
+        on first use), then it opens (§5.3 checks 16–24), which erases a one-time prekey used and
+        keeps the new state; a session the contact started becomes active (§6.4 item 11).
+        Returns None for a duplicate, else (fields, body, message)."""
+        if record["id"] in self.stored:
+            return None
+        env = fmt.b64d(record["envelope"])
+        if record.get("size") != len(env):
+            raise RuntimeError(f"size {record.get('size')} != {len(env)}")
+        fields = fmt.read_v2(env, record["id"], self.uid, self.py.mailbox[0])
+        if fields["sender"] != record["author"]:
+            raise RuntimeError(f"record's sender {fields['sender']} != relay-stamped author {record['author']}")
+        if fields["sender"] not in self.pins:
+            self.fetch(relay, fields["sender"])
+        if self.pins[fields["sender"]] != fields["skey"]:
+            raise RuntimeError("sender identity key differs from the pinned one")
+        new = fields["sid"] not in self.py.sessions
+        sender, _, body = self.py.open(env, record["id"], int(time.time()), lambda: fmt.x25519_from_seed(os.urandom(32)))
+        self.stored.add(record["id"])
+        if new:
+            cur = self.py.sessions.get(self.active.get(sender))
+            if cur is None or cur.start is None or not cur.initiated or fields["sid"] < cur.id:
+                self.active[sender] = fields["sid"]
+        return fields, body, fmt.jload(body)
+
+
+class Cli:
+    """The Swift `mailslot` CLI with a profile in its own MAILSLOT_HOME; every call bounded."""
+
+    def __init__(self, binary, home):
+        self.binary, self.home = binary, home
+
+    def run(self, *args, stdin=None):
+        env = {"MAILSLOT_HOME": self.home, "HOME": self.home, "PATH": "/usr/bin:/bin"}
+        try:
+            p = subprocess.run([self.binary, *args], env=env, input=stdin, capture_output=True, text=True, timeout=6 * TIMEOUT)
+        except subprocess.TimeoutExpired:
+            return 124, [], f"timed out after {6 * TIMEOUT:.0f} s"
+        lines = []
+        for line in p.stdout.splitlines():
+            try:
+                lines.append(json.loads(line))
+            except ValueError:
+                lines.append({"unparsed": line})
+        return p.returncode, lines, p.stderr.strip()
+
+
+def scenario_sessions_with_swift(c):
+    """spec/sessions.md between check.py's version 2 (pyuser, pyuser2, clients as §6 says) and the
+    Swift CLI (swuser), through this relay. Which session and which record kind is read from the
+    clear fields (§5.1) Python sees when opening; what the CLI shows is its `--json` output."""
+    rel = c.relay
+    if not os.access(c.cli_binary, os.X_OK):
+        return ok("the mailslot CLI binary is present", False, c.cli_binary)
+    cli = Cli(c.cli_binary, os.path.join(c.tmp, "mailslot-home"))
+    py, py2 = V2User("pyuser"), V2User("pyuser2")
+    # The owner's view of swuser's prekeys and mailbox: a second session of swuser, signed in with a
+    # token from the same issuer (the relay sees only the uid; the CLI's own session is untouched).
+    owner = User("swuser")
+
+    def sw_count():
+        r = request(rel, "GET", "/v1/users/swuser/prekeys", session=owner.session)
+        return r.json.get("count") if r.status == 200 and isinstance(r.json, dict) else repr(r)
+
+    def py_count(u):
+        r = request(rel, "GET", f"/v1/users/{u.uid}/prekeys", session=u.session)
+        return r.json.get("count") if r.status == 200 and isinstance(r.json, dict) else repr(r)
+
+    def put(u, to, mid, env):
+        return request(rel, "PUT", f"/v1/users/{to}/messages/{mid}", {"envelope": fmt.b64e(env)}, u.session)
+
+    def cli_send(words, to):
+        rc, lines, err = cli.run("send", "--profile", "swuser", "--json", to, words)
+        good = rc == 0 and len(lines) == 1 and lines[0].get("state") == "sent" and lines[0].get("to") == to
+        ok(f"CLI `send {to} {words!r}` → exit 0, state sent", good, f"exit {rc}, {lines}, stderr {err!r}")
+        return lines[0].get("id") if good else None
+
+    def cli_receive(name):
+        rc, lines, err = cli.run("receive", "--profile", "swuser", "--json")
+        ok(f"CLI `receive --json` ({name}) → exit 0", rc == 0, f"exit {rc}, {lines}, stderr {err!r}")
+        return lines
+
+    def clear(f):
+        """The clear fields that say which session and where in it (§5.1), readable in a FAIL line."""
+        return {"session": f["sid"].hex(), "kind": 0 if f["start"] is None else 1, "pn_n": f["header"][1:],
+                "start": f["start"] and (fmt.b64e(f["start"][0]), *f["start"][1:])}
+
+    def shown(lines):
+        return [(m.get("id"), m.get("from"), m.get("type"), m.get("text")) for m in lines]
+
+    def receive_one(u, mid):
+        """u's mailbox over HTTP (protocol.md §4.9) holds exactly `mid` (one message of any id when
+        None): opened, then acked (§4.11)."""
+        r = request(rel, "GET", f"/v1/users/{u.uid}/messages", session=u.session)
+        recs = r.json.get("messages", []) if r.status == 200 else []
+        if len(recs) != 1 or mid not in (None, recs[0]["id"]):
+            raise RuntimeError(f"{u.uid}'s mailbox, expected only {mid or 'one message'}: {r!r}")
+        mid = recs[0]["id"]
+        fields, _, msg = u.accept(rel, recs[0])
+        expect(f"{u.uid} acks {mid[:8]}… → 204 (protocol.md §4.11)",
+               request(rel, "DELETE", f"/v1/users/{u.uid}/messages/{mid}", session=u.session), 204)
+        return fields, msg
+
+    # 1. The CLI logs in: a version 2 bundle and 100 one-time prekeys (§6.1 items 1, 3).
+    rc, lines, err = cli.run("login", "--profile", "swuser", "--relay", f"http://127.0.0.1:{rel.port}", "--token", "-", "--json",
+                             stdin=c.issuer.token("swuser") + "\n")
+    ok("CLI `login --token -` with a token from this issuer → exit 0, uid swuser", rc == 0 and lines and lines[0].get("uid") == "swuser",
+       f"exit {rc}, {lines}, stderr {err!r}")
+    if rc != 0:
+        return
+    for u in (py, py2, owner):
+        u.grant = sign_in(rel, c.issuer, u)
+    b = py.fetch(rel, "swuser")
+    ok("the CLI published a version 2 bundle that verifies for swuser, signed prekey id 1 … 2³² − 1 (sessions.md §2, §6.1 item 1)",
+       b["version"] == 2 and 1 <= b["signed_prekey_id"] <= 0xFFFFFFFF, b)
+    ok("its identity key is the one the CLI's login printed the fingerprint of (envelope.md §5)",
+       fmt.fingerprint("swuser", py.pins["swuser"]) == lines[0].get("fingerprint", "").replace(" ", ""), lines[0])
+    ok("the CLI uploaded 100 one-time prekeys: the owner's GET …/prekeys → count 100 (sessions.md §6.1 item 3, protocol.md §4.14)",
+       sw_count() == 100, sw_count())
+
+    # 2. Python publishes a version 2 bundle and one-time prekeys; the CLI starts a session.
+    for u in (py, py2):
+        expect(f"{u.uid} PUTs a version 2 bundle → 204 (protocol.md §4.6, sessions.md §2)",
+               request(rel, "PUT", f"/v1/users/{u.uid}/keys", u.bundle(), u.session), 204)
+        r = request(rel, "POST", f"/v1/users/{u.uid}/prekeys", {"prekeys": u.make_prekeys(10)}, u.session)
+        ok(f"{u.uid} uploads 10 one-time prekeys, secrets stored first → 200 {{\"count\":10}} (protocol.md §4.14)",
+           r.status == 200 and r.json == {"count": 10}, repr(r))
+    before = dict(py.py.one_time_prekeys)
+    words = ["one from swift", "two from swift", "three from swift"]
+    ids = [cli_send(w, "pyuser") for w in words]
+    if None in ids:
+        return
+    ok("the CLI claimed exactly one of pyuser's one-time prekeys: count 10 → 9 (sessions.md §6.2 item 5)",
+       py_count(py) == 9, py_count(py))
+    w = WS(rel, "pyuser", py.session)
+    c.sockets.append(w)
+    f = w.frame()
+    ok("pyuser subscribes: ready {pending 3, prekeys 9} (protocol.md §8.4)", f == {"type": "ready", "pending": 3, "prekeys": 9}, f)
+    got = [w.of("message")["message"] for _ in ids]
+    ok("the three arrive in the order sent, by id", [d["id"] for d in got] == ids, [d["id"] for d in got])
+    opened = []
+    for d, words_i in zip(got, words):
+        try:
+            rec = fmt.outer_open(fmt.b64d(d["envelope"]), py.py.mailbox[0])
+            ok(f"{d['id'][:8]}… is a version 2 record (0x02): the CLI seals v2 to a v2 bundle (sessions.md §6.3 item 8)",
+               rec[0] == 2, rec[:1].hex())
+            fields, body, msg = py.accept(rel, d)
+            opened.append(fields)
+            ok(f"pyuser opens {d['id'][:8]}… as version 2 (§5.3): author = sender swuser, the pinned key, text {words_i!r}",
+               fields["sender"] == "swuser" and fields["skey"] == py.pins["swuser"] and msg["payload"].get("text") == words_i
+               and msg["type"] == "text", msg)
+        except Exception as e:
+            ok(f"pyuser opens {d['id'][:8]}… as version 2 (§5.3)", False, f"{type(e).__name__}: {e}")
+    if len(opened) == 3:
+        starts = [o["start"] for o in opened]
+        ok("all three are session starts (kind 1) of one session, N = 0, 1, 2: the initiator writes the start until answered (§5.1)",
+           all(s is not None for s in starts) and len({o["sid"] for o in opened}) == 1 and len(set(starts)) == 1
+           and [o["header"][2] for o in opened] == [0, 1, 2], [clear(o) for o in opened])
+        spk_id, opk_id = starts[0][1], starts[0][2]
+        ok("the start names pyuser's signed prekey and a one-time prekey pyuser uploaded (§3, §5.1)",
+           spk_id == py.spk_id and opk_id in before, (spk_id, opk_id))
+        ok("the session id is BLAKE2b-128(PAE(label, IK_swuser, IK_pyuser, EK)) (§3)",
+           opened[0]["sid"] == fmt.session_id(py.pins["swuser"], py.identity_key, starts[0][0]), opened[0]["sid"].hex())
+        ok("pyuser erased that one-time prekey's secret with the first message (§5.3, §6.1 item 4); the other 9 kept",
+           opk_id not in py.py.one_time_prekeys and len(py.py.one_time_prekeys) == 9, sorted(py.py.one_time_prekeys))
+        ok("the session the CLI started is pyuser's active one with swuser (§6.4 item 11)", py.active.get("swuser") == opened[0]["sid"], "")
+    for d in got:
+        w.send({"type": "ack", "id": d["id"]})
+        ok(f"pyuser acks {d['id'][:8]}… → acked (protocol.md §8.3)", w.of("acked", id=d["id"]) == {"type": "acked", "id": d["id"]}, "")
+    c.erased += [(f"v2 from the CLI {d['id'][:8]}", fmt.b64d(d["envelope"])) for d in got]
+    w.close()
+    r = request(rel, "GET", "/v1/users/pyuser/messages", session=py.session)
+    ok("pyuser's mailbox is empty", r.status == 200 and r.json == {"messages": [], "next": None}, repr(r))
+    if len(opened) != 3:
+        return
+
+    # 3. Python answers in that session: the ratchet turns; the CLI shows both.
+    replies = [(new_id(), "first reply from python"), (new_id(), "second reply from python")]
+    captured = {}
+    for mid, text in replies:
+        env = py.seal("swuser", mid, text)
+        captured[mid] = env
+        expect(f"pyuser PUTs {text!r} in the session → 201", put(py, "swuser", mid, env), 201)
+    s = py.py.sessions[opened[0]["sid"]]
+    ok("pyuser's replies are kind 0 with a new ratchet key (its DH step, §4.4 step 3; the responder writes kind 0, §5.1)",
+       s.start is None and s.ratchet.own[1] != py.py.signed_prekeys[py.spk_id][1] and s.ratchet.ns == 2, "")
+    lines = cli_receive("pyuser's replies")
+    ok("the CLI shows both replies, from pyuser, in order (sessions.md §5.3 on the Swift side)",
+       shown(lines) == [(mid, "pyuser", "text", text) for mid, text in replies], lines)
+    rc, sn, err = cli.run("fingerprint", "--profile", "swuser", "--json", "pyuser")
+    want = fmt.safety_number(fmt.fingerprint("swuser", py.pins["swuser"]), fmt.fingerprint("pyuser", py.identity_key))
+    ok("the CLI pinned pyuser's identity key: its safety number is Python's (envelope.md §5)",
+       rc == 0 and sn and sn[0].get("safety_number") == want, f"exit {rc}, {sn}, stderr {err!r}; expected {want}")
+    mid4 = cli_send("four, after your reply", "pyuser")
+    try:
+        fields, msg = receive_one(py, mid4)
+        ok("the CLI's next message is kind 0 in the same session, N = 0 of a new chain: the start is answered (§5.1, §4.4)",
+           fields["start"] is None and fields["sid"] == opened[0]["sid"] and fields["header"][1:] == (3, 0)
+           and fields["header"][0] != opened[0]["header"][0] and msg["payload"].get("text") == "four, after your reply",
+           clear(fields))
+    except Exception as e:
+        ok("pyuser opens the CLI's answer in the session (§5.3)", False, f"{type(e).__name__}: {e}")
+
+    # 4. The other way: pyuser2 starts a session with swuser's one-time prekey.
+    n0 = sw_count()
+    try:
+        s2, claimed = py2.start_session(rel, "swuser")
+    except Exception as e:
+        return ok("pyuser2 starts a session with swuser (§3)", False, f"{type(e).__name__}: {e}")
+    ok("pyuser2 verifies swuser's bundle and claims a usable one-time prekey (§6.1 item 3, protocol.md §4.14)",
+       isinstance(claimed, dict) and s2.start[2] == claimed.get("id") and s2.start[1] == b["signed_prekey_id"], claimed)
+    ok("the claim took exactly one of swuser's prekeys: count − 1 (protocol.md §4.14)", sw_count() == n0 - 1, (n0, sw_count()))
+    m21, m22 = new_id(), new_id()
+    for mid, text in ((m21, "hello swift, from python"), (m22, "and a second one")):
+        env = py2.seal("swuser", mid, text)
+        expect(f"pyuser2 PUTs {text!r} (kind 1: the session start) → 201", put(py2, "swuser", mid, env), 201)
+    lines = cli_receive("pyuser2's session start")
+    ok("the CLI accepts pyuser2's session (X3DH as the responder, with its one-time prekey) and shows both (§5.3 checks 17–19)",
+       shown(lines) == [(m21, "pyuser2", "text", "hello swift, from python"), (m22, "pyuser2", "text", "and a second one")], lines)
+    ok("the CLI did not replace its prekeys while 25 or more were left (§6.1 item 3): count unchanged", sw_count() == n0 - 1, sw_count())
+    mid5 = cli_send("swift answers pyuser2", "pyuser2")
+    try:
+        fields, msg = receive_one(py2, mid5)
+        ok("the CLI answers in pyuser2's session (its active one, §6.4 item 11): same session id, kind 0, N = 0",
+           fields["sid"] == s2.id and fields["start"] is None and fields["header"][1:] == (0, 0), clear(fields))
+        ok("pyuser2 opens the answer in its session (§5.3): from swuser, the text", fields["sender"] == "swuser"
+           and msg["payload"].get("text") == "swift answers pyuser2", msg)
+        ok("pyuser2's start is answered: it would write kind 0 from now on (§5.1)", py2.py.sessions[s2.id].start is None, "")
+        ok("pyuser2's own one-time prekeys are untouched: the CLI did not start a second session (count 10)",
+           py_count(py2) == 10, py_count(py2))
+    except Exception as e:
+        ok("pyuser2 opens the CLI's answer in its session (§5.3)", False, f"{type(e).__name__}: {e}")
+
+    # 4b. A session start naming the one-time prekey the CLI has used: its secret is gone (§6.1
+    # item 4), the start cannot be read (§5.3 check 17), the CLI says so with an `unreadable`
+    # receipt in its active session with pyuser2; pyuser2 drops that session and sends the message
+    # again, under its id, in a new one (§6.4 item 13), which the CLI then makes its active one.
+    spent = fmt.initiate(py2.py.identity, py2.pins["swuser"], py2.signed_prekeys["swuser"], (claimed["id"], fmt.b64d(claimed["key"])),
+                         fmt.x25519_from_seed(os.urandom(32)), fmt.x25519_from_seed(os.urandom(32)))
+    m6, words6 = new_id(), "sent again in a new session"
+    expect("pyuser2 creates a session start naming swuser's spent one-time prekey → 201",
+           put(py2, "swuser", m6, py2.seal("swuser", m6, words6, session=spent)), 201)
+    lines = cli_receive("a start with a spent prekey")
+    ok("the CLI does not show it: the prekey's secret was erased with the first message (§6.1 item 4, §5.3 check 17)", lines == [], lines)
+    try:
+        fields, msg = receive_one(py2, None)
+        ok("pyuser2 gets an `unreadable` receipt naming it, from swuser, in the CLI's active session with it, kind 0 (§6.4 item 13)",
+           msg["type"] == "receipt" and msg["payload"].get("receipt") == {"kind": "unreadable", "message_ids": [m6]}
+           and fields["sid"] == s2.id and fields["start"] is None, (msg, clear(fields)))
+    except Exception as e:
+        ok("pyuser2 receives the CLI's `unreadable` receipt (§6.4 item 13)", False, f"{type(e).__name__}: {e}")
+    del py2.py.sessions[py2.active.pop("swuser")]
+    try:
+        s4, _ = py2.start_session(rel, "swuser")
+        expect("pyuser2 drops its active session and sends the message again, same id, in a new session (§6.4 item 13) → 201",
+               put(py2, "swuser", m6, py2.seal("swuser", m6, words6)), 201)
+    except Exception as e:
+        ok("pyuser2 starts a new session with swuser (§3)", False, f"{type(e).__name__}: {e}")
+        s4 = None
+    lines = cli_receive("the message again, in a new session")
+    ok("the CLI shows it now: a rejection for an unreadable code does not make its id a duplicate (§6.4 item 13)",
+       shown(lines) == [(m6, "pyuser2", "text", words6)], lines)
+    mid7 = cli_send("swift answers in the new session", "pyuser2")
+    try:
+        fields, msg = receive_one(py2, mid7)
+        ok("the CLI answers in pyuser2's new session, now its active one (§6.4 item 11), kind 0",
+           s4 is not None and fields["sid"] == s4.id and fields["start"] is None
+           and msg["payload"].get("text") == "swift answers in the new session", clear(fields))
+    except Exception as e:
+        ok("pyuser2 opens the CLI's answer in the new session (§5.3)", False, f"{type(e).__name__}: {e}")
+
+    # 5. Out of order, then replays.
+    oo = [(new_id(), "out of order: sent first"), (new_id(), "out of order: sent second")]
+    envs = {mid: py.seal("swuser", mid, text) for mid, text in oo}
+    for n, (mid, _) in reversed(list(enumerate(oo))):
+        expect(f"pyuser creates its message N = {n} of the chain first → 201", put(py, "swuser", mid, envs[mid]), 201)
+    lines = cli_receive("two in reverse order")
+    ok("the CLI shows both, the later one first as the relay delivered them: a skipped key kept and used (§4.4)",
+       shown(lines) == [(mid, "pyuser", "text", text) for mid, text in reversed(oo)], lines)
+    replay_id, replay_env = replies[0][0], captured[replies[0][0]]
+    r = request(rel, "GET", f"/v1/users/swuser/messages/{replay_id}", session=owner.session)
+    expect("the captured reply was acked by the CLI and erased: GET as the owner → 404 (protocol.md §4.8)", r, 404, "not_found")
+    expect("pyuser creates the captured envelope again under its id → 201 (the relay holds no trace of it, §6)",
+           put(py, "swuser", replay_id, replay_env), 201)
+    other_id = new_id()
+    expect("… and under a new id → 201", put(py, "swuser", other_id, replay_env), 201)
+    # §6.3 item 9: version 1 from pyuser, who has written in sessions, is a downgrade; from a contact
+    # who never has (pyv1, a version 1 bundle), the same kind of envelope still opens.
+    v1_id, ctl_id, pyv1 = new_id(), new_id(), User("pyv1")
+    expect("pyuser creates a version 1 envelope (envelope.md §2) after its version 2 ones → 201",
+           put(py, "swuser", v1_id, fmt.seal(py.text("a downgrade"), v1_id, "pyuser", py.py.identity, "swuser", py.mailboxes["swuser"])), 201)
+    pyv1.grant = sign_in(rel, c.issuer, pyv1)
+    request(rel, "PUT", "/v1/users/pyv1/keys", pyv1.bundle(), pyv1.session)
+    fetch_bundle(rel, pyv1, "swuser")
+    expect("control: pyv1 (version 1 bundle, never in a session) creates a version 1 text → 201",
+           put(pyv1, "swuser", ctl_id, pyv1.seal("swuser", ctl_id, pyv1.body("text", {"text": "version 1 still opens"}))), 201)
+    lines = cli_receive("replays, a downgrade, a version 1 control")
+    ok("the CLI shows only pyv1's version 1 text: neither replay (a stored id is recognised before decryption, §6.2 item 7; "
+       "another id is refused, §5.3 check 15) nor pyuser's version 1 (envelope_downgrade, §6.3 item 9)",
+       shown(lines) == [(ctl_id, "pyv1", "text", "version 1 still opens")], lines)
+    r = request(rel, "GET", "/v1/users/swuser/messages", session=owner.session)
+    ok("the CLI acknowledged all four: swuser's mailbox ends empty (§6.2 item 7, §6.3 item 9)",
+       r.status == 200 and r.json == {"messages": [], "next": None}, repr(r))
+    r = request(rel, "GET", "/v1/users/pyuser/messages", session=py.session)
+    ok("no `unreadable` receipt came back to pyuser for them (§6.4 item 13: only for messages that cannot be read)",
+       r.status == 200 and r.json == {"messages": [], "next": None}, repr(r))
+    rc, hist, err = cli.run("history", "--profile", "swuser", "--json", "pyuser")
+    received = [h.get("id") for h in hist if h.get("from") == "pyuser"]
+    ok("the CLI's history holds each of pyuser's messages once",
+       rc == 0 and sorted(received) == sorted([m for m, _ in replies] + [m for m, _ in oo]), f"exit {rc}, {received}, stderr {err!r}")
+    c.erased += [(f"v2 replay {replay_id[:8]}", replay_env)]
+
+
 SCENARIOS = [("start", scenario_start, None), ("sign in", scenario_sign_in, None), ("keys", scenario_keys, "sign in"),
              ("chat", scenario_chat, "keys"), ("key ids", scenario_key_ids, "sign in"), ("sessions", scenario_sessions, None), ("rules", scenario_rules, "keys"),
              ("json, sizes, media types", scenario_json_and_sizes, "sign in"), ("paging", scenario_paging, "sign in"),
@@ -1501,12 +1923,13 @@ SCENARIOS = [("start", scenario_start, None), ("sign in", scenario_sign_in, None
              ("mailbox full", scenario_mailbox_full, "sign in"), ("window", scenario_window, "sign in"),
              ("rate", scenario_rate, "sign in"),
              ("socket sessions", scenario_socket_sessions, "sign in"), ("prekeys", scenario_prekeys, None),
-             ("erasure", scenario_erasure, None)]
+             ("sessions with the Swift CLI", scenario_sessions_with_swift, None), ("erasure", scenario_erasure, None)]
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--relay-binary", required=True)
+    ap.add_argument("--cli-binary", help="the `mailslot` CLI (default: `mailslot` beside the relay binary)")
     args = ap.parse_args()
     if not os.access(args.relay_binary, os.X_OK):
         ok("relay binary present", False, args.relay_binary)
@@ -1519,6 +1942,8 @@ def main():
     c.issuer = Issuer()
     c.relay = Relay(binary, tmp, c.issuer.public)
     c.sockets, c.erased, c.broken = [], [], set()
+    c.tmp = tmp
+    c.cli_binary = os.path.abspath(args.cli_binary or os.path.join(os.path.dirname(binary), "mailslot"))
     c.users = {u: User(u) for u in ("alice", "bob", "carol", "lim", "dora", "filler", "flood", "gina", "hana", "winnie", "kim", "ken", "pia", "quin", "rex")}
     try:
         usage_errors(binary, tmp)
