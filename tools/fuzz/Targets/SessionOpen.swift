@@ -28,7 +28,7 @@ public func sessionOpenOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let rest = Array(input.dropFirst())
     switch mode % 4 {
     case 0: openAndCheck(rest)
-    case 1: if let envelope = sealPadded(rest) { openAndCheck(envelope) }
+    case 1: if let envelope = sealPaddedToRecipient(rest) { openAndCheck(envelope) }
     case 2: openInStoredSession(rest)
     default: openRebuiltHeader(rest)
     }
@@ -123,14 +123,6 @@ private func record(of envelope: [UInt8]) -> [UInt8]? {
     guard let padded = Fixed.recipientKeys.open(sealed: envelope), let marker = padded.lastIndex(where: { $0 != 0 }),
           padded[marker] == 0x80 else { return nil }
     return Array(padded[..<marker])
-}
-
-/// `record || 0x80 || 0x00…`, sealed to bob's key; nil when the record fits no size class.
-private func sealPadded(_ record: [UInt8]) -> [UInt8]? {
-    guard let size = Envelope.sizeClass(forRecordLength: record.count) else { return nil }
-    var padded = record + [0x80]
-    padded += [UInt8](repeating: 0, count: size - 48 - padded.count)
-    return Fixed.recipientKeys.publicKey.seal(padded)
 }
 
 /// Opens `sealed` in `session` as bob and checks what any successful open promises; returns
@@ -261,7 +253,7 @@ private func openRebuiltHeader(_ input: [UInt8]) -> Bool {
     Envelope.appendUInt32(UInt32(sealed.ciphertext.count), to: &record)
     record += sealed.ciphertext
 
-    guard let envelope = sealPadded(record) else { return false }
+    guard let envelope = sealPaddedToRecipient(record) else { return false }
     let (read, opened) = openAndCheck(envelope)
     if let read {
         expect(read.header == RatchetHeader(ratchetKey: X25519PublicKey(bytes: ratchetKey)!, previousChainLength: previous, messageNumber: number),
