@@ -60,6 +60,9 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: "E2e mode: v2 (sessions: version 2 bundles with a signed prekey, one session per sender and recipient) or v1 (each message signed and sealed on its own).")
     var envelope: EnvelopeVersion = .v2
 
+    @Flag(help: "E2e mode with v2: each recipient uploads a one-time prekey per sender (at most 200, the relay's default limit) and each sender claims one per recipient before the clock; a claim the relay's limits refuse, or none left, starts the session with the signed prekey alone.")
+    var oneTimePrekeys = false
+
     @Option(help: ArgumentHelp("E2e mode: before the socket phase, measure seal and open CPU in-process in this many alternating batches of each format (0: skip).", valueName: "N"))
     var cryptoBatches = 5
 
@@ -101,6 +104,7 @@ struct RunCommand: AsyncParsableCommand {
         guard (0...1000).contains(slowRecipients) else { throw ValidationError("--slow-recipients must be 0 to 1000") }
         guard (0...200_000).contains(subscribers) else { throw ValidationError("--subscribers must be 0 to 200000") }
         guard (1...1_000_000).contains(size) else { throw ValidationError("--size must be 1 to 1000000 bytes") }
+        if oneTimePrekeys { guard mode == .e2e, envelope == .v2 else { throw ValidationError("--one-time-prekeys goes with --mode e2e and --envelope v2") } }
         guard (0...100).contains(cryptoBatches) else { throw ValidationError("--crypto-batches must be 0 to 100") }
         guard (1...1_000_000).contains(cryptoBatchMessages) else { throw ValidationError("--crypto-batch-messages must be 1 to 1000000") }
         if let duration { guard duration > 0, duration <= 3600 else { throw ValidationError("--duration must be more than 0 and at most 3600 seconds") } }
@@ -119,7 +123,8 @@ struct RunCommand: AsyncParsableCommand {
         if fileLimit > 0, fileLimit < UInt64(needed) {
             Console.error("mailslot-bench: warning: the open-file limit is \(fileLimit); this run needs about \(needed)")
         }
-        let settings = RunSettings(mode: mode, envelope: envelope, cryptoBatches: cryptoBatches, cryptoBatchMessages: cryptoBatchMessages,
+        let settings = RunSettings(mode: mode, envelope: envelope, oneTimePrekeys: oneTimePrekeys,
+                                   cryptoBatches: cryptoBatches, cryptoBatchMessages: cryptoBatchMessages,
                                    senders: senders, recipients: recipients, slowRecipients: slowRecipients,
                                    subscribers: subscribers, size: size, duration: duration ?? (messages == nil ? 10 : nil),
                                    messages: messages, rate: rate, window: window ?? 32, drainTimeout: output.drainTimeout, quiet: output.quiet)

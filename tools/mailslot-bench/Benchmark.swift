@@ -7,6 +7,8 @@ struct RunSettings: Sendable {
     let mode: Mode
     /// E2e mode: the envelope version sealed, and the in-process CPU comparison's batches.
     let envelope: EnvelopeVersion
+    /// E2e mode with v2: sessions start with a claimed one-time prekey when one is had.
+    let oneTimePrekeys: Bool
     let cryptoBatches: Int, cryptoBatchMessages: Int
     let senders: Int, recipients: Int, slowRecipients: Int, subscribers: Int
     let size: Int
@@ -56,8 +58,9 @@ struct Benchmark {
         status("signing in \(s.senders + s.recipients + s.slowRecipients) users at \(target.description)\(e2e ? " and publishing their key bundles" : "")")
         let publish = e2e ? s.envelope : nil
         let senders = try await Users.signIn(senderUIDs, target: target, publish: publish)
-        let recipients = try await Users.signIn(recipientUIDs, target: target, publish: publish)
-        let slow = try await Users.signIn(slowUIDs, target: target, publish: publish)
+        let prekeys = s.oneTimePrekeys ? min(s.senders, 200) : 0  // the relay's default --max-prekeys
+        let recipients = try await Users.signIn(recipientUIDs, target: target, publish: publish, oneTimePrekeys: prekeys)
+        let slow = try await Users.signIn(slowUIDs, target: target, publish: publish, oneTimePrekeys: prekeys)
 
         // What clients would have pinned: senders the recipients' bundles, recipients the senders'.
         var mailboxKeys = Dictionary(uniqueKeysWithValues: (recipients + slow).map { ($0.uid, $0.mailbox.publicKey) })
@@ -76,22 +79,32 @@ struct Benchmark {
             destinations.append(Destination(uid: user.uid, slow: slowUIDs.contains(user.uid), presealed: presealed[user.uid], mailboxKey: key))
         }
         // Version 2: each sender starts a session with each recipient from its verified bundle
-        // before the clock (no one-time prekey: the signed prekey alone, as when none is left).
+        // before the clock, with a claimed one-time prekey (--one-time-prekeys) or the signed
+        // prekey alone, as when none is left.
         var senderSessions: [[Session]] = []
+        var oneTimeStarts = 0
         if sessions {
             for sender in senders {
-                senderSessions.append(try destinations.map { destination throws -> Session in
+                var row: [Session] = []
+                for destination in destinations {
                     guard let bundle = recipientBundles[destination.uid], let prekey = bundle.signedPrekey else {
                         throw BenchFailure.failed("\(destination.uid)'s key bundle has no signed prekey")
                     }
+                    var oneTime: PublishedPrekey?
+                    if s.oneTimePrekeys, let claimed = try await http.claimPrekey(of: destination.uid, session: sender.session) {
+                        guard let key = claimed.publicKey else { throw BenchFailure.failed("the relay served a one-time prekey that does not decode") }
+                        oneTime = PublishedPrekey(id: claimed.id, key: key)
+                        oneTimeStarts += 1
+                    }
                     let started = Result { () throws(EnvelopeError) in
-                        try Session.initiate(identity: sender.identity, peerIdentity: bundle.identityKey, signedPrekey: prekey, oneTimePrekey: nil)
+                        try Session.initiate(identity: sender.identity, peerIdentity: bundle.identityKey, signedPrekey: prekey, oneTimePrekey: oneTime)
                     }
                     switch started {
-                    case .success(let session): return session
+                    case .success(let session): row.append(session)
                     case .failure(let error): throw BenchFailure.failed("cannot start a session with \(destination.uid): \(error.code)")
                     }
-                })
+                }
+                senderSessions.append(row)
             }
         }
 
@@ -113,7 +126,7 @@ struct Benchmark {
                 let isSlow = slowUIDs.contains(user.uid)
                 let plan = RecipientPlan(user: user, acks: !isSlow, measures: !isSlow, senderUIDs: senderUIDs,
                                          presealed: presealed[user.uid].map { Array($0.utf8) }, pinned: pinned,
-                                         sessions: sessions ? Locked([:]) : nil)
+                                         sessions: sessions ? Locked(SessionStore()) : nil)
                 let ledger = Locked(RecipientLedger())
                 sockets.append(BenchRecipient.start(plan, ledger: ledger, http: target.recipientHTTP(recipientLedgers.count), counters: counters))
                 recipientLedgers.append(ledger)
@@ -194,7 +207,7 @@ struct Benchmark {
                           senders: senderLedgers.map(\.current), ledgers: recipientLedgers.map(\.current),
                           destinations: destinations, body: body, remaining: remaining, peak: peak, rssAtEnd: rssAtEnd,
                           idle: idle, slowBacklog: slowBacklog, complete: sendingEnded && answered && drained && slowDrained,
-                          counts: counters.current, cluster: cluster, cryptoCost: cryptoCost)
+                          counts: counters.current, cluster: cluster, cryptoCost: cryptoCost, oneTimeStarts: oneTimeStarts)
         } catch {
             gate.open(nil)
             for socket in sockets { socket.abandon() }
@@ -314,7 +327,7 @@ struct Benchmark {
                         senders: [SenderLedger], ledgers: [RecipientLedger], destinations: [Destination], body: MessageBody,
                         remaining: (gauge: Int?, listed: Int?), peak: Int?, rssAtEnd: Int?,
                         idle: (before: Int?, after: Int?, opened: Int)?, slowBacklog: Int, complete: Bool,
-                        counts: LiveCounts, cluster: ClusterFigures?, cryptoCost: CryptoCost?) -> RunReport {
+                        counts: LiveCounts, cluster: ClusterFigures?, cryptoCost: CryptoCost?, oneTimeStarts: Int) -> RunReport {
         let s = settings
         // Lost: stored by the relay (a 2xx answer) and never delivered to the recipient it was for.
         var lost = 0, storedTotal = 0, storedNormal = 0
@@ -402,7 +415,8 @@ struct Benchmark {
         lines.append("  relay: CPU \(Format.optional(relayCPU, "%.1f")) µs/msg, peak RSS \(Format.bytes(peak)), RSS at end \(Format.bytes(rssAtEnd)); bench CPU \(String(format: "%.1f", ownCPU)) µs/msg")
         if s.mode == .e2e {
             lines.append("  client CPU per message (\(s.envelope.rawValue)): seal \(Format.optional(sealCPU, "%.1f")) µs + open \(Format.optional(openCPU, "%.1f")) µs"
-                         + " = \(Format.optional(clientCPU, "%.1f")) µs")
+                         + " = \(Format.optional(clientCPU, "%.1f")) µs"
+                         + (s.envelope == .v2 ? "; \(oneTimeStarts) of \(s.senders * destinations.count) sessions started with a one-time prekey" : ""))
         }
         if let cost = cryptoCost {
             lines.append(String(format: "  in-process seal+open CPU (µs/msg, median of %d alternating batches of %d): v1 seal %.1f open %.1f; v2 seal %.1f open %.1f;",
@@ -446,7 +460,8 @@ struct Benchmark {
             ("relay_remaining", .int(remainingCount)), ("relay_remaining_gauge", .int(remaining.gauge)), ("relay_remaining_listed", .int(remaining.listed)),
             ("relay_peak_rss_bytes", .int(peak)), ("relay_rss_end_bytes", .int(rssAtEnd)),
             ("relay_cpu_us_per_msg", .number(relayCPU)), ("bench_cpu_us_per_msg", .number(ownCPU)),
-            ("client_cpu_us_per_msg", clientJSON), ("crypto_cpu_us_per_msg", cryptoCost?.json ?? .null),
+            ("client_cpu_us_per_msg", clientJSON),
+            ("one_time_prekey_sessions", s.mode == .e2e && s.envelope == .v2 ? .int(oneTimeStarts) : .null), ("crypto_cpu_us_per_msg", cryptoCost?.json ?? .null),
             ("rss_per_idle_connection_bytes", .number(perIdle)),
             ("idle_rss_before_bytes", .int(idle?.before)), ("idle_rss_after_bytes", .int(idle?.after)),
             ("slow_backlog", s.slowRecipients > 0 ? .int(slowBacklog) : .null),

@@ -15,9 +15,16 @@ struct RecipientPlan: Sendable {
     let presealed: [UInt8]?
     /// E2e mode: the senders' identity keys as pinned from their key bundles.
     let pinned: [String: IdentityPublicKey]?
-    /// E2e mode with version 2 envelopes: this user's sessions by session id, kept across its
-    /// sockets as a client's store keeps them (nil: version 1).
-    let sessions: Locked<[[UInt8]: Session]>?
+    /// E2e mode with version 2 envelopes: this user's sessions, kept across its sockets as a
+    /// client's store keeps them (nil: version 1).
+    let sessions: Locked<SessionStore>?
+}
+
+/// A recipient's sessions by session id, and the one-time prekeys used up (a client erases each
+/// once a session started with it).
+struct SessionStore: Sendable {
+    var sessions: [[UInt8]: Session] = [:]
+    var usedPrekeys: Set<UInt32> = []
 }
 
 /// What one recipient user has seen, across all its sockets (the crash test reconnects): the
@@ -251,21 +258,29 @@ enum BenchRecipient {
     /// Opens a version 2 message in the session it names, or in the one it starts, and keeps the
     /// session's new state; nil when it passes.
     private static func openInSession(_ sealed: SessionEnvelope, sender: String, plan: RecipientPlan,
-                                      sessions: inout [[UInt8]: Session]) -> String? {
+                                      sessions store: inout SessionStore) -> String? {
         do {
             let session: Session
-            if let known = sessions[sealed.sessionID] {
+            var usedPrekey: UInt32?
+            if let known = store.sessions[sealed.sessionID] {
                 session = known
             } else {
                 // Every message carries the session start until the recipient answers, so
                 // whichever arrives first (out of order too) starts the session here.
                 guard let start = sealed.start else { return EnvelopeError.noSession.code }
-                guard start.signedPrekeyID == BenchUser.signedPrekeyID, start.oneTimePrekeyID == nil else { return EnvelopeError.unknownPrekey.code }
-                session = try Session.accept(sealed, identity: plan.user.identity, signedPrekey: plan.user.signedPrekey, oneTimePrekey: nil)
+                guard start.signedPrekeyID == BenchUser.signedPrekeyID else { return EnvelopeError.unknownPrekey.code }
+                var oneTime: X25519KeyPair?
+                if let id = start.oneTimePrekeyID {
+                    guard !store.usedPrekeys.contains(id), let pair = plan.user.oneTimePrekeys[id] else { return EnvelopeError.unknownPrekey.code }
+                    oneTime = pair
+                    usedPrekey = id
+                }
+                session = try Session.accept(sealed, identity: plan.user.identity, signedPrekey: plan.user.signedPrekey, oneTimePrekey: oneTime)
             }
             let (opened, next) = try sealed.open(with: session, identity: plan.user.identity.publicKey, now: Int64(Date().timeIntervalSince1970))
             guard opened.sender == sender else { return "author_mismatch" }
-            sessions[next.id] = next
+            store.sessions[next.id] = next
+            if let usedPrekey { store.usedPrekeys.insert(usedPrekey) }
             return nil
         } catch {
             return error.code

@@ -10,6 +10,8 @@ struct BenchUser: Sendable {
     let mailbox: MailboxKeyPair
     /// The signed prekey a version 2 bundle publishes (id ``signedPrekeyID``), for sessions.
     let signedPrekey: X25519KeyPair
+    /// The one-time prekeys it uploaded, by id (from 1).
+    let oneTimePrekeys: [UInt32: X25519KeyPair]
 
     /// The id of every bench user's one signed prekey.
     static let signedPrekeyID: UInt32 = 1
@@ -25,9 +27,10 @@ enum Users {
     }
 
     /// Mints a token for each uid, signs it in, and (when `publish` names a bundle version)
-    /// publishes its key bundle — version 2 with its signed prekey — at most `concurrency` users
-    /// at a time.
-    static func signIn(_ uids: [String], target: RelayTarget, publish: EnvelopeVersion?, concurrency: Int = 16) async throws -> [BenchUser] {
+    /// publishes its key bundle — version 2 with its signed prekey, and `oneTimePrekeys` one-time
+    /// prekeys uploaded — at most `concurrency` users at a time.
+    static func signIn(_ uids: [String], target: RelayTarget, publish: EnvelopeVersion?, oneTimePrekeys: Int = 0,
+                       concurrency: Int = 16) async throws -> [BenchUser] {
         let issuer = target.issuer, http = target.http
         return try await boundedMap(uids, limit: concurrency) { uid in
             let token: String
@@ -35,12 +38,19 @@ enum Users {
                 throw BenchFailure.failed("cannot mint a token for \(uid): \(error.code)")
             }
             let grant = try await http.signIn(token: token)
+            let prekeyCount = publish == .v2 ? UInt32(max(0, oneTimePrekeys)) : 0
             let user = BenchUser(uid: uid, session: grant.session, identity: IdentityKeyPair(), mailbox: MailboxKeyPair(),
-                                 signedPrekey: X25519KeyPair())
+                                 signedPrekey: X25519KeyPair(),
+                                 oneTimePrekeys: Dictionary(uniqueKeysWithValues: (0..<prekeyCount).map { ($0 + 1, X25519KeyPair()) }))
             if let publish {
                 let prekey = publish == .v2 ? PublishedPrekey(id: BenchUser.signedPrekeyID, key: user.signedPrekey.publicKey) : nil
                 try await http.publish(KeyBundle(uid: uid, identity: user.identity, mailboxKey: user.mailbox.publicKey, signedPrekey: prekey),
                                        session: user.session)
+                let uploads = user.oneTimePrekeys.sorted { $0.key < $1.key }.map { Prekey(id: $0.key, key: $0.value.publicKey) }
+                for batch in stride(from: 0, to: uploads.count, by: PrekeyUpload.maximumBatch) {
+                    try await http.uploadPrekeys(Array(uploads[batch..<min(batch + PrekeyUpload.maximumBatch, uploads.count)]),
+                                                 uid: uid, session: user.session)
+                }
             }
             return user
         }
