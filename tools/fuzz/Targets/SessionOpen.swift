@@ -327,8 +327,10 @@ func fuzzSeeds(root: String) -> [(name: String, bytes: [UInt8])] {
     for (index, session) in state.bobSessions.enumerated() { seeds.append(("bob-session-\(index)", Seeds.mode(2, session.serialized()))) }
     for (index, session) in state.aliceSessions.enumerated() { seeds.append(("alice-session-\(index)", Seeds.mode(2, session.serialized()))) }
 
-    // Another helper writes spec/vectors/sessions.json; its layout is not fixed yet, so every
-    // base64url string in it is taken: an envelope when its length is a size class, else a session.
+    // spec/vectors/sessions.json, when present: its layout is not relied on, so every base64url
+    // string in it is taken, as an envelope when its length is a size class (and its record too,
+    // when it is sealed to bob's key, as the vectors' are), else as a stored session. Their
+    // message ids are the vectors' own, so they are starting points for mutation, not openings.
     let vectors = URL(fileURLWithPath: root).appendingPathComponent("spec/vectors/sessions.json")
     if FileManager.default.fileExists(atPath: vectors.path) {
         var strings: [String] = []
@@ -337,6 +339,7 @@ func fuzzSeeds(root: String) -> [(name: String, bytes: [UInt8])] {
             guard text.count >= 64, let decoded = Base64URL.decode(text) else { continue }
             let isEnvelope = decoded.count >= Envelope.minimumSize && decoded.count.nonzeroBitCount == 1
             seeds.append(("sessions-json-\(index)", Seeds.mode(isEnvelope ? 0 : 2, decoded)))
+            if isEnvelope, let record = record(of: decoded) { seeds.append(("sessions-json-record-\(index)", Seeds.mode(1, record))) }
         }
     }
     return seeds
