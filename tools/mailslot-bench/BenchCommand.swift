@@ -26,6 +26,14 @@ enum Mode: String, ExpressibleByArgument, Sendable {
     case e2e
 }
 
+/// Which envelope format e2e mode seals (spec/envelope.md, version 2: sessions).
+enum EnvelopeVersion: String, ExpressibleByArgument, Sendable {
+    /// Version 1: each message signed and sealed on its own.
+    case v1
+    /// Version 2: each message in the sender's session with its recipient (X3DH, Double Ratchet).
+    case v2
+}
+
 /// `mailslot-bench run`: throughput and latency.
 struct RunCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -48,6 +56,18 @@ struct RunCommand: AsyncParsableCommand {
 
     @Option(help: "relay: envelopes sealed once per recipient before the clock starts (measures the relay); e2e: each message sealed by its sender and opened and verified by its recipient.")
     var mode: Mode = .relay
+
+    @Option(help: "E2e mode: v2 (sessions: version 2 bundles with a signed prekey, one session per sender and recipient) or v1 (each message signed and sealed on its own).")
+    var envelope: EnvelopeVersion = .v2
+
+    @Flag(help: "E2e mode with v2: each recipient uploads a one-time prekey per sender (at most 200, the relay's default limit) and each sender claims one per recipient before the clock; a claim the relay's limits refuse, or none left, starts the session with the signed prekey alone.")
+    var oneTimePrekeys = false
+
+    @Option(help: ArgumentHelp("E2e mode: before the socket phase, measure seal and open CPU in-process in this many alternating batches of each format (0: skip).", valueName: "N"))
+    var cryptoBatches = 5
+
+    @Option(help: ArgumentHelp("Messages in each in-process batch (--crypto-batches).", valueName: "N"))
+    var cryptoBatchMessages = 2000
 
     @Option(help: "Sending users, each with its own socket.")
     var senders = 4
@@ -84,6 +104,9 @@ struct RunCommand: AsyncParsableCommand {
         guard (0...1000).contains(slowRecipients) else { throw ValidationError("--slow-recipients must be 0 to 1000") }
         guard (0...200_000).contains(subscribers) else { throw ValidationError("--subscribers must be 0 to 200000") }
         guard (1...1_000_000).contains(size) else { throw ValidationError("--size must be 1 to 1000000 bytes") }
+        if oneTimePrekeys { guard mode == .e2e, envelope == .v2 else { throw ValidationError("--one-time-prekeys goes with --mode e2e and --envelope v2") } }
+        guard (0...100).contains(cryptoBatches) else { throw ValidationError("--crypto-batches must be 0 to 100") }
+        guard (1...1_000_000).contains(cryptoBatchMessages) else { throw ValidationError("--crypto-batch-messages must be 1 to 1000000") }
         if let duration { guard duration > 0, duration <= 3600 else { throw ValidationError("--duration must be more than 0 and at most 3600 seconds") } }
         if let messages { guard messages >= 1, messages <= 100_000_000 else { throw ValidationError("--messages must be 1 to 100000000") } }
         if let rate { guard rate > 0, rate <= 10_000_000 else { throw ValidationError("--rate must be more than 0 and at most 10000000 per second") } }
@@ -100,12 +123,15 @@ struct RunCommand: AsyncParsableCommand {
         if fileLimit > 0, fileLimit < UInt64(needed) {
             Console.error("mailslot-bench: warning: the open-file limit is \(fileLimit); this run needs about \(needed)")
         }
-        let settings = RunSettings(mode: mode, senders: senders, recipients: recipients, slowRecipients: slowRecipients,
+        let settings = RunSettings(mode: mode, envelope: envelope, oneTimePrekeys: oneTimePrekeys,
+                                   cryptoBatches: cryptoBatches, cryptoBatchMessages: cryptoBatchMessages,
+                                   senders: senders, recipients: recipients, slowRecipients: slowRecipients,
                                    subscribers: subscribers, size: size, duration: duration ?? (messages == nil ? 10 : nil),
                                    messages: messages, rate: rate, window: window ?? 32, drainTimeout: output.drainTimeout, quiet: output.quiet)
         let report: RunReport
         do {
-            let body = try MessageBody(size: size, senderUID: "bench-xxxxxxxxxx-s0000", recipientUIDLength: "bench-xxxxxxxxxx-r0000".count)
+            let body = try MessageBody(size: size, senderUID: "bench-xxxxxxxxxx-s0000", recipientUIDLength: "bench-xxxxxxxxxx-r0000".count,
+                                       version: mode == .e2e ? envelope : .v1)
             let relay = try await RelayTarget.start(target, maxEnvelopeBytes: body.envelopeBytes > 65536 ? body.envelopeBytes : nil)
             do {
                 report = try await Benchmark(settings: settings, target: relay).run()

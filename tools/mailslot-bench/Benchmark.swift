@@ -5,6 +5,11 @@ import MailslotWire
 /// What `run` was asked to do.
 struct RunSettings: Sendable {
     let mode: Mode
+    /// E2e mode: the envelope version sealed, and the in-process CPU comparison's batches.
+    let envelope: EnvelopeVersion
+    /// E2e mode with v2: sessions start with a claimed one-time prekey when one is had.
+    let oneTimePrekeys: Bool
+    let cryptoBatches: Int, cryptoBatchMessages: Int
     let senders: Int, recipients: Int, slowRecipients: Int, subscribers: Int
     let size: Int
     let duration: Double?
@@ -38,19 +43,31 @@ struct Benchmark {
         let prefix = Users.runPrefix()
         func uids(_ tag: String, _ count: Int) -> [String] { (0..<count).map { "\(prefix)-\(tag)\(String(format: "%04d", $0))" } }
         let senderUIDs = uids("s", s.senders), recipientUIDs = uids("r", s.recipients), slowUIDs = uids("k", s.slowRecipients)
-        let body = try MessageBody(size: s.size, senderUID: senderUIDs[0], recipientUIDLength: recipientUIDs[0].utf8.count)
-        let e2e = s.mode == .e2e
+        let e2e = s.mode == .e2e, sessions = e2e && s.envelope == .v2
+        let body = try MessageBody(size: s.size, senderUID: senderUIDs[0], recipientUIDLength: recipientUIDs[0].utf8.count,
+                                   version: e2e ? s.envelope : .v1)
+
+        // Client CPU per message of both formats, in-process, before any socket is open.
+        var cryptoCost: CryptoCost?
+        if e2e && s.cryptoBatches > 0 {
+            status("measuring seal and open CPU in-process: \(s.cryptoBatches) alternating batches of \(s.cryptoBatchMessages) messages per format")
+            cryptoCost = try CryptoCost.measure(body: body, sender: senderUIDs[0], recipient: recipientUIDs[0],
+                                                batches: s.cryptoBatches, messages: s.cryptoBatchMessages)
+        }
 
         status("signing in \(s.senders + s.recipients + s.slowRecipients) users at \(target.description)\(e2e ? " and publishing their key bundles" : "")")
-        let senders = try await Users.signIn(senderUIDs, target: target, publish: e2e)
-        let recipients = try await Users.signIn(recipientUIDs, target: target, publish: e2e)
-        let slow = try await Users.signIn(slowUIDs, target: target, publish: e2e)
+        let publish = e2e ? s.envelope : nil
+        let senders = try await Users.signIn(senderUIDs, target: target, publish: publish)
+        let prekeys = s.oneTimePrekeys ? min(s.senders, 200) : 0  // the relay's default --max-prekeys
+        let recipients = try await Users.signIn(recipientUIDs, target: target, publish: publish, oneTimePrekeys: prekeys)
+        let slow = try await Users.signIn(slowUIDs, target: target, publish: publish, oneTimePrekeys: prekeys)
 
         // What clients would have pinned: senders the recipients' bundles, recipients the senders'.
         var mailboxKeys = Dictionary(uniqueKeysWithValues: (recipients + slow).map { ($0.uid, $0.mailbox.publicKey) })
         var pinned: [String: IdentityPublicKey]?
+        var recipientBundles: [String: KeyBundle] = [:]
         if e2e {
-            let recipientBundles = try await Users.bundles(of: recipientUIDs + slowUIDs, reader: senders[0], http: http)
+            recipientBundles = try await Users.bundles(of: recipientUIDs + slowUIDs, reader: senders[0], http: http)
             mailboxKeys = recipientBundles.mapValues(\.mailboxKey)
             pinned = try await Users.bundles(of: senderUIDs, reader: recipients[0], http: http).mapValues(\.identityKey)
         }
@@ -60,6 +77,35 @@ struct Benchmark {
             let key = mailboxKeys[user.uid] ?? user.mailbox.publicKey
             if !e2e { presealed[user.uid] = try body.presealed(from: senders[0], to: user.uid, mailboxKey: key) }
             destinations.append(Destination(uid: user.uid, slow: slowUIDs.contains(user.uid), presealed: presealed[user.uid], mailboxKey: key))
+        }
+        // Version 2: each sender starts a session with each recipient from its verified bundle
+        // before the clock, with a claimed one-time prekey (--one-time-prekeys) or the signed
+        // prekey alone, as when none is left.
+        var senderSessions: [[Session]] = []
+        var oneTimeStarts = 0
+        if sessions {
+            for sender in senders {
+                var row: [Session] = []
+                for destination in destinations {
+                    guard let bundle = recipientBundles[destination.uid], let prekey = bundle.signedPrekey else {
+                        throw BenchFailure.failed("\(destination.uid)'s key bundle has no signed prekey")
+                    }
+                    var oneTime: PublishedPrekey?
+                    if s.oneTimePrekeys, let claimed = try await http.claimPrekey(of: destination.uid, session: sender.session) {
+                        guard let key = claimed.publicKey else { throw BenchFailure.failed("the relay served a one-time prekey that does not decode") }
+                        oneTime = PublishedPrekey(id: claimed.id, key: key)
+                        oneTimeStarts += 1
+                    }
+                    let started = Result { () throws(EnvelopeError) in
+                        try Session.initiate(identity: sender.identity, peerIdentity: bundle.identityKey, signedPrekey: prekey, oneTimePrekey: oneTime)
+                    }
+                    switch started {
+                    case .success(let session): row.append(session)
+                    case .failure(let error): throw BenchFailure.failed("cannot start a session with \(destination.uid): \(error.code)")
+                    }
+                }
+                senderSessions.append(row)
+            }
         }
 
         let counters = Counters(LiveCounts())
@@ -79,7 +125,8 @@ struct Benchmark {
             for user in recipients + slow {
                 let isSlow = slowUIDs.contains(user.uid)
                 let plan = RecipientPlan(user: user, acks: !isSlow, measures: !isSlow, senderUIDs: senderUIDs,
-                                         presealed: presealed[user.uid].map { Array($0.utf8) }, pinned: pinned)
+                                         presealed: presealed[user.uid].map { Array($0.utf8) }, pinned: pinned,
+                                         sessions: sessions ? Locked(SessionStore()) : nil)
                 let ledger = Locked(RecipientLedger())
                 sockets.append(BenchRecipient.start(plan, ledger: ledger, http: target.recipientHTTP(recipientLedgers.count), counters: counters))
                 recipientLedgers.append(ledger)
@@ -90,7 +137,7 @@ struct Benchmark {
                 let plan = SenderPlan(index: index, user: user, destinations: destinations,
                                       quota: s.messages.map { $0 / s.senders + (index < $0 % s.senders ? 1 : 0) },
                                       duration: s.duration.map { UInt64($0 * 1e9) }, pacing: pacing(index),
-                                      body: e2e ? body : nil)
+                                      body: e2e ? body : nil, sessions: sessions ? senderSessions[index] : nil)
                 let (socket, ledger) = BenchSender.start(plan, http: target.senderHTTP(index), gate: gate, counters: counters)
                 sockets.append(socket)
                 senderLedgers.append(ledger)
@@ -137,7 +184,7 @@ struct Benchmark {
                 for index in slowIndexes {
                     let plan = recipientPlans[index]
                     let drainer = RecipientPlan(user: plan.user, acks: true, measures: false, senderUIDs: plan.senderUIDs,
-                                                presealed: plan.presealed, pinned: plan.pinned)
+                                                presealed: plan.presealed, pinned: plan.pinned, sessions: plan.sessions)
                     sockets.append(BenchRecipient.start(drainer, ledger: recipientLedgers[index], http: target.recipientHTTP(index), counters: counters))
                 }
                 slowDrained = try await waitProgressing(counters: counters, sockets: sockets, what: "the slow recipients' backlog") { _ in
@@ -160,7 +207,7 @@ struct Benchmark {
                           senders: senderLedgers.map(\.current), ledgers: recipientLedgers.map(\.current),
                           destinations: destinations, body: body, remaining: remaining, peak: peak, rssAtEnd: rssAtEnd,
                           idle: idle, slowBacklog: slowBacklog, complete: sendingEnded && answered && drained && slowDrained,
-                          counts: counters.current, cluster: cluster)
+                          counts: counters.current, cluster: cluster, cryptoCost: cryptoCost, oneTimeStarts: oneTimeStarts)
         } catch {
             gate.open(nil)
             for socket in sockets { socket.abandon() }
@@ -188,7 +235,7 @@ struct Benchmark {
         let count = settings.subscribers
         status("signing in \(count) idle subscribers")
         let users = try await Users.signIn((0..<count).map { "\(prefix)-i\(String(format: "%06d", $0))" }, target: target,
-                                           publish: false, concurrency: 32)
+                                           publish: nil, concurrency: 32)
         try await Task.sleep(nanoseconds: 1_000_000_000)
         let before = await target.residentBytes()
         status("opening \(count) idle sockets")
@@ -280,7 +327,7 @@ struct Benchmark {
                         senders: [SenderLedger], ledgers: [RecipientLedger], destinations: [Destination], body: MessageBody,
                         remaining: (gauge: Int?, listed: Int?), peak: Int?, rssAtEnd: Int?,
                         idle: (before: Int?, after: Int?, opened: Int)?, slowBacklog: Int, complete: Bool,
-                        counts: LiveCounts, cluster: ClusterFigures?) -> RunReport {
+                        counts: LiveCounts, cluster: ClusterFigures?, cryptoCost: CryptoCost?, oneTimeStarts: Int) -> RunReport {
         let s = settings
         // Lost: stored by the relay (a 2xx answer) and never delivered to the recipient it was for.
         var lost = 0, storedTotal = 0, storedNormal = 0
@@ -324,6 +371,11 @@ struct Benchmark {
         let deliveredPerSecond = Double(deliveredNormal) / elapsed
         let relayCPU: Double? = cpu.0.flatMap { before in cpu.1.map { ($0 - before) * 1e6 / Double(max(1, storedTotal)) } }
         let ownCPU = own * 1e6 / Double(max(1, storedTotal))
+        // Client CPU: the senders' seal calls per message written, the recipients' opens per message checked.
+        let opened = ledgers.reduce(0) { $0 + $1.opened }
+        let sealCPU: Double? = s.mode == .e2e && written > 0 ? Double(senders.reduce(0) { $0 + $1.sealNanoseconds }) / 1000 / Double(written) : nil
+        let openCPU: Double? = s.mode == .e2e && opened > 0 ? Double(ledgers.reduce(0) { $0 + $1.openNanoseconds }) / 1000 / Double(opened) : nil
+        let clientCPU: Double? = sealCPU.flatMap { seal in openCPU.map { seal + $0 } }
         let remainingCount = target.ownsStore ? (remaining.gauge ?? remaining.listed) : remaining.listed
         let perIdle: Double? = idle.flatMap { idle in
             guard let before = idle.before, let after = idle.after, idle.opened > 0 else { return nil }
@@ -349,7 +401,7 @@ struct Benchmark {
         // Human summary.
         var lines: [String] = []
         let pacing = s.rate.map { "open loop at \(Int($0)) msg/s" } ?? "closed loop, window \(s.window)"
-        lines.append("mailslot-bench \(s.mode.rawValue) mode — \(target.description)")
+        lines.append("mailslot-bench \(s.mode.rawValue) mode\(s.mode == .e2e ? " (envelope \(s.envelope.rawValue))" : "") — \(target.description)")
         lines.append("  \(s.senders) senders → \(s.recipients) recipients\(s.slowRecipients > 0 ? " + \(s.slowRecipients) slow" : "")"
                      + "\(s.subscribers > 0 ? ", \(s.subscribers) idle subscribers" : ""); \(body.bodyBytes) B bodies in \(body.envelopeBytes) B envelopes; \(pacing)")
         lines.append(String(format: "  %d sent, %d stored, %d delivered and erased in %.2f s: %.0f msg/s delivered",
@@ -361,6 +413,16 @@ struct Benchmark {
         lines.append("  lost \(lost), duplicated \(duplicates), redelivered \(redeliveries), refused \(refused.values.reduce(0, +)), rejected \(rejected.values.reduce(0, +)), relay remaining \(remainingCount.map(String.init) ?? "unknown")"
                      + " (\(remaining.gauge != nil ? "gauge \(remaining.gauge!)" : "no gauge"), listed \(remaining.listed.map(String.init) ?? "n/a"))")
         lines.append("  relay: CPU \(Format.optional(relayCPU, "%.1f")) µs/msg, peak RSS \(Format.bytes(peak)), RSS at end \(Format.bytes(rssAtEnd)); bench CPU \(String(format: "%.1f", ownCPU)) µs/msg")
+        if s.mode == .e2e {
+            lines.append("  client CPU per message (\(s.envelope.rawValue)): seal \(Format.optional(sealCPU, "%.1f")) µs + open \(Format.optional(openCPU, "%.1f")) µs"
+                         + " = \(Format.optional(clientCPU, "%.1f")) µs"
+                         + (s.envelope == .v2 ? "; \(oneTimeStarts) of \(s.senders * destinations.count) sessions started with a one-time prekey" : ""))
+        }
+        if let cost = cryptoCost {
+            lines.append(String(format: "  in-process seal+open CPU (µs/msg, median of %d alternating batches of %d): v1 seal %.1f open %.1f; v2 seal %.1f open %.1f;",
+                                cost.batches, cost.messages, cost.v1Seal, cost.v1Open, cost.v2Seal, cost.v2Open)
+                         + String(format: " v2 seal+open with a ratchet turn every message %.1f, every 50 messages %.1f", cost.v2TurnEveryMessage, cost.v2TurnEvery50))
+        }
         if let idle {
             lines.append("  idle connections: \(idle.opened), relay RSS \(Format.bytes(idle.before)) → \(Format.bytes(idle.after)): \(Format.optional(perIdle, "%.0f")) B per connection")
         }
@@ -378,8 +440,10 @@ struct Benchmark {
         lines.append("  machine: " + machine.map { "\($0.0) \($0.1)" }.joined(separator: "; "))
         lines.append(problems.isEmpty ? "  PASS: nothing lost, nothing duplicated, nothing left on the relay" : "  FAIL: " + problems.joined(separator: "; "))
 
+        let clientJSON: JSON = s.mode == .e2e ? .object([("seal", .number(sealCPU)), ("open", .number(openCPU)), ("total", .number(clientCPU))]) : .null
         // Several nodes: theirs and the database's figures after the settings that name the relay.
-        var members: [(String, JSON)] = [("mode", .string(s.mode.rawValue)), ("relay", .string(target.isSpawned ? "spawned" : http.base))]
+        var members: [(String, JSON)] = [("mode", .string(s.mode.rawValue)), ("envelope", s.mode == .e2e ? .string(s.envelope.rawValue) : .null),
+                                         ("relay", .string(target.isSpawned ? "spawned" : http.base))]
         members += clusterReport?.json ?? []
         members += [
             ("senders", .int(s.senders)), ("recipients", .int(s.recipients)), ("slow_recipients", .int(s.slowRecipients)),
@@ -396,6 +460,8 @@ struct Benchmark {
             ("relay_remaining", .int(remainingCount)), ("relay_remaining_gauge", .int(remaining.gauge)), ("relay_remaining_listed", .int(remaining.listed)),
             ("relay_peak_rss_bytes", .int(peak)), ("relay_rss_end_bytes", .int(rssAtEnd)),
             ("relay_cpu_us_per_msg", .number(relayCPU)), ("bench_cpu_us_per_msg", .number(ownCPU)),
+            ("client_cpu_us_per_msg", clientJSON),
+            ("one_time_prekey_sessions", s.mode == .e2e && s.envelope == .v2 ? .int(oneTimeStarts) : .null), ("crypto_cpu_us_per_msg", cryptoCost?.json ?? .null),
             ("rss_per_idle_connection_bytes", .number(perIdle)),
             ("idle_rss_before_bytes", .int(idle?.before)), ("idle_rss_after_bytes", .int(idle?.after)),
             ("slow_backlog", s.slowRecipients > 0 ? .int(slowBacklog) : .null),

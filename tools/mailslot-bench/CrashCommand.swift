@@ -122,19 +122,20 @@ struct CrashTest {
         let recipientUIDs = (0..<command.recipients).map { "\(prefix)-r\(String(format: "%04d", $0))" }
         let body = try MessageBody(size: command.size, senderUID: senderUIDs[0], recipientUIDLength: recipientUIDs[0].utf8.count)
         status("signing in \(command.senders + command.recipients) users at \(target.description)")
-        let senders = try await Users.signIn(senderUIDs, target: target, publish: false)
-        let recipients = try await Users.signIn(recipientUIDs, target: target, publish: false)
+        let senders = try await Users.signIn(senderUIDs, target: target, publish: nil)
+        let recipients = try await Users.signIn(recipientUIDs, target: target, publish: nil)
         let destinations = try recipients.map { user in
             Destination(uid: user.uid, slow: false, presealed: try body.presealed(from: senders[0], to: user.uid, mailboxKey: user.mailbox.publicKey),
                         mailboxKey: user.mailbox.publicKey)
         }
         let senderPlans = senders.enumerated().map { index, user in
             SenderPlan(index: index, user: user, destinations: destinations, quota: nil, duration: nil,
-                       pacing: .closed(window: command.window), body: nil)
+                       pacing: .closed(window: command.window), body: nil, sessions: nil)
         }
         let recipientPlans = recipients.map { user in
             RecipientPlan(user: user, acks: true, measures: true, senderUIDs: senderUIDs,
-                          presealed: Array((destinations.first { $0.uid == user.uid }?.presealed ?? "").utf8), pinned: nil)
+                          presealed: Array((destinations.first { $0.uid == user.uid }?.presealed ?? "").utf8), pinned: nil,
+                          sessions: nil)
         }
         let outboxes = senders.map { _ in Locked(Outbox()) }
         let ledgers = recipients.map { _ in Locked(RecipientLedger()) }

@@ -37,6 +37,15 @@ enum ProcessStats {
     /// The peak resident set size of `pid` over its life (`VmHWM`), in bytes.
     static func peakResidentBytes(pid: Int32) -> Int? { statusField("VmHWM:", pid: pid) }
 
+    /// The CPU time the calling thread has used, in nanoseconds: read before and after a
+    /// synchronous piece of work (one seal, one open), it is that work's CPU cost alone, whatever
+    /// else the process's other threads do meanwhile.
+    static func threadCPUNanoseconds() -> UInt64 {
+        var time = timespec()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
+        return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+    }
+
     /// This process's own CPU time (user plus system), in seconds.
     static func ownCPUSeconds() -> Double {
         var usage = rusage()

@@ -15,6 +15,16 @@ struct RecipientPlan: Sendable {
     let presealed: [UInt8]?
     /// E2e mode: the senders' identity keys as pinned from their key bundles.
     let pinned: [String: IdentityPublicKey]?
+    /// E2e mode with version 2 envelopes: this user's sessions, kept across its sockets as a
+    /// client's store keeps them (nil: version 1).
+    let sessions: Locked<SessionStore>?
+}
+
+/// A recipient's sessions by session id, and the one-time prekeys used up (a client erases each
+/// once a session started with it).
+struct SessionStore: Sendable {
+    var sessions: [[UInt8]: Session] = [:]
+    var usedPrekeys: Set<UInt32> = []
 }
 
 /// What one recipient user has seen, across all its sockets (the crash test reconnects): the
@@ -62,6 +72,10 @@ struct RecipientLedger: Sendable {
     var erasedLatency = Latencies.latencies()
     /// When the last first delivery arrived (``Monotonic``).
     var lastStored: UInt64 = 0
+    /// E2e mode: envelopes opened (or refused) by the checks, and the thread CPU time inside the
+    /// open calls, in nanoseconds.
+    var opened = 0
+    var openNanoseconds: UInt64 = 0
 
     /// Deliveries that should not have happened: repeats on one socket and erased copies coming back.
     var duplicates: Int { sameSocketRepeats + resurrected }
@@ -146,8 +160,15 @@ enum BenchRecipient {
                 }
                 guard first else { return ack }
                 counters.withLock { if plan.measures { $0.delivered += 1 } else { $0.deliveredSlow += 1 } }
-                if let reason = check(bytes, id: idBytes, sender: plan.senderUIDs[id.sender], plan: plan) {
-                    ledger.withLock { $0.reject(reason) }
+                // Only a first delivery gets here: a redelivered id was recognised above, before any
+                // decryption (a version 2 message opens once; its key is gone after).
+                let (reason, cpu) = check(bytes, id: idBytes, sender: plan.senderUIDs[id.sender], plan: plan)
+                ledger.withLock { ledger in
+                    if let reason { ledger.reject(reason) }
+                    if plan.pinned != nil {
+                        ledger.opened += 1
+                        ledger.openNanoseconds += cpu
+                    }
                 }
                 return ack
             case .acked:
@@ -192,27 +213,74 @@ enum BenchRecipient {
         }
     }
 
-    /// What a client checks before it stores a message; nil when it passes. The relay's stamped
-    /// author must be the sender the id names. Relay mode: the envelope must be the bytes sent.
-    /// E2e mode: it must open with the recipient's key, for this recipient and id, signed by the
-    /// key pinned for that author.
-    private static func check(_ bytes: FrameBytes, id: UnsafeRawBufferPointer, sender: String, plan: RecipientPlan) -> String? {
-        guard let author = bytes.string("\"author\":\""), author.elementsEqual(sender.utf8) else { return "author_mismatch" }
-        guard let envelope = bytes.string("\"envelope\":\"") else { return "envelope_missing" }
+    /// What a client checks before it stores a message: nil when it passes, and the thread CPU
+    /// time spent opening (e2e), in nanoseconds. The relay's stamped author must be the sender the
+    /// id names. Relay mode: the envelope must be the bytes sent. E2e mode: it must open with the
+    /// recipient's key, for this recipient and id, from the key pinned for that author — version 1
+    /// signed by it, version 2 in the session with it (accepted from the message if it starts one).
+    private static func check(_ bytes: FrameBytes, id: UnsafeRawBufferPointer, sender: String, plan: RecipientPlan) -> (String?, UInt64) {
+        guard let author = bytes.string("\"author\":\""), author.elementsEqual(sender.utf8) else { return ("author_mismatch", 0) }
+        guard let envelope = bytes.string("\"envelope\":\"") else { return ("envelope_missing", 0) }
         if let presealed = plan.presealed {
             // memcmp: elementsEqual walked the two byte by byte (4 % of the bench's CPU).
             let same = envelope.count == presealed.count && presealed.withUnsafeBytes { sent in
                 guard let a = sent.baseAddress, let b = envelope.baseAddress else { return sent.isEmpty }
                 return memcmp(a, b, sent.count) == 0
             }
-            return same ? nil : "envelope_altered"
+            return (same ? nil : "envelope_altered", 0)
         }
-        guard let pinned = plan.pinned?[sender] else { return "sender_not_pinned" }
-        guard let sealed = Base64URL.decode(String(decoding: envelope, as: UTF8.self)) else { return "envelope_not_base64url" }
+        guard let pinned = plan.pinned?[sender] else { return ("sender_not_pinned", 0) }
+        guard let sealed = Base64URL.decode(String(decoding: envelope, as: UTF8.self)) else { return ("envelope_not_base64url", 0) }
+        let started = ProcessStats.threadCPUNanoseconds()
+        let reason = open(sealed, id: String(decoding: id, as: UTF8.self), sender: sender, pinned: pinned, plan: plan)
+        return (reason, ProcessStats.threadCPUNanoseconds() - started)
+    }
+
+    /// Opens and checks an envelope of either version; nil when it passes.
+    private static func open(_ envelope: [UInt8], id: String, sender: String, pinned: IdentityPublicKey, plan: RecipientPlan) -> String? {
         do {
-            let opened = try Envelope.open(sealed, id: String(decoding: id, as: UTF8.self), recipient: plan.user.uid, keys: plan.user.mailbox)
+            switch try Envelope.unseal(envelope, id: id, recipient: plan.user.uid, keys: plan.user.mailbox) {
+            case .version1(let opened):
+                guard opened.sender == sender else { return "author_mismatch" }
+                guard opened.senderKey == pinned else { return "key_changed" }
+                return nil
+            case .version2(let sealed):
+                guard sealed.sender == sender else { return "author_mismatch" }
+                guard sealed.senderKey == pinned else { return "key_changed" }
+                guard let sessions = plan.sessions else { return "envelope_v2_unexpected" }
+                return sessions.withLock { openInSession(sealed, sender: sender, plan: plan, sessions: &$0) }
+            }
+        } catch {
+            return error.code
+        }
+    }
+
+    /// Opens a version 2 message in the session it names, or in the one it starts, and keeps the
+    /// session's new state; nil when it passes.
+    private static func openInSession(_ sealed: SessionEnvelope, sender: String, plan: RecipientPlan,
+                                      sessions store: inout SessionStore) -> String? {
+        do {
+            let session: Session
+            var usedPrekey: UInt32?
+            if let known = store.sessions[sealed.sessionID] {
+                session = known
+            } else {
+                // Every message carries the session start until the recipient answers, so
+                // whichever arrives first (out of order too) starts the session here.
+                guard let start = sealed.start else { return EnvelopeError.noSession.code }
+                guard start.signedPrekeyID == BenchUser.signedPrekeyID else { return EnvelopeError.unknownPrekey.code }
+                var oneTime: X25519KeyPair?
+                if let id = start.oneTimePrekeyID {
+                    guard !store.usedPrekeys.contains(id), let pair = plan.user.oneTimePrekeys[id] else { return EnvelopeError.unknownPrekey.code }
+                    oneTime = pair
+                    usedPrekey = id
+                }
+                session = try Session.accept(sealed, identity: plan.user.identity, signedPrekey: plan.user.signedPrekey, oneTimePrekey: oneTime)
+            }
+            let (opened, next) = try sealed.open(with: session, identity: plan.user.identity.publicKey, now: Int64(Date().timeIntervalSince1970))
             guard opened.sender == sender else { return "author_mismatch" }
-            guard opened.senderKey == pinned else { return "key_changed" }
+            store.sessions[next.id] = next
+            if let usedPrekey { store.usedPrekeys.insert(usedPrekey) }
             return nil
         } catch {
             return error.code

@@ -70,6 +70,25 @@ struct RelayHTTP: Sendable {
         guard answer.status == 204 else { throw refusal("publishing the key bundle of \(bundle.uid)", answer) }
     }
 
+    /// `POST /v1/users/{uid}/prekeys`: adds one-time prekeys to the owner's supply (spec/protocol.md §4.14).
+    func uploadPrekeys(_ prekeys: [Prekey], uid: String, session: String) async throws {
+        let answer = try await call("POST", "/v1/users/\(uid)/prekeys", bearer: session,
+                                    body: try JSONEncoder().encode(PrekeyUpload(prekeys: prekeys)))
+        guard answer.status == 200 else { throw refusal("uploading the one-time prekeys of \(uid)", answer) }
+    }
+
+    /// `POST /v1/users/{uid}/prekeys/claim`: one of the owner's one-time prekeys, now gone from the
+    /// relay; nil when none is left or the claim limits refuse (429), as a client then starts the
+    /// session with the signed prekey alone.
+    func claimPrekey(of uid: String, session: String) async throws -> Prekey? {
+        let answer = try await call("POST", "/v1/users/\(uid)/prekeys/claim", bearer: session, body: Data("{}".utf8))
+        if answer.status == 429 { return nil }
+        guard answer.status == 200, let claim = try? JSONDecoder().decode(PrekeyClaim.self, from: answer.body) else {
+            throw refusal("claiming a one-time prekey of \(uid)", answer)
+        }
+        return claim.prekey
+    }
+
     /// `GET /v1/users/{uid}/keys`, verified for `uid` as a client does before it pins or seals.
     func keys(of uid: String, session: String) async throws -> KeyBundle {
         let answer = try await call("GET", "/v1/users/\(uid)/keys", bearer: session)

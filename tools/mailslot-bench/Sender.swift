@@ -35,8 +35,12 @@ struct SenderPlan: Sendable {
     let pacing: Pacing
     /// E2e mode: seal each message now (nil: relay mode, send the pre-sealed envelopes).
     let body: MessageBody?
+    /// E2e mode with version 2 envelopes: this sender's session with each destination, by index,
+    /// started before the clock (nil: version 1).
+    let sessions: [Session]?
 
-    func destination(_ sequence: Int) -> Destination { destinations[(index + sequence) % destinations.count] }
+    func destinationIndex(_ sequence: Int) -> Int { (index + sequence) % destinations.count }
+    func destination(_ sequence: Int) -> Destination { destinations[destinationIndex(sequence)] }
 }
 
 /// A growable set of small non-negative integers (one bit each).
@@ -99,6 +103,8 @@ struct SenderLedger: Sendable {
     var unexpected: [String] = []
     /// From the (intended) send to the `sent` answer.
     var createLatency = Latencies.latencies()
+    /// E2e mode: this sender's thread CPU time inside the seal calls, in nanoseconds.
+    var sealNanoseconds: UInt64 = 0
 
     mutating func note(_ text: String) { if unexpected.count < 20 { unexpected.append(text) } }
 }
@@ -136,6 +142,7 @@ enum BenchSender {
         var creditsLeft = credits.makeAsyncIterator()
         var outstanding = 0
         var sequence = 0
+        var sessions = plan.sessions  // advanced by every seal, as a client stores them
         do {
             while plan.quota.map({ sequence < $0 }) ?? true {
                 let time: UInt64
@@ -154,14 +161,25 @@ enum BenchSender {
                     if let end, time >= end { return }
                     try await Monotonic.sleep(until: time)
                 }
-                let destination = plan.destination(sequence)
+                let destinationIndex = plan.destinationIndex(sequence)
+                let destination = plan.destinations[destinationIndex]
                 let id = BenchID.make(sender: plan.index, sequence: sequence, time: time)
                 let envelope: String
+                var sealCPU: UInt64 = 0
                 if let body = plan.body {
+                    let message = body.message(from: plan.user.uid)
                     do {
-                        envelope = Base64URL.encode(try Envelope.seal(body.message(from: plan.user.uid), id: id, from: plan.user.uid,
-                                                                      identity: plan.user.identity, to: destination.uid,
-                                                                      mailboxKey: destination.mailboxKey))
+                        let started = ProcessStats.threadCPUNanoseconds()
+                        let sealed: [UInt8]
+                        if sessions != nil {
+                            sealed = try Envelope.seal(message, id: id, from: plan.user.uid, identity: plan.user.identity, to: destination.uid,
+                                                       mailboxKey: destination.mailboxKey, session: &sessions![destinationIndex])
+                        } else {
+                            sealed = try Envelope.seal(message, id: id, from: plan.user.uid, identity: plan.user.identity, to: destination.uid,
+                                                       mailboxKey: destination.mailboxKey)
+                        }
+                        sealCPU = ProcessStats.threadCPUNanoseconds() - started
+                        envelope = Base64URL.encode(sealed)
                     } catch {
                         counters.fail("sender \(plan.user.uid) cannot seal: \(error.code)")
                         return
@@ -171,7 +189,10 @@ enum BenchSender {
                 }
                 try await outbound.write(ClientFrames.send(to: destination.uid, id: id, envelope: envelope))
                 sequence += 1
-                ledger.withLock { $0.written += 1 }
+                ledger.withLock {
+                    $0.written += 1
+                    $0.sealNanoseconds += sealCPU
+                }
                 counters.withLock { $0.sent += 1 }
             }
         } catch {

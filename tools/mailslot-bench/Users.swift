@@ -8,6 +8,13 @@ struct BenchUser: Sendable {
     let session: String
     let identity: IdentityKeyPair
     let mailbox: MailboxKeyPair
+    /// The signed prekey a version 2 bundle publishes (id ``signedPrekeyID``), for sessions.
+    let signedPrekey: X25519KeyPair
+    /// The one-time prekeys it uploaded, by id (from 1).
+    let oneTimePrekeys: [UInt32: X25519KeyPair]
+
+    /// The id of every bench user's one signed prekey.
+    static let signedPrekeyID: UInt32 = 1
 }
 
 /// Creating the run's users: uids under a prefix no other run shares, so runs against one relay
@@ -19,9 +26,11 @@ enum Users {
         return "bench-" + String(randomBytes(10).map { alphabet[Int($0 & 31)] })
     }
 
-    /// Mints a token for each uid, signs it in, and (when `publish`) publishes its key bundle —
-    /// at most `concurrency` users at a time.
-    static func signIn(_ uids: [String], target: RelayTarget, publish: Bool, concurrency: Int = 16) async throws -> [BenchUser] {
+    /// Mints a token for each uid, signs it in, and (when `publish` names a bundle version)
+    /// publishes its key bundle — version 2 with its signed prekey, and `oneTimePrekeys` one-time
+    /// prekeys uploaded — at most `concurrency` users at a time.
+    static func signIn(_ uids: [String], target: RelayTarget, publish: EnvelopeVersion?, oneTimePrekeys: Int = 0,
+                       concurrency: Int = 16) async throws -> [BenchUser] {
         let issuer = target.issuer, http = target.http
         return try await boundedMap(uids, limit: concurrency) { uid in
             let token: String
@@ -29,9 +38,19 @@ enum Users {
                 throw BenchFailure.failed("cannot mint a token for \(uid): \(error.code)")
             }
             let grant = try await http.signIn(token: token)
-            let user = BenchUser(uid: uid, session: grant.session, identity: IdentityKeyPair(), mailbox: MailboxKeyPair())
-            if publish {
-                try await http.publish(KeyBundle(uid: uid, identity: user.identity, mailboxKey: user.mailbox.publicKey), session: user.session)
+            let prekeyCount = publish == .v2 ? UInt32(max(0, oneTimePrekeys)) : 0
+            let user = BenchUser(uid: uid, session: grant.session, identity: IdentityKeyPair(), mailbox: MailboxKeyPair(),
+                                 signedPrekey: X25519KeyPair(),
+                                 oneTimePrekeys: Dictionary(uniqueKeysWithValues: (0..<prekeyCount).map { ($0 + 1, X25519KeyPair()) }))
+            if let publish {
+                let prekey = publish == .v2 ? PublishedPrekey(id: BenchUser.signedPrekeyID, key: user.signedPrekey.publicKey) : nil
+                try await http.publish(KeyBundle(uid: uid, identity: user.identity, mailboxKey: user.mailbox.publicKey, signedPrekey: prekey),
+                                       session: user.session)
+                let uploads = user.oneTimePrekeys.sorted { $0.key < $1.key }.map { Prekey(id: $0.key, key: $0.value.publicKey) }
+                for batch in stride(from: 0, to: uploads.count, by: PrekeyUpload.maximumBatch) {
+                    try await http.uploadPrekeys(Array(uploads[batch..<min(batch + PrekeyUpload.maximumBatch, uploads.count)]),
+                                                 uid: uid, session: user.session)
+                }
             }
             return user
         }
@@ -56,8 +75,8 @@ struct MessageBody: Sendable {
     let envelopeBytes: Int
 
     /// The body for messages from a sender uid of `senderUIDLength` bytes to a recipient uid of
-    /// `recipientUIDLength` bytes, under ids of ``BenchID/length``.
-    init(size: Int, senderUID: String, recipientUIDLength: Int) throws {
+    /// `recipientUIDLength` bytes, under ids of ``BenchID/length``, in envelopes of `version`.
+    init(size: Int, senderUID: String, recipientUIDLength: Int, version: EnvelopeVersion = .v1) throws {
         func body(_ text: String) throws -> [UInt8] {
             try ChatMessage(type: .text, sender: Sender(id: senderUID), payload: Payload(text: text),
                             timestamp: 1_700_000_000_000).encoded()
@@ -65,12 +84,20 @@ struct MessageBody: Sendable {
         let overhead = try body("x").count - 1
         text = String(repeating: "x", count: max(1, size - overhead))
         bodyBytes = try body(text).count
-        // The record: 104 fixed bytes + the uids + the id + the body (spec/envelope.md §2.3).
-        let record = 104 + senderUID.utf8.count + recipientUIDLength + BenchID.length + bodyBytes
-        guard let envelope = Envelope.sizeClass(forRecordLength: record) else {
+        guard let envelope = Self.envelopeBytes(body: bodyBytes, senderUIDLength: senderUID.utf8.count,
+                                                recipientUIDLength: recipientUIDLength, version: version) else {
             throw BenchFailure.usage("--size \(size) does not fit in the largest envelope (1 MiB)")
         }
         envelopeBytes = envelope
+    }
+
+    /// The size class of a message with a `body`-byte body. Version 1's record is 104 fixed bytes
+    /// + the uids + the id + the body (spec/envelope.md §2.3); version 2's is 153 + the same while
+    /// it carries the session start (44 of them), as every bench message does, since recipients
+    /// never answer: 36 of names' lengths, version and sender key, 57 of session id, kind and
+    /// start, 40 of ratchet header, 4 of length and 16 of AEAD tag.
+    static func envelopeBytes(body: Int, senderUIDLength: Int, recipientUIDLength: Int, version: EnvelopeVersion) -> Int? {
+        Envelope.sizeClass(forRecordLength: (version == .v1 ? 104 : 153) + senderUIDLength + recipientUIDLength + BenchID.length + body)
     }
 
     /// An envelope sealed once, for real, from `sender` to `recipient` (relay mode sends it for

@@ -55,6 +55,15 @@ func expect(_ condition: @autoclosure () -> Bool, _ what: @autoclosure () -> Str
     if !condition() { fatalError("fuzz invariant broken: \(what())", file: file, line: line) }
 }
 
+/// `record || 0x80 || 0x00…`, sealed to bob's key (as anyone can seal to it), so that what
+/// follows the outer layer sees the fuzzer's record; nil when the record fits no size class.
+func sealPaddedToRecipient(_ record: [UInt8]) -> [UInt8]? {
+    guard let size = Envelope.sizeClass(forRecordLength: record.count) else { return nil }
+    var padded = record + [0x80]
+    padded += [UInt8](repeating: 0, count: size - 48 - padded.count)
+    return Fixed.recipientKeys.publicKey.seal(padded)
+}
+
 /// The fuzzer's input as bytes.
 func bytes(_ data: UnsafePointer<UInt8>?, _ size: Int) -> [UInt8] {
     guard let data, size > 0 else { return [] }

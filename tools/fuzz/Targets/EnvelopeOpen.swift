@@ -21,7 +21,7 @@ public func envelopeOpenOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt 
     let rest = Array(input.dropFirst())
     switch mode % 4 {
     case 0: openAndCheck(rest)
-    case 1: if let envelope = sealRecord(rest) { openAndCheck(envelope) }
+    case 1: if let envelope = sealPaddedToRecipient(rest) { openAndCheck(envelope) }
     case 2: openPadded(rest)
     default: openSignedBody(rest)
     }
@@ -42,14 +42,6 @@ private func openAndCheck(_ envelope: [UInt8]) -> Result<OpenedEnvelope, Envelop
                "an envelope of \(envelope.count) bytes, not a size class, opened")
     }
     return result
-}
-
-/// `record || 0x80 || 0x00…`, sealed to bob's key; nil when the record fits no size class.
-private func sealRecord(_ record: [UInt8]) -> [UInt8]? {
-    guard let size = Envelope.sizeClass(forRecordLength: record.count) else { return nil }
-    var padded = record + [0x80]
-    padded += [UInt8](repeating: 0, count: size - 48 - padded.count)
-    return Fixed.recipientKeys.publicKey.seal(padded)
 }
 
 /// The fuzzer's bytes as the padded plaintext, zero-extended to the smallest size class.
@@ -75,7 +67,7 @@ private func openSignedBody(_ body: [UInt8]) {
     record += [UInt8(recipient.count)] + recipient + [UInt8(id.count)] + id
     record += [UInt8(length >> 24), UInt8(length >> 16 & 0xFF), UInt8(length >> 8 & 0xFF), UInt8(length & 0xFF)]
     record += body + signature
-    guard let envelope = sealRecord(record) else { return }
+    guard let envelope = sealPaddedToRecipient(record) else { return }
 
     switch openAndCheck(envelope) {
     case .success(let opened):
