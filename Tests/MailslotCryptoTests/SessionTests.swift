@@ -326,6 +326,23 @@ import Testing
         }
     }
 
+    /// A stored session at the end of its counters (damaged, or 2³² messages in one chain) is
+    /// refused, never wrapped: the counters are message numbers, and a wrap would reuse keys.
+    @Test func countersAtTheirEndAreRefusedNotWrapped() throws {
+        let alice = Side("alice"), bob = Side("bob")
+        let session = try alice.start(with: bob)
+        alice.sessions[session]!.ratchet.sent = .max
+        #expect(throws: EnvelopeError.noSession) { _ = try alice.send("one more", to: bob, in: session) }
+        alice.sessions[session]!.ratchet.sent = 0
+        let first = try alice.send("first", to: bob, in: session)
+        _ = try bob.receive(first)
+        let header = RatchetHeader(ratchetKey: alice.sessions[session]!.ratchet.ownRatchet.publicKey, previousChainLength: 0,
+                                   messageNumber: .max)
+        var receiving = bob.sessions[session]!.ratchet
+        receiving.received = .max
+        #expect(throws: EnvelopeError.tooManySkipped) { _ = try receiving.receiving(header, now: 0) }
+    }
+
     @Test func prekeyIdZeroIsRefusedWhenStarting() throws {
         let alice = Side("alice"), bob = Side("bob")
         let key = bob.signedPrekey.publicKey

@@ -92,7 +92,7 @@ public struct RatchetState: Sendable {
     }
 
     /// Whether this side has a sending chain (the responder has none until it received).
-    var canSend: Bool { sendingChain != nil }
+    var canSend: Bool { sendingChain != nil && sent < .max }  // the counter never wraps: a new session instead
 
     /// The header and message key of the next message this side sends.
     mutating func nextSendingKey() -> (RatchetHeader, MessageKey) {
@@ -120,6 +120,7 @@ public struct RatchetState: Sendable {
             try next.skip(to: header.previousChainLength, now: now)
             try next.turn(to: header.ratchetKey, newRatchetKey: newRatchetKey())
         }
+        guard header.messageNumber < .max else { throw .tooManySkipped }  // its successor's number would wrap
         guard header.messageNumber >= next.received else { throw .staleMessage }
         try next.skip(to: header.messageNumber, now: now)
         guard let chain = next.receivingChain else { throw .staleMessage }
