@@ -26,6 +26,8 @@ public actor MailslotClient {
     /// Contacts pinned without a signed prekey whose bundle was fetched again since this client
     /// started, to learn whether they publish one now (``seal(_:id:as:to:)``).
     var upgradeChecks: Set<String> = []
+    /// When expired skipped keys were last dropped from sessions that receive nothing.
+    var lastSkippedKeyPrune: Double = 0
 
     /// A client of the relay at `relay`, keeping its state in the SQLite file at `databasePath`.
     /// `tokenProvider` returns a fresh custom token; it is called to sign in, and again whenever

@@ -235,6 +235,54 @@ import Testing
         }
     }
 
+    /// The signed prekey rotates under an unchanged key id: a sender starting a new session long
+    /// after it pinned the bundle fetches it again, and does not start with an erased prekey.
+    @Test func aNewSessionUsesTheContactsCurrentSignedPrekey() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            try await alice.send(text: "first", to: "bob")
+            #expect(try await bob.receive().count == 1)
+            let pinned = try await alice.contact("bob").signedPrekey
+            // A week on: bob's client replaces its signed prekey; 31 days after, it erases the old one.
+            try await bob.store.pool.write { db in try db.execute(sql: "UPDATE signed_prekeys SET created_at = 0") }
+            _ = try await bob.flush()
+            try await bob.store.pool.write { db in try db.execute(sql: "DELETE FROM signed_prekeys WHERE retired_at IS NOT NULL") }
+            // Alice's next session (say bob's device said it could not read her last message).
+            try await alice.store.deactivateSessions(with: "bob", except: nil)
+            try await alice.send(text: "in a new session", to: "bob")
+            #expect(try await alice.contact("bob").signedPrekey != pinned)
+            #expect(try await bob.receive().map(\.message.payload.text) == ["in a new session"])
+            #expect(try await bob.rejected().isEmpty)
+        }
+    }
+
+    /// Forward secrecy on the disk: once a message is stored, the session state it replaced is in
+    /// neither the database file nor its write-ahead log.
+    @Test func replacedSessionStatesDoNotStayOnTheDisk() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            func state() async throws -> Data {
+                try #require(try await bob.store.pool.read { db in try Data.fetchOne(db, sql: "SELECT state FROM sessions") })
+            }
+            try await alice.send(text: "one", to: "bob")
+            #expect(try await bob.receive().count == 1)
+            let replaced = try await state()
+            try await alice.send(text: "two", to: "bob")
+            #expect(try await bob.receive().count == 1)
+            #expect(try await state() != replaced)
+            // Everything after the session's id and peer key: its root and chain keys as they were.
+            let secretPart = replaced.dropFirst(50)
+            for suffix in ["", "-wal"] {
+                let file = (try? Data(contentsOf: URL(fileURLWithPath: "\(relay.folder)/bob/client.sqlite\(suffix)"))) ?? Data()
+                #expect(file.range(of: secretPart) == nil, "the replaced state is in client.sqlite\(suffix)")
+            }
+        }
+    }
+
     /// A contact pinned while it published a version 1 bundle moves to sessions under the same keys
     /// (no `stale_keys` says so): the sender learns it on its next send.
     @Test func aContactThatStartsPublishingPrekeysGetsSessions() async throws {

@@ -373,6 +373,8 @@ import Testing
             try KeyBundle.decode(Array(try JSONSerialization.data(withJSONObject: json)), for: "bob")
         }
         json["version"] = 2
+        json["signed_prekey_id"] = NSNull()
+        #expect(throws: KeyBundleError.self) { try KeyBundle.decode(Array(try JSONSerialization.data(withJSONObject: json)), for: "bob") }
         json["signed_prekey_id"] = nil
         #expect(throws: KeyBundleError.self) { try KeyBundle.decode(Array(try JSONSerialization.data(withJSONObject: json)), for: "bob") }
     }

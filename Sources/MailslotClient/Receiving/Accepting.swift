@@ -36,6 +36,7 @@ extension MailslotClient {
         } while cursor != nil
         // New messages may have started sessions, each using up one of the relay's one-time prekeys.
         if !received.isEmpty { await replenishPrekeys() }
+        await eraseOldCopies()
         return received
     }
 

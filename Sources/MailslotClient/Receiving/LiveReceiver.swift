@@ -76,6 +76,7 @@ extension MailslotClient {
                         // Acknowledged only now, after the store: the relay erases it.
                         let ack = String(decoding: try JSONEncoder().encode(ClientFrame.ack(record.id)), as: UTF8.self)
                         try await outbound.write(.text(ack))
+                        await self.eraseOldCopies()
                         if let notice = accepted.notice { await self.notify(notice) }
                     }
                 }

@@ -69,6 +69,7 @@ extension MailslotClient {
             _ = try? await authorized { try await api.delete(owner: stored.recipient, id: id, session: $0) }
         }
         try await store.requeue(id, sealed: sealed)
+        await eraseOldCopies()
         return try outcome(of: await deliver(.init(id: id, recipient: stored.recipient, sealed: sealed, resealed: true), sealing: true))
     }
 
@@ -78,6 +79,11 @@ extension MailslotClient {
     func keepKeysCurrent() async {
         do {
             if try await store.erasePreviousKeys() > 0 { try await store.checkpoint() }
+            let now = Date().timeIntervalSince1970
+            if now - lastSkippedKeyPrune >= 3600 {  // sessions that receive nothing keep no key past its lifetime
+                lastSkippedKeyPrune = now
+                if try await store.dropExpiredSkippedKeys(now: now) > 0 { try await store.checkpoint() }
+            }
             guard let me = try await store.identity() else { return }
             let bundle = try await currentBundle(of: me)  // replaces a signed prekey that is due
             guard try await !store.isPublished(me) else { return }
@@ -86,6 +92,14 @@ extension MailslotClient {
         } catch {
             logger.info("could not bring the published keys up to date", metadata: ["error": "\(Self.describe(error))"])
         }
+    }
+
+    /// Truncates the WAL after session writes, so that the session states they replaced and the
+    /// prekey secrets they erased leave no older copy in the `-wal` file: forward secrecy holds only
+    /// if the old keys are gone from the disk too (spec/sessions.md §7). It costs a checkpoint per
+    /// message sealed or opened in a session. Best effort: a busy database is tried again next time.
+    func eraseOldCopies() async {
+        try? await store.checkpoint()
     }
 
     /// `me`'s bundle to publish: the keys with the current signed prekey, made or replaced as due.
@@ -149,39 +163,60 @@ extension MailslotClient {
             try await store.enqueue(id: id, recipient: recipient, message: message, body: body, sealed: nil)
             return .held
         }
-        let sealed = try await seal(message, id: id, as: me, to: contact)
+        let sealed: ClientStore.Sealed
+        do { sealed = try await seal(message, id: id, as: me, to: contact) } catch ClientError.keyChanged {
+            try await store.enqueue(id: id, recipient: recipient, message: message, body: body, sealed: nil)
+            return .held
+        }
         try await store.enqueue(id: id, recipient: recipient, message: message, body: body, sealed: sealed)
+        await eraseOldCopies()
         return .queued(.init(id: id, recipient: recipient, sealed: sealed))
     }
 
     /// Seals `message` for `contact`: in the active session with it when its bundle has a signed
     /// prekey (a new session first, with a one-time prekey claimed from the relay when one is
     /// left), as a version 1 envelope otherwise (spec/sessions.md §6). A note to oneself is version
-    /// 1 too: one store cannot hold both ends of a session under one id.
+    /// 1 too: one store cannot hold both ends of a session under one id. Throws
+    /// ``ClientError/keyChanged(_:)`` when the bundle fetched before a new session shows another
+    /// identity key.
     func seal(_ message: ChatMessage, id: String, as me: Identity, to contact: Contact) async throws -> ClientStore.Sealed {
         var contact = contact
-        if contact.signedPrekey == nil, contact.uid != me.uid, upgradeChecks.insert(contact.uid).inserted {
-            // Pinned from a version 1 bundle: the contact may have moved to sessions since under the
-            // same keys, which no `stale_keys` would tell. Asked once per contact while this client runs.
-            if let fresh = try? await refreshKeys(of: contact.uid) { contact = fresh }
+        guard contact.uid != me.uid else { return try sealVersion1(message, id: id, as: me, to: contact) }
+        for attempt in 0..<2 {
+            let hasSession = try await store.hasActiveSession(with: contact)
+            let needsSession = attempt > 0 || !hasSession
+            // The signed prekey rotates under an unchanged key id, so no `stale_keys` tells of it:
+            // the bundle is fetched again before each new session (a pinned version 1 bundle, once
+            // per run, to learn of a move to sessions). Offline, the last verified one serves.
+            if contact.signedPrekey == nil ? upgradeChecks.insert(contact.uid).inserted : needsSession {
+                do { contact = try await refreshKeys(of: contact.uid) } catch ClientError.keyChanged {
+                    throw ClientError.keyChanged(contact.uid)
+                } catch {
+                    logger.info("sealing with the keys last verified", metadata: ["recipient": "\(contact.uid)", "error": "\(Self.describe(error))"])
+                }
+            }
+            guard let signedPrekey = contact.signedPrekey else { return try sealVersion1(message, id: id, as: me, to: contact) }
+            do {
+                if needsSession {
+                    let oneTimePrekey = await claimPrekey(of: contact.uid)
+                    let session = try Session.initiate(identity: me.signing, peerIdentity: contact.identityKey, signedPrekey: signedPrekey,
+                                                       oneTimePrekey: oneTimePrekey)
+                    try await store.startSession(session, with: contact)
+                }
+                // Nil: no active session, or one at the end of its counter (deactivated): start anew.
+                if let envelope = try await store.sealInActiveSession(message, id: id, as: me, to: contact) {
+                    return .init(envelope: envelope, keyID: contact.keyID)
+                }
+            } catch let error as EnvelopeError { throw ClientError.cannotSeal(error.code) }
         }
+        throw ClientError.cannotSeal(EnvelopeError.noSession.code)
+    }
+
+    private func sealVersion1(_ message: ChatMessage, id: String, as me: Identity, to contact: Contact) throws -> ClientStore.Sealed {
         do {
-            guard let signedPrekey = contact.signedPrekey, contact.uid != me.uid else {
-                let envelope = try Envelope.seal(message, id: id, from: me.uid, identity: me.signing, to: contact.uid,
-                                                 mailboxKey: contact.mailboxKey)
-                return .init(envelope: envelope, keyID: contact.keyID)
-            }
-            if try await !store.hasActiveSession(with: contact) {
-                let oneTimePrekey = await claimPrekey(of: contact.uid)
-                let session = try Session.initiate(identity: me.signing, peerIdentity: contact.identityKey, signedPrekey: signedPrekey,
-                                                   oneTimePrekey: oneTimePrekey)
-                try await store.startSession(session, with: contact)
-            }
-            guard let envelope = try await store.sealInActiveSession(message, id: id, as: me, to: contact) else {
-                throw ClientError.cannotSeal(EnvelopeError.noSession.code)
-            }
+            let envelope = try Envelope.seal(message, id: id, from: me.uid, identity: me.signing, to: contact.uid, mailboxKey: contact.mailboxKey)
             return .init(envelope: envelope, keyID: contact.keyID)
-        } catch let error as EnvelopeError { throw ClientError.cannotSeal(error.code) }
+        } catch { throw ClientError.cannotSeal(error.code) }
     }
 
     /// One of `uid`'s one-time prekeys, claimed from the relay; nil when none is left or the relay
@@ -244,6 +279,7 @@ extension MailslotClient {
             guard let stored = try await store.outgoingBody(queued.id) else { throw ClientError.notResendable(queued.id) }
             let sealed = try await seal(try decodeStored(stored.body), id: queued.id, as: try await identity(), to: contact)
             try await store.requeue(queued.id, sealed: sealed)
+            await eraseOldCopies()
             logger.info("the recipient's keys changed; sealed again", metadata: ["id": "\(queued.id)"])
             return await deliver(.init(id: queued.id, recipient: queued.recipient, sealed: sealed, resealed: true), reseals: reseals,
                                  sealing: true)

@@ -88,6 +88,10 @@ extension ClientStore {
             guard let row = try Row.fetchOne(db, sql: "SELECT state FROM sessions WHERE contact = ? AND peer_identity = ? AND active = 1",
                                              arguments: [contact.uid, Data(contact.identityKey.bytes)]),
                   var session = Self.session(row["state"]) else { return nil }
+            guard session.canSend else {  // its counter is at its end: never wrapped, a new session instead
+                try db.execute(sql: "UPDATE sessions SET active = 0 WHERE id = ?", arguments: [Data(session.id)])
+                return nil
+            }
             let envelope = try Envelope.seal(message, id: id, from: me.uid, identity: me.signing, to: contact.uid,
                                              mailboxKey: contact.mailboxKey, session: &session)
             try Self.save(session, contact: contact.uid, db, now: now)
@@ -116,7 +120,8 @@ extension ClientStore {
             if let usedOneTimePrekey {  // one-time: gone once used, in the same transaction
                 try db.execute(sql: "DELETE FROM one_time_prekeys WHERE id = ?", arguments: [Int64(usedOneTimePrekey)])
             }
-            if started { try Self.adopt(next, contact: contact, db, now: now) }
+            // Not for a typing indicator: its id is not stored, so a replay of one would not be known.
+            if started && opened.message.type != .typing { try Self.adopt(next, contact: contact, db, now: now) }
             try db.execute(sql: "UPDATE contacts SET sessions_used = 1 WHERE uid = ?", arguments: [contact])
             if opened.message.type != .typing {
                 try Self.storeReceived(ReceivedMessage(id: sealed.messageID, sender: opened.sender, message: opened.message,
@@ -139,8 +144,9 @@ extension ClientStore {
         let session: Session
         var usedOneTimePrekey: UInt32?
         var started = false
-        if let row = try Row.fetchOne(db, sql: "SELECT state FROM sessions WHERE id = ? AND contact = ?",
-                                      arguments: [Data(sealed.sessionID), sealed.sender]) {
+        if let row = try Row.fetchOne(db, sql: "SELECT contact, state FROM sessions WHERE id = ?", arguments: [Data(sealed.sessionID)]) {
+            // A session id is one session's, whoever names it: another contact's is not this one's.
+            guard (row["contact"] as String) == sealed.sender else { throw EnvelopeError.sessionMismatch }
             guard let stored = Self.session(row["state"]) else { throw EnvelopeError.noSession }
             session = stored
         } else {
@@ -164,6 +170,21 @@ extension ClientStore {
         return (opened, next, usedOneTimePrekey, started)
     }
 
+    /// Drops the skipped message keys past their lifetime from every session, also those that
+    /// receive nothing more (receiving drops them too); returns how many sessions changed.
+    @discardableResult
+    func dropExpiredSkippedKeys(now: Double = Date().timeIntervalSince1970) async throws -> Int {
+        try await pool.write { db in
+            var changed = 0
+            for row in try Row.fetchAll(db, sql: "SELECT contact, state, used_at FROM sessions") {
+                guard let session = Self.session(row["state"]), let pruned = session.droppingExpiredSkippedKeys(now: Int64(now)) else { continue }
+                try Self.save(pruned, contact: row["contact"], db, now: row["used_at"])
+                changed += 1
+            }
+            return changed
+        }
+    }
+
     /// Whether a version 1 envelope from `contact` is a downgrade: a version 2 message from it was
     /// accepted before (spec/sessions.md §6).
     func usesSessions(_ contact: String) async throws -> Bool {
@@ -184,8 +205,9 @@ extension ClientStore {
         defer { wipe(&state) }
         try db.execute(sql: """
             INSERT INTO sessions (id, contact, peer_identity, state, active, used_at) VALUES (?, ?, ?, ?, 0, ?)
-            ON CONFLICT (id) DO UPDATE SET state = excluded.state, used_at = excluded.used_at
+            ON CONFLICT (id) DO UPDATE SET state = excluded.state, used_at = excluded.used_at WHERE sessions.contact = excluded.contact
             """, arguments: [Data(session.id), contact, Data(session.peerIdentity.bytes), Data(state), now])
+        guard db.changesCount == 1 else { throw EnvelopeError.sessionMismatch }
     }
 
     /// A session the contact started: it becomes the active one, unless this side's active

@@ -163,7 +163,12 @@ public struct KeyBundle: Sendable, Equatable, Codable {
         mailboxKey = MailboxPublicKey(checkedBytes: try bytes(.mailboxKey, count: MailboxPublicKey.byteCount))
         createdAt = try container.decode(String.self, forKey: .createdAt)
         signature = try bytes(.signature, count: 64)
-        // Both members or neither; verify() then matches them with the version.
+        // Both members or neither (and neither null); verify() then matches them with the version.
+        for key in [CodingKeys.signedPrekeyID, .signedPrekey] where container.contains(key) {
+            if try container.decodeNil(forKey: key) {
+                throw DecodingError.dataCorruptedError(forKey: key, in: container, debugDescription: "null")
+            }
+        }
         switch (try container.decodeIfPresent(UInt32.self, forKey: .signedPrekeyID), container.contains(.signedPrekey)) {
         case (nil, false): signedPrekey = nil
         case (let id?, true):

@@ -40,7 +40,13 @@ public func hkdfSHA256(salt: [UInt8], inputKeyMaterial: [UInt8], info: [UInt8], 
     var block: [UInt8] = []
     var counter: UInt8 = 1
     while output.count < length {
-        var input = block + info + [counter]
+        // T(i) = HMAC(PRK, T(i−1) ‖ info ‖ i), every intermediate wiped before it is let go.
+        var input: [UInt8] = []
+        input.reserveCapacity(block.count + info.count + 1)
+        input += block
+        input += info
+        input.append(counter)
+        wipe(&block)
         block = hmacSHA256(key: prk, input)
         wipe(&input)
         output += block

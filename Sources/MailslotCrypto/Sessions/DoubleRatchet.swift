@@ -34,7 +34,11 @@ struct MessageKey {
     static let info = Array("mailslot-message-key-v2".utf8)
 
     init(_ messageKey: SecretBytes) {
-        var expanded = messageKey.withUnsafeBytes { hkdfSHA256(salt: [], inputKeyMaterial: Array($0), info: Self.info, length: 56) }
+        var expanded = messageKey.withUnsafeBytes { raw in
+            var material = Array(raw)
+            defer { wipe(&material) }
+            return hkdfSHA256(salt: [], inputKeyMaterial: material, info: Self.info, length: 56)
+        }
         defer { wipe(&expanded) }
         key = SecretBytes(copying: expanded[0..<32])
         nonce = Array(expanded[32..<56])  // not secret once the key is gone
@@ -165,7 +169,11 @@ public struct RatchetState: Sendable {
                                  _ peer: X25519PublicKey) throws(EnvelopeError) -> (SecretBytes, SecretBytes) {
         guard var shared = own.agree(with: peer) else { throw .sessionMismatch }
         defer { wipe(&shared) }
-        var output = root.withUnsafeBytes { hkdfSHA256(salt: Array($0), inputKeyMaterial: shared, info: rootInfo, length: 64) }
+        var output = root.withUnsafeBytes { raw in
+            var salt = Array(raw)
+            defer { wipe(&salt) }
+            return hkdfSHA256(salt: salt, inputKeyMaterial: shared, info: rootInfo, length: 64)
+        }
         defer { wipe(&output) }
         return (SecretBytes(copying: output[0..<32]), SecretBytes(copying: output[32..<64]))
     }
@@ -186,7 +194,10 @@ extension RatchetState {
     /// The state as bytes for the client's store (not a wire format; see spec/sessions.md §7).
     /// It holds secrets: the caller wipes it once stored.
     func serialized() -> [UInt8] {
-        var out: [UInt8] = [Self.storageVersion]
+        var out: [UInt8] = []
+        // One allocation of the final size: a reallocation would leave a copy of the keys behind.
+        out.reserveCapacity(1 + 32 + 1 + 64 + 32 + 32 + 12 + 4 + skipped.count * 76 + 1 + 32 * retiredPeerKeys.count)
+        out.append(Self.storageVersion)
         func append(_ secret: SecretBytes) { secret.withUnsafeBytes { out += $0 } }
         func append32(_ value: UInt32) { out += withUnsafeBytes(of: value.bigEndian, Array.init) }
         append(rootKey)

@@ -107,6 +107,17 @@ public struct Session: Sendable {
         self.ratchet = ratchet
     }
 
+    /// This session without its skipped message keys older than
+    /// ``RatchetState/skippedKeyLifetime`` at `now` (Unix seconds); nil when none expired. For
+    /// sessions that receive nothing more, whose keys receiving would otherwise never drop.
+    public func droppingExpiredSkippedKeys(now: Int64) -> Session? {
+        let kept = ratchet.skipped.filter { $0.storedAt >= now - RatchetState.skippedKeyLifetime }
+        guard kept.count < ratchet.skipped.count else { return nil }
+        var pruned = self
+        pruned.ratchet.skipped = kept
+        return pruned
+    }
+
     // MARK: Storage form
 
     private static let storageVersion: UInt8 = 1
@@ -114,7 +125,11 @@ public struct Session: Sendable {
     /// The session as bytes for the client's store (spec/sessions.md §7). It holds secrets: wipe
     /// it once stored.
     public func serialized() -> [UInt8] {
-        var out: [UInt8] = [Self.storageVersion]
+        var ratchetBytes = ratchet.serialized()
+        defer { wipe(&ratchetBytes) }
+        var out: [UInt8] = []
+        out.reserveCapacity(1 + Self.idLength + 32 + 1 + 40 + ratchetBytes.count)  // no reallocation leaves secrets behind
+        out.append(Self.storageVersion)
         out += id
         out += peerIdentity.bytes
         out.append((initiated ? 1 : 0) | (start == nil ? 0 : 2))
@@ -123,8 +138,6 @@ public struct Session: Sendable {
             out += withUnsafeBytes(of: start.signedPrekeyID.bigEndian, Array.init)
             out += withUnsafeBytes(of: (start.oneTimePrekeyID ?? 0).bigEndian, Array.init)
         }
-        var ratchetBytes = ratchet.serialized()
-        defer { wipe(&ratchetBytes) }
         out += ratchetBytes
         return out
     }
