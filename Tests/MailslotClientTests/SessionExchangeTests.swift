@@ -36,11 +36,18 @@ import Testing
         }
     }
 
-    @Test func clientsSendInSessionsByDefault() async throws {
+    /// A relay with `alice` and `bob` signed in (keys and one-time prekeys published).
+    func withAliceAndBob(_ body: (TestRelay, MailslotClient, MailslotClient) async throws -> Void) async throws {
         try await withTestRelay { relay in
             let alice = try relay.client("alice"), bob = try relay.client("bob")
             try await alice.signIn()
             try await bob.signIn()
+            try await body(relay, alice, bob)
+        }
+    }
+
+    @Test func clientsSendInSessionsByDefault() async throws {
+        try await withAliceAndBob { relay, alice, bob in
             #expect(try await prekeysLeft(relay, "bob") == MailslotClient.prekeySupply, "signing in uploads one-time prekeys")
 
             try await alice.send(text: "hello bob", to: "bob")
@@ -86,10 +93,7 @@ import Testing
     }
 
     @Test func contactsWhoStartAtTheSameMomentEndOnOneSession() async throws {
-        try await withTestRelay { relay in
-            let alice = try relay.client("alice"), bob = try relay.client("bob")
-            try await alice.signIn()
-            try await bob.signIn()
+        try await withAliceAndBob { relay, alice, bob in
             try await alice.send(text: "from alice", to: "bob")
             try await bob.send(text: "from bob", to: "alice")  // before either has received
             #expect(try await activeSessions(alice, with: "bob") != (try await activeSessions(bob, with: "alice")))
@@ -108,10 +112,7 @@ import Testing
     }
 
     @Test func aContactThatLostItsSessionsIsSentTheMessagesAgain() async throws {
-        try await withTestRelay { relay in
-            let alice = try relay.client("alice"), bob = try relay.client("bob")
-            try await alice.signIn()
-            try await bob.signIn()
+        try await withAliceAndBob { relay, alice, bob in
             try await alice.send(text: "first", to: "bob")
             #expect(try await bob.receive().count == 1)
             try await bob.send(text: "ack", to: "alice")
@@ -137,10 +138,7 @@ import Testing
     /// The property: someone who records the envelopes on the relay and later takes the
     /// recipient's whole store (the SQLite file, every key in it) cannot open what it recorded.
     @Test func aStolenStoreDoesNotOpenCapturedEnvelopes() async throws {
-        try await withTestRelay { relay in
-            let alice = try relay.client("alice"), bob = try relay.client("bob")
-            try await alice.signIn()
-            try await bob.signIn()
+        try await withAliceAndBob { relay, alice, bob in
             var captured: [MessageRecord] = []
             for round in 0..<3 {
                 try await alice.send(text: "secret \(round)", to: "bob")
@@ -212,10 +210,7 @@ import Testing
     /// After a contact's identity key changed and the user trusted the new one, the sessions with
     /// the old key are gone and the next message starts a new session with the new key.
     @Test func aTrustedNewIdentityStartsANewSession() async throws {
-        try await withTestRelay { relay in
-            let alice = try relay.client("alice"), bob = try relay.client("bob")
-            try await alice.signIn()
-            try await bob.signIn()
+        try await withAliceAndBob { relay, alice, bob in
             try await alice.send(text: "before", to: "bob")
             #expect(try await bob.receive().count == 1)
             let old = try await activeSessions(alice, with: "bob")
@@ -238,10 +233,7 @@ import Testing
     /// The signed prekey rotates under an unchanged key id: a sender starting a new session long
     /// after it pinned the bundle fetches it again, and does not start with an erased prekey.
     @Test func aNewSessionUsesTheContactsCurrentSignedPrekey() async throws {
-        try await withTestRelay { relay in
-            let alice = try relay.client("alice"), bob = try relay.client("bob")
-            try await alice.signIn()
-            try await bob.signIn()
+        try await withAliceAndBob { relay, alice, bob in
             try await alice.send(text: "first", to: "bob")
             #expect(try await bob.receive().count == 1)
             let pinned = try await alice.contact("bob").signedPrekey
@@ -261,10 +253,7 @@ import Testing
     /// Forward secrecy on the disk: once a message is stored, the session state it replaced is in
     /// neither the database file nor its write-ahead log.
     @Test func replacedSessionStatesDoNotStayOnTheDisk() async throws {
-        try await withTestRelay { relay in
-            let alice = try relay.client("alice"), bob = try relay.client("bob")
-            try await alice.signIn()
-            try await bob.signIn()
+        try await withAliceAndBob { relay, alice, bob in
             func state() async throws -> Data {
                 try #require(try await bob.store.pool.read { db in try Data.fetchOne(db, sql: "SELECT state FROM sessions") })
             }
@@ -286,10 +275,7 @@ import Testing
     /// A contact pinned while it published a version 1 bundle moves to sessions under the same keys
     /// (no `stale_keys` says so): the sender learns it on its next send.
     @Test func aContactThatStartsPublishingPrekeysGetsSessions() async throws {
-        try await withTestRelay { relay in
-            let alice = try relay.client("alice"), bob = try relay.client("bob")
-            try await alice.signIn()
-            try await bob.signIn()
+        try await withAliceAndBob { relay, alice, bob in
             let keys = try await bob.identity()
             let legacy = KeyBundle(uid: "bob", identity: keys.signing, mailboxKey: keys.mailbox.publicKey)
             let bobSession = try await relay.signIn("bob").session
@@ -304,10 +290,7 @@ import Testing
     }
 
     @Test func versionOneEnvelopesOpenUntilTheContactUsesSessions() async throws {
-        try await withTestRelay { relay in
-            let alice = try relay.client("alice"), bob = try relay.client("bob")
-            try await alice.signIn()
-            try await bob.signIn()
+        try await withAliceAndBob { relay, alice, bob in
             // A version 1 envelope from an older client of Alice's opens.
             let me = try await alice.identity()
             let bobKeys = try await alice.contact("bob")

@@ -737,6 +737,44 @@ def validate_body(body):
     return msg
 
 
+class RecordReader:
+    """Reads a record's fields in order after its version byte; running past the end is
+    envelope_malformed_record (envelope.md §2.6 check 6, sessions.md §5.3)."""
+
+    def __init__(self, rec):
+        self.rec, self.pos = rec, 1
+
+    def take(self, k):
+        if self.pos + k > len(self.rec):
+            raise FormatError("envelope_malformed_record", "overrun")
+        self.pos += k
+        return self.rec[self.pos - k:self.pos]
+
+    def short(self):
+        return self.take(self.take(1)[0])
+
+    def u32(self):
+        return int.from_bytes(self.take(4), "big")
+
+    def at_end(self):
+        return self.pos == len(self.rec)
+
+
+def check_names(sender, rcpt, rmid, recipient, mid):
+    """envelope.md §2.6 checks 8-12 (sessions.md §5.3 the same): identifiers, then recipient and id."""
+    try:
+        sender, rcpt, rmid = sender.decode(), rcpt.decode(), rmid.decode()
+    except UnicodeDecodeError:
+        raise FormatError("envelope_malformed_record", "identifier")
+    if not valid_uid(sender) or not valid_uid(rcpt) or not valid_message_id(rmid):
+        raise FormatError("envelope_malformed_record", "identifier")
+    if rcpt != recipient:
+        raise FormatError("envelope_wrong_recipient")
+    if rmid != mid:
+        raise FormatError("envelope_wrong_message_id")
+    return sender, rcpt, rmid
+
+
 def open_envelope(envelope, mid, recipient, mailbox_sk):
     """Envelope.open, the 15 checks of §2.6 in order. Returns (sender, sender_key, body)."""
     n = len(envelope)
@@ -755,30 +793,12 @@ def open_envelope(envelope, mid, recipient, mailbox_sk):
         raise FormatError("envelope_malformed_record", "empty")
     if rec[0] != 1:                                                                  # 5
         raise FormatError("envelope_unsupported_version")
-    pos = 1
-
-    def take(k):                                                                     # 6
-        nonlocal pos
-        if pos + k > len(rec):
-            raise FormatError("envelope_malformed_record", "overrun")
-        pos += k
-        return rec[pos - k:pos]
-    a = take(1)[0]; sender = take(a); skey = take(32)                               # noqa: E702
-    b = take(1)[0]; rcpt = take(b)                                                   # noqa: E702
-    c = take(1)[0]; rmid = take(c)                                                   # noqa: E702
-    body = take(int.from_bytes(take(4), "big")); sig = take(64)                     # noqa: E702
-    if pos != len(rec):                                                              # 7
+    r = RecordReader(rec)                                                            # 6
+    sender, skey, rcpt, rmid = r.short(), r.take(32), r.short(), r.short()
+    body = r.take(r.u32()); sig = r.take(64)                                         # noqa: E702
+    if not r.at_end():                                                               # 7
         raise FormatError("envelope_malformed_record", "trailing bytes")
-    try:
-        sender, rcpt, rmid = sender.decode(), rcpt.decode(), rmid.decode()
-    except UnicodeDecodeError:
-        raise FormatError("envelope_malformed_record", "identifier")
-    if not valid_uid(sender) or not valid_uid(rcpt) or not valid_message_id(rmid):  # 8-10
-        raise FormatError("envelope_malformed_record", "identifier")
-    if rcpt != recipient:                                                            # 11
-        raise FormatError("envelope_wrong_recipient")
-    if rmid != mid:                                                                  # 12
-        raise FormatError("envelope_wrong_message_id")
+    sender, rcpt, rmid = check_names(sender, rcpt, rmid, recipient, mid)            # 8-12
     try:                                                                             # 13
         nacl.signing.VerifyKey(skey).verify(
             envelope_sig_input(sender, skey, rcpt, bytes(sk.public_key), rmid, body), sig)
@@ -1162,44 +1182,26 @@ def parse_record_v2(rec, mid, recipient):
     """§5.3 checks 5-14 on the record."""
     if rec[0] != 2:
         raise FormatError("envelope_unsupported_version")
-    pos = 1
-
-    def take(k):
-        nonlocal pos
-        if pos + k > len(rec):
-            raise FormatError("envelope_malformed_record", "overrun")
-        pos += k
-        return rec[pos - k:pos]
-    a = take(1)[0]; sender = take(a); skey = take(32)                               # noqa: E702
-    b = take(1)[0]; rcpt = take(b)                                                   # noqa: E702
-    c = take(1)[0]; rmid = take(c)                                                   # noqa: E702
-    sid = take(16)
-    kind = take(1)[0]
+    r = RecordReader(rec)
+    sender, skey, rcpt, rmid = r.short(), r.take(32), r.short(), r.short()
+    sid = r.take(16)
+    kind = r.take(1)[0]
     if kind > 1:
         raise FormatError("envelope_malformed_record", "kind")
     start = None
     if kind == 1:
-        start = (take(32), int.from_bytes(take(4), "big"), int.from_bytes(take(4), "big"))
+        start = (r.take(32), r.u32(), r.u32())
         if start[1] == 0 and RULES["signed_prekey_id_nonzero"]:
             raise FormatError("envelope_malformed_record", "signed prekey id 0")
-    header = (take(32), int.from_bytes(take(4), "big"), int.from_bytes(take(4), "big"))
-    prefix = rec[:pos]
-    length = int.from_bytes(take(4), "big")
+    header = (r.take(32), r.u32(), r.u32())
+    prefix = rec[:r.pos]
+    length = r.u32()
     if length < 16 and RULES["ciphertext_min_length"]:
         raise FormatError("envelope_malformed_record", "short ciphertext")
-    ct = take(length)
-    if pos != len(rec):
+    ct = r.take(length)
+    if not r.at_end():
         raise FormatError("envelope_malformed_record", "trailing bytes")
-    try:
-        sender, rcpt, rmid = sender.decode(), rcpt.decode(), rmid.decode()
-    except UnicodeDecodeError:
-        raise FormatError("envelope_malformed_record", "identifier")
-    if not valid_uid(sender) or not valid_uid(rcpt) or not valid_message_id(rmid):
-        raise FormatError("envelope_malformed_record", "identifier")
-    if rcpt != recipient:
-        raise FormatError("envelope_wrong_recipient")
-    if rmid != mid:
-        raise FormatError("envelope_wrong_message_id")
+    sender, rcpt, rmid = check_names(sender, rcpt, rmid, recipient, mid)
     return dict(sender=sender, skey=skey, sid=sid, start=start, header=header, prefix=prefix, ct=ct)
 
 
