@@ -234,6 +234,81 @@ import Testing
         }
     }
 
+    /// Writes submitted back to back share a batch (on PostgreSQL one statement, which takes a
+    /// set-wise way when its writes cannot affect one another and a write-by-write way when they
+    /// can): every answer is still that of the writes applied one by one in submission order.
+    @Test(arguments: Backend.available)
+    func aBatchAnswersAsItsWritesAppliedOneByOne(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            let now = Self.now
+            try await store.block(owner: "dave", author: "mallory", now: now, limit: 10)
+            try await store.putKeyBundle(uid: "erin", bundle: Data("{}".utf8), keyID: "k1", identityKey: "ik", now: now)
+            try await Self.create(store, id: "old1")
+            try await Self.create(store, id: "old2")
+            try await Self.create(store, to: "carol", id: "expired", now: now - 10_000, ttl: 1_000)
+
+            // Writes that cannot affect one another.
+            func create(_ recipient: String, _ id: String, author: String = "alice", envelope: String = "e", size: Int = 512,
+                        keyID: String? = nil, limits: CreateLimits = Self.roomy) -> Task<String, Never> {
+                let ticket = store.submitCreateMessage(recipient: recipient, id: id, author: author, envelope: envelope, size: size,
+                                                       keyID: keyID, now: now, expiresAt: now + 60_000, limits: limits, whenCommitted: nil)
+                return Task {
+                    do {
+                        switch try await ticket.value {
+                        case .created(_, let erasedExpired): return erasedExpired ? "created, erased expired" : "created"
+                        case .duplicate: return "duplicate"
+                        }
+                    } catch { return "\(error)" }
+                }
+            }
+            func erase(_ recipient: String, _ id: String, author: String? = nil) -> Task<String, Never> {
+                let ticket = store.submitDeleteMessage(recipient: recipient, id: id, author: author, now: now)
+                return Task {
+                    do { return try await ticket.value ? "erased" : "absent" } catch { return "\(error)" }
+                }
+            }
+            let independent = [
+                create("bob", "a1"), create("carol", "a2"), create("dave", "a3", author: "mallory"),
+                create("erin", "a4", keyID: "k1"), create("erin", "a5", keyID: "k0"),
+                erase("bob", "old1"), erase("bob", "old2", author: "alice"), erase("bob", "none"), erase("carol", "none", author: "alice"),
+                erase("carol", "expired", author: "mallory"),
+            ]
+            var answers: [String] = []
+            for task in independent { answers.append(await task.value) }
+            #expect(answers == ["created", "created", "blocked", "created", "staleKeys", "erased", "erased", "absent", "absent", "absent"])
+
+            // Writes that do: the same id again, limits reached and freed within the batch.
+            let pair = CreateLimits(maxPending: 2, maxAuthorBytes: 1 << 40)
+            let quota = CreateLimits(maxPending: 100, maxAuthorBytes: 1_000)
+            let dependent = [
+                create("frank", "b1"), create("frank", "b1"), create("frank", "b1", envelope: "other"),
+                create("frank", "b2", limits: pair), create("frank", "b3", limits: pair), erase("frank", "b1"),
+                create("frank", "b3", limits: pair), create("carol", "expired"),
+                create("gina", "q1", author: "quota", size: 600, limits: quota), create("gina", "q2", author: "quota", size: 600, limits: quota),
+                erase("gina", "q1", author: "quota"), create("gina", "q2", author: "quota", size: 600, limits: quota), erase("gina", "q2"),
+            ]
+            answers = []
+            for task in dependent { answers.append(await task.value) }
+            #expect(answers == ["created", "duplicate", "conflict", "created", "mailboxFull", "erased", "created", "created, erased expired",
+                                "created", "authorQuota", "erased", "created", "erased"])
+
+            func ids(_ recipient: String) async throws -> [String] {
+                try await store.messages(recipient: recipient, after: 0, limit: 100, maxBytes: .max, now: now).messages.map(\.id)
+            }
+            #expect(try await ids("bob") == ["a1"])
+            #expect(try await ids("carol") == ["a2", "expired"])
+            #expect(try await ids("dave") == [])
+            #expect(try await ids("erin") == ["a4"])
+            #expect(try await ids("frank") == ["b2", "b3"])
+            #expect(try await ids("gina") == [])
+            // The size counters followed every write: the limits hold on from here.
+            #expect(try await store.pendingCount(recipient: "frank", now: now) == 2)
+            #expect(try await store.pendingCount(recipient: "gina", now: now) == 0)
+            await #expect(throws: StoreRefusal.mailboxFull) { try await Self.create(store, to: "frank", id: "b4", limits: pair) }
+            try await Self.create(store, to: "gina", id: "q3", author: "quota", size: 1_000, limits: quota)
+        }
+    }
+
     /// Many tasks on two stores (two relays) create in one mailbox at once while a reader polls
     /// it: every message is stored, seqs strictly increase, and no poll ever shows a message below
     /// the highest seq an earlier poll had seen that the earlier poll did not show (a reader

@@ -6,94 +6,122 @@ import PostgresNIO
 /// answered only after the shared COMMIT succeeded (or with its error); the `committed` calls run
 /// after the commit, one after another, in apply order.
 ///
-/// One writer keeps the order a caller submitted in (a socket's sends stay in order) and keeps a
-/// node's creates from contending for the same mailbox locks. A batch that PostgreSQL aborts as
-/// a deadlock or serialization failure (another transaction — a sweep, another node — locked the
-/// same mailboxes in another order) was rolled back as a whole, so it is applied again, a few times.
+/// A statement costs the relay and the database more than the row it writes, so a batch is one
+/// statement, `mailslot_write_batch` (``PostgresSchema``, migration 4), between `BEGIN` and
+/// `COMMIT`: three round trips whatever the batch holds. Inside it the batch takes the write lock
+/// (``PostgresStore/takeWriteLock(_:_:)``: size-changing writes of all nodes take turns, so they
+/// neither deadlock on size rows nor commit out of `seq` order), applies the writes in submission
+/// order, each refusal decided before anything is written, and announces the mailboxes the
+/// creates and unsends touched to the other relays (``PostgresNotifications``), once.
 ///
-/// Round trips are what a batch costs, so a write runs without a savepoint of its own: the
-/// writes are single statements that either succeed or change nothing (a create's refusals are
-/// decided inside its one statement, ``PostgresStore/submitCreateMessage``), and a refusal they
-/// report leaves the transaction usable. Only when a write fails otherwise — the transaction is
-/// then aborted — is the batch rolled back and applied again with a savepoint around each write,
-/// so that the failure is that write's alone.
-///
-/// Batches of all nodes take turns (``PostgresStore/takeWriteLock(_:_:)``): a create locks its
-/// mailbox's and its author's size rows, and an acknowledgement — through the erase trigger — the
-/// same rows of the message it erases, in whatever order the batch holds them; two nodes'
-/// batches would deadlock on them, and PostgreSQL finds a deadlock only after a second.
-///
-/// The mailboxes a batch's writes touched (those that say so) are announced once per batch, inside
-/// its transaction, to the other relays (``PostgresNotifications``).
+/// The COMMIT is its own statement, not the implicit one at the end of a lone statement:
+/// postgres-nio ends a statement's rows before the server has committed, and no answer may come
+/// before the commit. A batch that PostgreSQL aborts as a deadlock or serialization failure is
+/// applied again, a few times. A batch that fails otherwise was rolled back as a whole; its writes
+/// are then applied one per transaction, in order, so that the failure is one write's alone.
 final class PostgresGroupCommit: Sendable {
-    /// One write (in a savepoint of its own when `guarded`); the mailbox it touched, when other
-    /// relays must hear of it.
-    typealias Step = @Sendable (PostgresConnection, Logger, _ guarded: Bool) async throws -> String?
-    /// Announces the mailboxes a batch touched, inside its transaction.
-    typealias Announce = @Sendable ([String], PostgresConnection, Logger) async throws -> Void
+    typealias Row = WriteBatchStatement.Row
+
+    /// One queued write and where its answer goes.
+    struct Step: Sendable {
+        let write: PostgresWrite
+        /// Takes the write's row, or its own failure (the fallback's), inside the transaction.
+        let answer: @Sendable (Result<Row, any Error>) -> Void
+    }
 
     /// Attempts of a batch that PostgreSQL aborted to resolve a lock conflict.
     static let attempts = 5
+    /// The most writes, and about the most envelope bytes, one statement carries; a larger batch
+    /// is several statements in one transaction.
+    static let maxStatementWrites = 256
+    static let maxStatementBytes = 4 << 20
 
     private let batches: WriteBatches<Step>
 
-    init(pool: PostgresPool, logger: Logger, announce: Announce?) {
-        @Sendable func apply(_ steps: [Step], guarded: Bool) async throws {
+    /// `node` is this relay's notification id (``ClusterNotification``); `notified` counts the
+    /// notifications sent (a metric).
+    init(pool: PostgresPool, node: String, logger: Logger, notified: @escaping @Sendable () -> Void) {
+        @Sendable func apply(_ steps: [Step]) async throws {
             try await PostgresStore.transaction(pool, logger: logger, attempts: Self.attempts) { connection, logger in
-                try await PostgresStore.takeWriteLock(connection, logger)
-                var touched: [String] = []
-                var seen = Set<String>()
-                for step in steps {
-                    if let mailbox = try await step(connection, logger, guarded), seen.insert(mailbox).inserted { touched.append(mailbox) }
+                for chunk in Self.chunks(steps) {
+                    let (rows, announced) = try await Self.run(chunk.map(\.write), node: node, on: connection, logger: logger)
+                    for (step, row) in zip(chunk, rows) { step.answer(.success(row)) }
+                    if announced { notified() }
                 }
-                if !touched.isEmpty, let announce { try await announce(touched, connection, logger) }
             }
         }
         batches = WriteBatches { steps in
             do {
-                try await apply(steps, guarded: false)
-            } catch where !PostgresPool.isUnreachable(error) && !(error is StoreFailure) {
-                try await apply(steps, guarded: true)
+                try await apply(steps)
+            } catch where !PostgresPool.isUnreachable(error) && !(error is StoreFailure) && steps.count > 1 {
+                // One write broke the batch; find which by applying them one by one.
+                for (index, step) in steps.enumerated() {
+                    do {
+                        try await apply([step])
+                    } catch where PostgresPool.isUnreachable(error) || error is StoreFailure {
+                        for rest in steps[index...] { rest.answer(.failure(error)) }
+                        return
+                    } catch {
+                        step.answer(.failure(error))
+                    }
+                }
             }
         }
     }
 
-    /// Queues `updates` for the next shared transaction at once and returns the ticket its result
-    /// will be on; writes are applied in submission order. `touches` names the mailbox a
-    /// successful result touched, to announce. `committed` gets the result first, in commit order,
-    /// if `updates` succeeded and the transaction committed; `finished` runs when the ticket is
-    /// resolved, either way.
-    func submit<T: Sendable>(_ updates: @escaping @Sendable (PostgresConnection, Logger) async throws -> T,
-                             touches: (@Sendable (T) -> String?)? = nil,
+    /// Runs `writes` as one `mailslot_write_batch` statement; their rows, in the writes' order, and
+    /// whether the statement sent a notification.
+    private static func run(_ writes: [PostgresWrite], node: String, on connection: PostgresConnection,
+                            logger: Logger) async throws -> (rows: [Row], announced: Bool) {
+        var announced: [String] = []
+        var seen = Set<String>()
+        for write in writes where write.announced && seen.insert(write.recipient).inserted { announced.append(write.recipient) }
+        let notify = announced.isEmpty ? nil : ClusterNotification(node: node, event: .changed(mailboxes: announced)).payload
+        var rows = [Row?](repeating: nil, count: writes.count)
+        for try await row in try await connection.execute(WriteBatchStatement(writes: writes, notify: notify), logger: logger) {
+            guard row.ord >= 1, row.ord <= writes.count, rows[Int(row.ord) - 1] == nil else {
+                throw PostgresSchema.Refusal(description: "mailslot_write_batch answered an unexpected row")
+            }
+            rows[Int(row.ord) - 1] = row
+        }
+        let answered = try rows.map { row in
+            guard let row else { throw PostgresSchema.Refusal(description: "mailslot_write_batch left a write unanswered") }
+            return row
+        }
+        return (answered, notify != nil)
+    }
+
+    /// `steps` cut into statements of at most ``maxStatementWrites`` writes and about
+    /// ``maxStatementBytes`` of envelopes (one larger envelope goes alone).
+    private static func chunks(_ steps: [Step]) -> [ArraySlice<Step>] {
+        var chunks: [ArraySlice<Step>] = []
+        var start = steps.startIndex
+        var bytes = 0
+        for index in steps.indices {
+            let size = steps[index].write.envelope.utf8.count
+            if index > start, index - start >= maxStatementWrites || bytes + size > maxStatementBytes {
+                chunks.append(steps[start..<index])
+                start = index
+                bytes = 0
+            }
+            bytes += size
+        }
+        if start < steps.endIndex { chunks.append(steps[start...]) }
+        return chunks
+    }
+
+    /// Queues `write` for the next shared transaction at once and returns the ticket its result
+    /// will be on; writes are applied in submission order. `decode` reads the write's row inside
+    /// the transaction (a ``StoreRefusal`` it throws is the write's answer). `committed` gets the
+    /// result first, in commit order, if the write succeeded and the transaction committed;
+    /// `finished` runs when the ticket is resolved, either way.
+    func submit<T: Sendable>(_ write: PostgresWrite,
+                             decode: @escaping @Sendable (Row) throws -> T,
                              committed: (@Sendable (T) -> Void)? = nil,
                              finished: (@Sendable () -> Void)? = nil) -> CommitTicket<T> {
         batches.submit({ outcome in
-            { connection, logger, guarded in
-                guard guarded else {
-                    do {
-                        let value = try await updates(connection, logger)
-                        outcome.result = .success(value)
-                        return touches?(value)
-                    } catch let refusal as StoreRefusal {
-                        outcome.result = .failure(refusal)  // decided before anything changed
-                        return nil
-                    }
-                }
-                try await connection.query("SAVEPOINT group_write", logger: logger)
-                do {
-                    let value = try await updates(connection, logger)
-                    try await connection.query("RELEASE SAVEPOINT group_write", logger: logger)
-                    outcome.result = .success(value)
-                    return touches?(value)
-                } catch let error as PSQLError where PostgresStore.isRetryable(error) {
-                    throw error  // the batch as a whole is rolled back and applied again
-                } catch {
-                    outcome.result = .failure(error)
-                    // Undo this write alone; if even that fails, the whole batch fails.
-                    try await connection.query("ROLLBACK TO SAVEPOINT group_write", logger: logger)
-                    try await connection.query("RELEASE SAVEPOINT group_write", logger: logger)
-                    return nil
-                }
+            Step(write: write) { row in
+                outcome.result = Result { try decode(row.get()) }
             }
         }, committed: committed, finished: finished)
     }

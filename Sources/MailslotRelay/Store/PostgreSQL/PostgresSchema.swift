@@ -281,6 +281,203 @@ enum PostgresSchema {
             END $$
             """,
         ]),
+        // A group-commit batch in one statement (PostgresGroupCommit): a statement and its
+        // executor start cost more than a row, so the writes of a batch go in together, and the size
+        // counters are kept per statement rather than per row. The row triggers become statement
+        // triggers over transition tables (one grouped upsert per statement, whoever writes:
+        // batches, sweeps, an operator); the counters stay exact, as before.
+        Migration(version: 4, name: "write batches in one statement; size counters per statement", sql: [
+            "DROP TRIGGER messages_stored ON messages",
+            "DROP TRIGGER messages_erased ON messages",
+            "DROP FUNCTION mailslot_message_stored()",
+            "DROP FUNCTION mailslot_message_erased()",
+            """
+            CREATE FUNCTION mailslot_messages_stored() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+            BEGIN
+                INSERT INTO mailbox_sizes AS s (recipient, stored) SELECT n.recipient, count(*) FROM stored_rows n GROUP BY n.recipient
+                    ON CONFLICT (recipient) DO UPDATE SET stored = s.stored + excluded.stored;
+                INSERT INTO author_sizes AS a (author, bytes) SELECT n.author, sum(n.size) FROM stored_rows n GROUP BY n.author
+                    ON CONFLICT (author) DO UPDATE SET bytes = a.bytes + excluded.bytes;
+                RETURN NULL;
+            END $$
+            """,
+            // A row is gone with the mailbox's (the author's) last message, as before.
+            """
+            CREATE FUNCTION mailslot_messages_erased() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+            BEGIN
+                UPDATE mailbox_sizes s SET stored = s.stored - e.n
+                    FROM (SELECT o.recipient, count(*) AS n FROM erased_rows o GROUP BY o.recipient) e WHERE s.recipient = e.recipient;
+                DELETE FROM mailbox_sizes s WHERE s.stored <= 0 AND s.recipient IN (SELECT o.recipient FROM erased_rows o);
+                UPDATE author_sizes a SET bytes = a.bytes - e.n
+                    FROM (SELECT o.author, sum(o.size) AS n FROM erased_rows o GROUP BY o.author) e WHERE a.author = e.author;
+                DELETE FROM author_sizes a WHERE a.bytes <= 0 AND a.author IN (SELECT o.author FROM erased_rows o);
+                RETURN NULL;
+            END $$
+            """,
+            """
+            CREATE TRIGGER messages_stored AFTER INSERT ON messages REFERENCING NEW TABLE AS stored_rows
+                FOR EACH STATEMENT EXECUTE FUNCTION mailslot_messages_stored()
+            """,
+            """
+            CREATE TRIGGER messages_erased AFTER DELETE ON messages REFERENCING OLD TABLE AS erased_rows
+                FOR EACH STATEMENT EXECUTE FUNCTION mailslot_messages_erased()
+            """,
+            // One batch of writes, in order (kinds: create, ack — the owner's erase —, unsend — the
+            // author's). Every array has one element per write; '' stands for none (a create's
+            // key id, an ack's author). Answers one row per write, `ord` its position (from 1):
+            // outcome created, duplicate, conflict, blocked, stale_keys, mailbox_full, author_quota
+            // (a create), erased or absent (an erase, with the erased row's expires_at). Takes the
+            // write lock (PostgresStore.takeWriteLock) and sends `p_notify` to the other relays
+            // (the caller passes it when the batch holds a create or an unsend: a refused one only
+            // costs the listeners a needless look), inside the caller's transaction.
+            //
+            // Two ways, one result. When the writes cannot affect one another — no id twice, no id
+            // already stored, no limit within reach even if every create succeeds — they go in as
+            // one INSERT and one DELETE. Otherwise one by one, with mailslot_create_message's
+            // checks in its order (migration 2), so that the answers are exactly those of the
+            // writes applied in submission order. Either way a refusal is decided before anything
+            // is written. seq values are drawn in submission order, under the write lock, so each
+            // mailbox's order is the order its creates were submitted and committed in.
+            """
+            CREATE FUNCTION mailslot_write_batch(p_kinds TEXT[], p_recipients TEXT[], p_ids TEXT[], p_authors TEXT[],
+                p_envelopes TEXT[], p_sizes BIGINT[], p_key_ids TEXT[], p_now BIGINT[], p_expires_at BIGINT[],
+                p_max_pending BIGINT[], p_max_author_bytes BIGINT[], p_notify TEXT)
+            RETURNS TABLE (ord BIGINT, outcome TEXT, seq BIGINT, created_at BIGINT, expires_at BIGINT, lease_until BIGINT,
+                lease_holder TEXT, erased_expired BOOLEAN)
+            LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+            DECLARE
+                v_creates INTEGER;
+                v_erasures INTEGER;
+                v_seqs BIGINT[];
+                v_existing messages%ROWTYPE;
+                v_expired_seq BIGINT;
+                v_stored BIGINT;
+                v_author_bytes BIGINT;
+            BEGIN
+                PERFORM pg_advisory_xact_lock(\(writeLockKey));
+                SELECT count(*) FILTER (WHERE k = 'create'), count(*) FILTER (WHERE k <> 'create')
+                    INTO v_creates, v_erasures FROM unnest(p_kinds) AS k;
+                IF NOT EXISTS (SELECT 1 FROM unnest(p_recipients, p_ids) AS w(recipient, id) GROUP BY w.recipient, w.id HAVING count(*) > 1)
+                   AND (v_creates = 0 OR NOT EXISTS (
+                    WITH c AS (SELECT w.*,
+                                      count(*) OVER (PARTITION BY w.recipient ORDER BY w.ord) AS mailbox_rank,
+                                      sum(w.size) OVER (PARTITION BY w.author ORDER BY w.ord) AS author_sum
+                               FROM unnest(p_kinds, p_recipients, p_ids, p_authors, p_sizes, p_max_pending, p_max_author_bytes)
+                                    WITH ORDINALITY AS w(kind, recipient, id, author, size, max_pending, max_author_bytes, ord)
+                               WHERE w.kind = 'create')
+                    SELECT 1 FROM c JOIN messages m ON m.recipient = c.recipient AND m.id = c.id
+                    UNION ALL
+                    SELECT 1 FROM c
+                    WHERE coalesce((SELECT s.stored FROM mailbox_sizes s WHERE s.recipient = c.recipient), 0) + c.mailbox_rank > c.max_pending
+                       OR coalesce((SELECT a.bytes FROM author_sizes a WHERE a.author = c.author), 0) + c.author_sum > c.max_author_bytes))
+                THEN
+                    IF v_creates > 0 THEN
+                        v_seqs := ARRAY(SELECT nextval(pg_get_serial_sequence('messages', 'seq')) FROM generate_series(1, v_creates));
+                        RETURN QUERY
+                        WITH c AS (SELECT w.*, row_number() OVER (ORDER BY w.ord) AS rank,
+                                       CASE WHEN EXISTS (SELECT 1 FROM blocked b WHERE b.owner = w.recipient AND b.author = w.author) THEN 'blocked'
+                                            WHEN w.key_id <> '' AND (SELECT k.key_id FROM key_bundles k WHERE k.uid = w.recipient)
+                                                 IS DISTINCT FROM w.key_id THEN 'stale_keys'
+                                            ELSE 'created' END AS outcome
+                                   FROM unnest(p_kinds, p_recipients, p_ids, p_authors, p_envelopes, p_sizes, p_key_ids, p_now, p_expires_at)
+                                        WITH ORDINALITY AS w(kind, recipient, id, author, envelope, size, key_id, now, expires_at, ord)
+                                   WHERE w.kind = 'create'),
+                             -- Run to completion although nothing reads it, as every data-modifying WITH is.
+                             inserted AS (
+                                INSERT INTO messages (seq, recipient, id, author, created_at, expires_at, size, envelope) OVERRIDING SYSTEM VALUE
+                                SELECT v_seqs[c.rank], c.recipient, c.id, c.author, c.now, c.expires_at, c.size, c.envelope
+                                FROM c WHERE c.outcome = 'created')
+                        SELECT c.ord, c.outcome, CASE WHEN c.outcome = 'created' THEN v_seqs[c.rank] END, c.now, c.expires_at,
+                               NULL::BIGINT, NULL::TEXT, false
+                        FROM c;
+                    END IF;
+                    IF v_erasures > 0 THEN
+                        RETURN QUERY
+                        WITH w AS (SELECT * FROM unnest(p_kinds, p_recipients, p_ids, p_authors)
+                                            WITH ORDINALITY AS w(kind, recipient, id, author, ord) WHERE w.kind <> 'create'),
+                             erased AS (DELETE FROM messages m USING w
+                                        WHERE m.recipient = w.recipient AND m.id = w.id AND (w.kind = 'ack' OR m.author = w.author)
+                                        RETURNING w.ord, w.kind, m.expires_at)
+                        SELECT w.ord, CASE WHEN e.ord IS NULL THEN 'absent' ELSE 'erased' END, NULL::BIGINT, NULL::BIGINT, e.expires_at,
+                               NULL::BIGINT, NULL::TEXT, false
+                        FROM w LEFT JOIN erased e ON e.ord = w.ord;
+                    END IF;
+                ELSE
+                    FOR i IN 1 .. coalesce(array_length(p_kinds, 1), 0) LOOP
+                        ord := i; outcome := NULL; seq := NULL; created_at := NULL; expires_at := NULL;
+                        lease_until := NULL; lease_holder := NULL; erased_expired := false;
+                        IF p_kinds[i] = 'create' THEN
+                            <<create>>
+                            BEGIN
+                                v_expired_seq := NULL;
+                                SELECT * INTO v_existing FROM messages m WHERE m.recipient = p_recipients[i] AND m.id = p_ids[i];
+                                IF FOUND THEN
+                                    IF v_existing.expires_at <= p_now[i] THEN
+                                        v_expired_seq := v_existing.seq;
+                                    ELSIF v_existing.author = p_authors[i] AND v_existing.envelope = p_envelopes[i] THEN
+                                        outcome := 'duplicate';
+                                        seq := v_existing.seq; created_at := v_existing.created_at; expires_at := v_existing.expires_at;
+                                        lease_until := v_existing.lease_until; lease_holder := v_existing.lease_holder;
+                                        EXIT create;
+                                    ELSE
+                                        outcome := 'conflict';
+                                        EXIT create;
+                                    END IF;
+                                END IF;
+                                IF EXISTS (SELECT 1 FROM blocked b WHERE b.owner = p_recipients[i] AND b.author = p_authors[i]) THEN
+                                    outcome := 'blocked';
+                                    EXIT create;
+                                END IF;
+                                IF p_key_ids[i] <> '' AND (SELECT k.key_id FROM key_bundles k WHERE k.uid = p_recipients[i])
+                                   IS DISTINCT FROM p_key_ids[i] THEN
+                                    outcome := 'stale_keys';
+                                    EXIT create;
+                                END IF;
+                                v_stored := coalesce((SELECT s.stored FROM mailbox_sizes s WHERE s.recipient = p_recipients[i]), 0);
+                                IF v_stored >= p_max_pending[i] THEN
+                                    v_stored := v_stored - (SELECT count(*) FROM messages m
+                                                            WHERE m.recipient = p_recipients[i] AND m.expires_at <= p_now[i]);
+                                    IF v_stored >= p_max_pending[i] THEN
+                                        outcome := 'mailbox_full';
+                                        EXIT create;
+                                    END IF;
+                                END IF;
+                                v_author_bytes := coalesce((SELECT a.bytes FROM author_sizes a WHERE a.author = p_authors[i]), 0);
+                                IF v_expired_seq IS NOT NULL AND v_existing.author = p_authors[i] THEN
+                                    v_author_bytes := v_author_bytes - v_existing.size;
+                                END IF;
+                                IF v_author_bytes + p_sizes[i] > p_max_author_bytes[i] THEN
+                                    outcome := 'author_quota';
+                                    EXIT create;
+                                END IF;
+                                IF v_expired_seq IS NOT NULL THEN
+                                    DELETE FROM messages m WHERE m.seq = v_expired_seq;
+                                    erased_expired := true;
+                                END IF;
+                                INSERT INTO messages (recipient, id, author, created_at, expires_at, size, envelope)
+                                    VALUES (p_recipients[i], p_ids[i], p_authors[i], p_now[i], p_expires_at[i], p_sizes[i], p_envelopes[i])
+                                    RETURNING messages.seq INTO seq;
+                                outcome := 'created';
+                                created_at := p_now[i];
+                                expires_at := p_expires_at[i];
+                            END;
+                        ELSIF p_kinds[i] IN ('ack', 'unsend') THEN
+                            DELETE FROM messages m WHERE m.recipient = p_recipients[i] AND m.id = p_ids[i]
+                                AND (p_kinds[i] = 'ack' OR m.author = p_authors[i])
+                                RETURNING m.expires_at INTO expires_at;
+                            outcome := CASE WHEN FOUND THEN 'erased' ELSE 'absent' END;
+                        ELSE
+                            RAISE EXCEPTION 'mailslot_write_batch: unknown kind %', p_kinds[i];
+                        END IF;
+                        RETURN NEXT;
+                    END LOOP;
+                END IF;
+                IF p_notify IS NOT NULL THEN
+                    PERFORM pg_notify('mailslot', p_notify);
+                END IF;
+            END $$
+            """,
+        ]),
     ]
 
     /// Applies the migrations the database lacks, one node at a time; refuses a database whose

@@ -39,12 +39,9 @@ final class PostgresStore: RelayStore {
         self.metrics = metrics
         self.logger = logger
         location = PostgresURL.redacted(url)
-        let notifications = PostgresNotifications(node: ClusterNotification.newNode(), pool: pool, configuration: configuration,
-                                                  metrics: metrics, logger: logger)
-        self.notifications = notifications
-        group = PostgresGroupCommit(pool: pool, logger: logger) { mailboxes, connection, logger in
-            try await notifications.notify(.changed(mailboxes: mailboxes), on: connection, logger: logger)
-        }
+        let node = ClusterNotification.newNode()
+        notifications = PostgresNotifications(node: node, pool: pool, configuration: configuration, metrics: metrics, logger: logger)
+        group = PostgresGroupCommit(pool: pool, node: node, logger: logger) { metrics?.clusterNotificationsSent.increment() }
     }
 
     /// Connections each relay opens to the database at most (besides its listening one).
@@ -148,12 +145,11 @@ final class PostgresStore: RelayStore {
     }
 
     /// A write that shares a transaction with others (``PostgresGroupCommit``), queued at once;
-    /// the mailbox `touches` names for its result is announced to the other relays.
-    func groupSubmit<T: Sendable>(_ operation: String, _ updates: @escaping @Sendable (PostgresConnection, Logger) async throws -> T,
-                                  touches: (@Sendable (T) -> String?)? = nil,
+    /// `decode` reads its row of `mailslot_write_batch`.
+    func groupSubmit<T: Sendable>(_ operation: String, _ write: PostgresWrite, decode: @escaping @Sendable (PostgresGroupCommit.Row) throws -> T,
                                   committed: (@Sendable (T) -> Void)? = nil) -> CommitTicket<T> {
         let start = ContinuousClock.now
-        return group.submit(updates, touches: touches, committed: committed,
+        return group.submit(write, decode: decode, committed: committed,
                             finished: { [metrics] in metrics?.store(operation, ContinuousClock.now - start) })
     }
 
@@ -196,42 +192,33 @@ final class PostgresStore: RelayStore {
 
     /// Stores a message, with the refusals of ``SQLiteStore`` in the same order: an identical retry
     /// is answered as a duplicate before any limit; then conflict, blocked, stale keys, the
-    /// pending limit, the author quota. Queued at once (``groupSubmit(_:_:touches:committed:)``).
-    /// One statement, `mailslot_create_message` (``PostgresSchema``, migration 2), which decides
-    /// every refusal before it writes anything; it runs in a group-commit batch, under the write
+    /// pending limit, the author quota. Queued at once (``groupSubmit(_:_:decode:committed:)``):
+    /// `mailslot_write_batch` decides every refusal before it writes anything, under the write
     /// lock, so creates on all nodes commit one after another, in `seq` order.
     func submitCreateMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String?, now: Int64,
                              expiresAt: Int64, limits: CreateLimits,
                              whenCommitted: (@Sendable (StoredMessage) -> Void)?) -> CommitTicket<CreateOutcome> {
-        groupSubmit("create_message", { connection, logger in
-            let statement = CreateMessageStatement(recipient: recipient, id: id, author: author, envelope: envelope, size: Int64(size),
-                                                   keyID: keyID, now: now, expiresAt: expiresAt, maxPending: Int64(limits.maxPending),
-                                                   maxAuthorBytes: limits.maxAuthorBytes)
-            var answer: CreateMessageStatement.Row?
-            for try await row in try await connection.execute(statement, logger: logger) where answer == nil { answer = row }
-            guard let (outcome, seq, createdAt, storedExpiresAt, leaseUntil, leaseHolder, erasedExpired) = answer else {
-                throw PostgresSchema.Refusal(description: "mailslot_create_message returned no row")
-            }
+        let write = PostgresWrite(kind: .create, recipient: recipient, id: id, author: author, envelope: envelope, size: Int64(size),
+                                  keyID: keyID ?? "", now: now, expiresAt: expiresAt, limits: limits)
+        return groupSubmit("create_message", write, decode: { row in
             func stored() throws -> StoredMessage {
-                guard let seq, let createdAt, let storedExpiresAt else {
-                    throw PostgresSchema.Refusal(description: "mailslot_create_message returned no message")
+                guard let seq = row.seq, let createdAt = row.createdAt, let storedExpiresAt = row.expiresAt else {
+                    throw PostgresSchema.Refusal(description: "mailslot_write_batch returned no message")
                 }
                 return StoredMessage(seq: seq, recipient: recipient, id: id, author: author, createdAt: createdAt,
-                                     expiresAt: storedExpiresAt, envelope: envelope, size: size, leaseUntil: leaseUntil,
-                                     leaseHolder: leaseHolder)
+                                     expiresAt: storedExpiresAt, envelope: envelope, size: size, leaseUntil: row.leaseUntil,
+                                     leaseHolder: row.leaseHolder)
             }
-            switch outcome {
-            case "created": return .created(try stored(), erasedExpired: erasedExpired)
+            switch row.outcome {
+            case "created": return .created(try stored(), erasedExpired: row.erasedExpired)
             case "duplicate": return .duplicate(try stored())
             case "conflict": throw StoreRefusal.conflict
             case "blocked": throw StoreRefusal.blocked
             case "stale_keys": throw StoreRefusal.staleKeys
             case "mailbox_full": throw StoreRefusal.mailboxFull
             case "author_quota": throw StoreRefusal.authorQuota
-            default: throw PostgresSchema.Refusal(description: "mailslot_create_message answered an unknown outcome")
+            default: throw PostgresSchema.Refusal(description: "mailslot_write_batch answered an unknown outcome for a create")
             }
-        }, touches: { outcome in
-            if case .created = outcome { recipient } else { nil }
         }, committed: { outcome in
             if case .created(let message, _) = outcome { whenCommitted?(message) }
         })
@@ -286,26 +273,17 @@ final class PostgresStore: RelayStore {
 
     /// Erases message `id` of `recipient`'s mailbox — only if `author` wrote it, when given (an
     /// unsend must not erase a newer message that reuses the id). True if an unexpired message
-    /// was erased; an expired one is erased too, but reported as absent. Queued at once.
+    /// was erased; an expired one is erased too, but reported as absent. Queued at once; an unsend
+    /// is announced to the other relays, whose subscription may hold the message in memory (the
+    /// owner's own acknowledgement needs no announcement: docs/architecture.md).
     func submitDeleteMessage(recipient: String, id: String, author: String?, now: Int64) -> CommitTicket<Bool> {
-        groupSubmit("delete_message") { connection, logger in
-            var erasedExpiry: Int64?
-            if let author {
-                erasedExpiry = try await Self.first(connection, """
-                    DELETE FROM messages WHERE recipient = \(recipient) AND id = \(id) AND author = \(author) RETURNING expires_at
-                    """, logger)?.decode(Int64.self)
-            } else {
-                // The owner's acknowledgement, as common as creates: a prepared statement.
-                for try await expiresAt in try await connection.execute(AcknowledgeStatement(recipient: recipient, id: id), logger: logger) {
-                    erasedExpiry = expiresAt
-                }
+        let write = PostgresWrite(kind: author == nil ? .ack : .unsend, recipient: recipient, id: id, author: author ?? "")
+        return groupSubmit("delete_message", write) { row in
+            switch row.outcome {
+            case "erased": return (row.expiresAt ?? now) > now
+            case "absent": return false
+            default: throw PostgresSchema.Refusal(description: "mailslot_write_batch answered an unknown outcome for an erase")
             }
-            guard let expiresAt = erasedExpiry else { return false }
-            return expiresAt > now
-        } touches: { erased in
-            // An unsend must reach a subscription on another node that may hold the message in memory;
-            // the owner's own acknowledgement needs no announcement (docs/architecture.md).
-            erased && author != nil ? recipient : nil
         }
     }
 

@@ -5,63 +5,71 @@ import PostgresNIO
 // large part of the database's CPU per message. Their results are read by position, in the
 // order their SQL names the columns.
 
-/// A create: `mailslot_create_message` (``PostgresSchema``, migration 2).
-struct CreateMessageStatement: PostgresPreparedStatement {
-    typealias Row = (outcome: String, seq: Int64?, createdAt: Int64?, expiresAt: Int64?, leaseUntil: Int64?, leaseHolder: String?,
-                     erasedExpired: Bool)
+/// One write of a group-commit batch, as `mailslot_write_batch` (``PostgresSchema``, migration 4)
+/// takes it: a create, the owner's erase (an acknowledgement) or the author's (an unsend).
+struct PostgresWrite: Sendable {
+    enum Kind: String, Sendable {
+        case create, ack, unsend
+    }
 
-    static let name = "mailslot_create_message_v2"
+    let kind: Kind
+    let recipient: String
+    let id: String
+    /// The author (a create, an unsend); empty for an acknowledgement.
+    var author = ""
+    var envelope = ""
+    var size: Int64 = 0
+    /// The key id a create names; empty when it names none.
+    var keyID = ""
+    var now: Int64 = 0
+    var expiresAt: Int64 = 0
+    var limits = CreateLimits(maxPending: 0, maxAuthorBytes: 0)
+
+    /// Whether the other relays must hear of the mailbox when this write changes it: an
+    /// acknowledgement concerns only the subscription that read the message.
+    var announced: Bool { kind != .ack }
+}
+
+/// A batch of writes in one statement: `mailslot_write_batch`, one row per write.
+struct WriteBatchStatement: PostgresPreparedStatement {
+    /// One write's answer; `ord` is its position in the batch, from 1.
+    typealias Row = (ord: Int64, outcome: String, seq: Int64?, createdAt: Int64?, expiresAt: Int64?, leaseUntil: Int64?,
+                     leaseHolder: String?, erasedExpired: Bool)
+
+    static let name = "mailslot_write_batch_v1"
     static let sql = """
-        SELECT outcome, seq, created_at, expires_at, lease_until, lease_holder, erased_expired
-        FROM mailslot_create_message($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+        SELECT ord, outcome, seq, created_at, expires_at, lease_until, lease_holder, erased_expired
+        FROM mailslot_write_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
         """
-    static let bindingDataTypes: [PostgresDataType] = [.text, .text, .text, .text, .int8, .text, .int8, .int8, .int8, .int8]
+    static let bindingDataTypes: [PostgresDataType] = [.textArray, .textArray, .textArray, .textArray, .textArray, .int8Array,
+                                                       .textArray, .int8Array, .int8Array, .int8Array, .int8Array, .text]
 
-    let recipient: String, id: String, author: String, envelope: String
-    let size: Int64
-    let keyID: String?
-    let now: Int64, expiresAt: Int64, maxPending: Int64, maxAuthorBytes: Int64
+    let writes: [PostgresWrite]
+    /// The `NOTIFY` payload, sent if a create or an unsend of the batch changed something.
+    let notify: String?
 
     func makeBindings() throws -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 10)
-        bindings.append(recipient)
-        bindings.append(id)
-        bindings.append(author)
-        bindings.append(envelope)
-        bindings.append(size)
-        bindings.append(keyID)
-        bindings.append(now)
-        bindings.append(expiresAt)
-        bindings.append(maxPending)
-        bindings.append(maxAuthorBytes)
+        var bindings = PostgresBindings(capacity: 12)
+        bindings.append(writes.map(\.kind.rawValue))
+        bindings.append(writes.map(\.recipient))
+        bindings.append(writes.map(\.id))
+        bindings.append(writes.map(\.author))
+        bindings.append(writes.map(\.envelope))
+        bindings.append(writes.map(\.size))
+        bindings.append(writes.map(\.keyID))
+        bindings.append(writes.map(\.now))
+        bindings.append(writes.map(\.expiresAt))
+        bindings.append(writes.map { Int64($0.limits.maxPending) })
+        bindings.append(writes.map(\.limits.maxAuthorBytes))
+        bindings.append(notify)
         return bindings
     }
 
     func decodeRow(_ row: PostgresRow) throws -> Row {
-        let (outcome, seq, createdAt, expiresAt, leaseUntil, leaseHolder, erasedExpired) =
-            try row.decode((String, Int64?, Int64?, Int64?, Int64?, String?, Bool).self)
-        return (outcome, seq, createdAt, expiresAt, leaseUntil, leaseHolder, erasedExpired)
+        let (ord, outcome, seq, createdAt, expiresAt, leaseUntil, leaseHolder, erasedExpired) =
+            try row.decode((Int64, String, Int64?, Int64?, Int64?, Int64?, String?, Bool).self)
+        return (ord, outcome, seq, createdAt, expiresAt, leaseUntil, leaseHolder, erasedExpired)
     }
-}
-
-/// The erasure of a message by the mailbox's owner (an acknowledgement): its `expires_at`, if it was there.
-struct AcknowledgeStatement: PostgresPreparedStatement {
-    typealias Row = Int64
-
-    static let name = "mailslot_acknowledge_v1"
-    static let sql = "DELETE FROM messages WHERE recipient = $1 AND id = $2 RETURNING expires_at"
-    static let bindingDataTypes: [PostgresDataType] = [.text, .text]
-
-    let recipient: String, id: String
-
-    func makeBindings() throws -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 2)
-        bindings.append(recipient)
-        bindings.append(id)
-        return bindings
-    }
-
-    func decodeRow(_ row: PostgresRow) throws -> Int64 { try row.decode(Int64.self) }
 }
 
 /// Unexpired messages of a mailbox after a `seq`, oldest first, at most `limit` rows.
