@@ -6,9 +6,9 @@ import Synchronization
 /// Each caller is answered only after its batch committed (or with the batch's error); the
 /// `committed` calls run after the commit, one after another, in apply order.
 ///
-/// `Write` is the backend's own step: it applies one write inside the batch's transaction (in a
-/// savepoint of its own, so a refusal undoes only that write) and records the write's outcome.
-/// It throws only when the transaction itself is broken; then the whole batch fails.
+/// `Write` is the backend's own step: what one write is, and where its outcome goes. The backend's
+/// `commit` applies a batch of them and records each outcome; when it throws, every write of the
+/// batch fails with its error.
 final class WriteBatches<Write: Sendable>: Sendable {
     /// One write's outcome, set by its step inside the transaction and read once it committed.
     final class Outcome<T: Sendable>: @unchecked Sendable {

@@ -11,12 +11,23 @@ import Synchronization
 /// server, uses fail at once for ``failFastInterval`` before one is let through to try again. So
 /// during an outage every request is answered `503 unavailable` within seconds, and when the
 /// server returns the next use finds it (the pool reconnects by itself): nothing to restart.
+///
+/// One watchdog task per pool gives up the waits that last too long, rather than a timer per use:
+/// a use is two or three per message, and a timer task costs its start, its sleep and its
+/// cancellation — thread wake-ups that were a good part of a relay's CPU at a thousand messages a
+/// second.
 final class PostgresPool: Sendable {
     let client: PostgresClient
     private let logger: Logger
     private let running: Task<Void, Never>
+    private let watchdog: Task<Void, Never>
     /// When the last failure to reach the server happened, if it is recent.
     private let lastFailure = Mutex<ContinuousClock.Instant?>(nil)
+    /// The uses under way, by number: the watchdog gives up those still without a connection
+    /// after ``leaseTimeout``.
+    private let uses = Uses()
+    /// How often the watchdog looks: a wait is given up between ``leaseTimeout`` and this much later.
+    static let watchdogInterval: Duration = .milliseconds(250)
 
     /// How long a use waits for a connection before it is answered ``StoreFailure/unavailable``.
     static let leaseTimeout: Duration = .seconds(3)
@@ -34,12 +45,28 @@ final class PostgresPool: Sendable {
         self.client = client
         self.logger = logger
         running = Task { await client.run() }
+        watchdog = Task { [uses] in
+            while (try? await Task.sleep(for: Self.watchdogInterval)) != nil {
+                let now = ContinuousClock.now
+                let late = uses.state.withLock { uses in
+                    uses.waiting.values.filter { use in
+                        use.since.duration(to: now) >= Self.leaseTimeout && !use.lease.leased.load(ordering: .sequentiallyConsistent)
+                    }
+                }
+                for use in late {
+                    use.lease.gaveUp.store(true, ordering: .sequentiallyConsistent)
+                    use.cancel()
+                }
+            }
+        }
     }
 
     /// Stops the pool: connections close; later uses fail.
     func close() async {
+        watchdog.cancel()
         running.cancel()
         await running.value
+        await watchdog.value
     }
 
     /// Whether the server was unreachable moments ago (uses fail at once meanwhile).
@@ -64,16 +91,14 @@ final class PostgresPool: Sendable {
                 return try await body(connection)
             }
         }
-        // Only the wait for a connection is cancelled: a transaction under way is let finish (or
-        // fail with its connection), so that no answer claims less than what was committed.
-        let timer = Task {
-            guard (try? await Task.sleep(for: Self.leaseTimeout)) != nil else { return }
-            if !lease.leased.load(ordering: .sequentiallyConsistent) {
-                lease.gaveUp.store(true, ordering: .sequentiallyConsistent)
-                work.cancel()
-            }
+        // Only the wait for a connection is given up (by the watchdog): a transaction under way is
+        // let finish (or fail with its connection), so that no answer claims less than what was committed.
+        let number = uses.state.withLock { uses in
+            defer { uses.next += 1 }
+            uses.waiting[uses.next] = Use(since: .now, lease: lease, cancel: { work.cancel() })
+            return uses.next
         }
-        defer { timer.cancel() }
+        defer { _ = uses.state.withLock { $0.waiting.removeValue(forKey: number) } }
         do {
             // The caller's cancellation reaches `body` as if it ran in the caller's task.
             return try await withTaskCancellationHandler { try await work.value } onCancel: { work.cancel() }
@@ -113,6 +138,18 @@ final class PostgresPool: Sendable {
     private final class Lease: Sendable {
         let leased = Atomic<Bool>(false)
         let gaveUp = Atomic<Bool>(false)
+    }
+
+    /// The uses under way, by number.
+    private final class Uses: Sendable {
+        let state = Mutex<(next: UInt64, waiting: [UInt64: Use])>((0, [:]))
+    }
+
+    /// A use under way, as the watchdog sees it.
+    private struct Use: Sendable {
+        let since: ContinuousClock.Instant
+        let lease: Lease
+        let cancel: @Sendable () -> Void
     }
 
     /// Whether `error` says the server could not be reached or the connection was lost, rather
