@@ -332,10 +332,10 @@ enum PostgresSchema {
             // costs the listeners a needless look), inside the caller's transaction.
             //
             // Two ways, one result. When the writes cannot affect one another — no id twice, no id
-            // already stored, no limit within reach even if every create succeeds — they go in as
-            // one INSERT and one DELETE. Otherwise one by one, with mailslot_create_message's
-            // checks in its order (migration 2), so that the answers are exactly those of the
-            // writes applied in submission order. Either way a refusal is decided before anything
+            // already stored, no limit within reach even if every create succeeds — and are three
+            // or more, they go in as one INSERT and one DELETE. Otherwise one by one, with
+            // mailslot_create_message's checks in its order (migration 2), so that the answers are
+            // exactly those of the writes applied in submission order. Either way a refusal is decided before anything
             // is written. seq values are drawn in submission order, under the write lock, so each
             // mailbox's order is the order its creates were submitted and committed in.
             """
@@ -357,7 +357,9 @@ enum PostgresSchema {
                 PERFORM pg_advisory_xact_lock(\(writeLockKey));
                 SELECT count(*) FILTER (WHERE k = 'create'), count(*) FILTER (WHERE k <> 'create')
                     INTO v_creates, v_erasures FROM unnest(p_kinds) AS k;
-                IF NOT EXISTS (SELECT 1 FROM unnest(p_recipients, p_ids) AS w(recipient, id) GROUP BY w.recipient, w.id HAVING count(*) > 1)
+                -- Set-wise costs a few statements more than write by write, worth it from three writes on.
+                IF v_creates + v_erasures >= 3
+                   AND NOT EXISTS (SELECT 1 FROM unnest(p_recipients, p_ids) AS w(recipient, id) GROUP BY w.recipient, w.id HAVING count(*) > 1)
                    AND (v_creates = 0 OR NOT EXISTS (
                     WITH c AS (SELECT w.*,
                                       count(*) OVER (PARTITION BY w.recipient ORDER BY w.ord) AS mailbox_rank,
