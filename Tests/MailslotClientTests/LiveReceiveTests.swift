@@ -19,6 +19,33 @@ import Testing
         #expect(MailslotClient.failures(afterClose: 4599, previous: 3) == 4)
     }
 
+    /// An ack the relay could not carry out (5xx) is sent again after waits that double from half a
+    /// second, at least the relay's `retry_after`, at most 30 s, six times at most; a refusal, an id
+    /// never acked here, and one confirmed meanwhile are not.
+    @Test func anAckTheRelayCouldNotCarryOutIsSentAgainWithGrowingWaits() {
+        var acks = AckRetries()
+        let unavailable = Problem(.unavailable, retryAfter: 1)
+        #expect(acks.retry(after: unavailable, id: "m1") == nil, "never acked on this subscription")
+        acks.sent("m1")
+        let waits = (0..<8).map { _ in acks.retry(after: Problem(.unavailable), id: "m1", random: 0) }
+        #expect(waits == [.milliseconds(500), .seconds(1), .seconds(2), .seconds(4), .seconds(8), .seconds(16), nil, nil])
+        #expect(acks.count == 0, "given up: the next subscription brings the message again")
+
+        acks.sent("m2")
+        #expect(acks.retry(after: unavailable, id: "m2", random: 0) == .seconds(1), "the relay's retry_after is a floor")
+        #expect(acks.retry(after: Problem(.storageFull), id: "m2", random: 0.999) == .milliseconds(750), "jitter shortens by up to a quarter")
+        acks.confirmed("m2")
+        #expect(acks.retry(after: unavailable, id: "m2") == nil, "confirmed meanwhile")
+
+        acks.sent("m3")
+        #expect(acks.retry(after: Problem(.forbidden), id: "m3") == nil, "a refusal is final")
+        #expect(acks.count == 0)
+        acks.sent("m4")
+        for _ in 0..<10 { _ = acks.retry(after: Problem(.internalError, retryAfter: 120), id: "m4", random: 0) }
+        acks.sent("m5")
+        #expect(acks.retry(after: Problem(.internalError, retryAfter: 120), id: "m5", random: 0) == .seconds(30), "at most 30 s")
+    }
+
     @Test func theStreamYieldsStoredMessagesAndAcksThem() async throws {
         try await withTestRelay { relay in
             let alice = try relay.client("alice"), bob = try relay.client("bob")

@@ -37,6 +37,11 @@ extension MailslotClient {
         case waiting(seconds: Double, reason: String)
     }
 
+    /// The `ack` frame for message `id`.
+    static func ackText(_ id: String) throws -> String {
+        String(decoding: try JSONEncoder().encode(ClientFrame.ack(id)), as: UTF8.self)
+    }
+
     /// Failures in a row after the relay closed the subscription with the private code `code`.
     /// A relay that cannot serve for now (45xx: 4503, its database is out of reach) counts as a
     /// failure, so the wait before the next try grows rather than the client knocking again at
@@ -64,20 +69,42 @@ extension MailslotClient {
                     logger: logger
                 ) { inbound, outbound, _ in
                     onState(.connected)
+                    // Acks the relay could not carry out, sent again later; the pending ones end with the connection.
+                    var acks = AckRetries()
+                    var resends: [String: Task<Void, Never>] = [:]
+                    defer { for resend in resends.values { resend.cancel() } }
                     for try await frame in inbound.messages(maxSize: Defaults.maxRelayFrameBytes) {
                         guard case .text(let text) = frame, let relayFrame = try? JSONDecoder().decode(RelayFrame.self, from: Data(text.utf8)) else {
                             continue
                         }
                         // The relay says how many one-time prekeys it holds: topped up when low.
                         if let prekeys = relayFrame.prekeys { await self.replenishPrekeys(remaining: prekeys) }
-                        guard case .message(let record) = relayFrame else { continue }
-                        let accepted = try await self.accept(record, as: me)
-                        if let message = accepted.message { continuation.yield(message) }
-                        // Acknowledged only now, after the store: the relay erases it.
-                        let ack = String(decoding: try JSONEncoder().encode(ClientFrame.ack(record.id)), as: UTF8.self)
-                        try await outbound.write(.text(ack))
-                        await self.eraseOldCopies()
-                        if let notice = accepted.notice { await self.notify(notice) }
+                        switch relayFrame {
+                        case .acked(let id):
+                            acks.confirmed(id)
+                            resends[id] = nil
+                            continue
+                        case .error(let problem, _, let id?):
+                            resends[id] = nil
+                            if let wait = acks.retry(after: problem, id: id) {
+                                let ack = try Self.ackText(id)
+                                resends[id] = Task {
+                                    guard (try? await Task.sleep(for: wait)) != nil else { return }
+                                    try? await outbound.write(.text(ack))
+                                }
+                            }
+                            continue
+                        case .message(let record):
+                            let accepted = try await self.accept(record, as: me)
+                            if let message = accepted.message { continuation.yield(message) }
+                            // Acknowledged only now, after the store: the relay erases it.
+                            try await outbound.write(.text(try Self.ackText(record.id)))
+                            acks.sent(record.id)
+                            await self.eraseOldCopies()
+                            if let notice = accepted.notice { await self.notify(notice) }
+                        default:
+                            continue
+                        }
                     }
                 }
                 switch close?.closeCode {
