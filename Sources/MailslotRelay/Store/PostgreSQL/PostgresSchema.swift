@@ -334,8 +334,9 @@ enum PostgresSchema {
             // Two ways, one result. When the writes cannot affect one another — no id twice, no id
             // already stored, no limit within reach even if every create succeeds — and are three
             // or more, they go in as one INSERT and one DELETE. Otherwise one by one, with
-            // mailslot_create_message's checks in its order (migration 2), so that the answers are
-            // exactly those of the writes applied in submission order. Either way a refusal is decided before anything
+            // mailslot_create_message's checks in its order (migration 2; written out here rather
+            // than called, since a call per write, with its search_path switch, cost more), so that
+            // the answers are exactly those of the writes applied in submission order. Either way a refusal is decided before anything
             // is written. seq values are drawn in submission order, under the write lock, so each
             // mailbox's order is the order its creates were submitted and committed in.
             """
