@@ -649,6 +649,167 @@ import Testing
         }
     }
 
+    /// Random batches, each held back until it is whole (the write lock held from another
+    /// connection) and so committed as one `mailslot_write_batch` statement, answer and leave the
+    /// store exactly as the same writes applied one by one on the embedded store: batches whose
+    /// writes interfere (one id twice, limits reached and freed, expired ids, blocks, stale keys)
+    /// take the write-by-write way, batches of fresh ids the set-wise way. After each, the size
+    /// counters equal the rows they count.
+    @Test(.enabled(if: TestDatabase.unavailable == nil, "MAILSLOT_TEST_DATABASE_URL is not set: run the tests under tools/postgres run"))
+    func postgreSQLBatchesAnswerAsTheSameWritesOneByOne() async throws {
+        try await TestDatabase.with { url in
+            let store = try await PostgresStore.open(url: url, logger: TestRelay.logger)
+            let holder = try PostgresStore(url: url, logger: TestRelay.logger)
+            let folder = FileManager.default.temporaryDirectory.appendingPathComponent("batch-reference-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: folder) }
+            let reference = try SQLiteStore(path: folder.appendingPathComponent("relay.sqlite").path)
+            do {
+                try await Self.compareBatches(store, holder: holder, reference: reference)
+            } catch {
+                await holder.close()
+                await store.close()
+                throw error
+            }
+            await holder.close()
+            await store.close()
+        }
+    }
+
+    /// One write of ``postgreSQLBatchesAnswerAsTheSameWritesOneByOne()``.
+    private enum Write {
+        case create(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String?, limits: CreateLimits)
+        case erase(recipient: String, id: String, author: String?)
+
+        /// Submits the write to `store` at once; its answer, as text, when it is committed.
+        func submit(_ store: any RelayStore, now: Int64) -> Task<String, Never> {
+            switch self {
+            case let .create(recipient, id, author, envelope, size, keyID, limits):
+                let ticket = store.submitCreateMessage(recipient: recipient, id: id, author: author, envelope: envelope, size: size,
+                                                       keyID: keyID, now: now, expiresAt: now + 60_000, limits: limits, whenCommitted: nil)
+                return Task {
+                    do {
+                        switch try await ticket.value {
+                        case .created(_, let erasedExpired): return erasedExpired ? "created, erased expired" : "created"
+                        case .duplicate: return "duplicate"
+                        }
+                    } catch { return "\(error)" }
+                }
+            case let .erase(recipient, id, author):
+                let ticket = store.submitDeleteMessage(recipient: recipient, id: id, author: author, now: now)
+                return Task {
+                    do { return try await ticket.value ? "erased" : "absent" } catch { return "\(error)" }
+                }
+            }
+        }
+    }
+
+    private static func compareBatches(_ store: PostgresStore, holder: PostgresStore, reference: SQLiteStore) async throws {
+        let now = Self.now
+        for target in [store as any RelayStore, reference] {
+            try await target.block(owner: "r2", author: "blockee", now: now, limit: 10)
+            try await target.putKeyBundle(uid: "r1", bundle: Data("{}".utf8), keyID: "k1", identityKey: "ik", now: now)
+            for id in ["i0", "i3"] { try await Self.create(target, to: "r0", id: id, author: "a0", now: now - 10_000, ttl: 1_000) }
+        }
+        // A fixed-seed generator (64-bit LCG, high bits), so that a failure can be replayed.
+        var state: UInt64 = 0x6D61_696C_736C_6F74
+        func random(_ count: Int) -> Int {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Int((state >> 33) % UInt64(count))
+        }
+        let tight = CreateLimits(maxPending: 4, maxAuthorBytes: 3_000)
+        var fresh: [(recipient: String, id: String)] = []
+        for round in 0..<16 {
+            var writes: [Write] = []
+            if round % 2 == 0 {
+                // Interfering: a small key space, tight limits.
+                for _ in 0..<(12 + random(12)) {
+                    let recipient = "r\(random(3))", id = "i\(random(6))"
+                    switch random(10) {
+                    case 0..<6:
+                        let author = ["a0", "a1", "blockee"][random(3)]
+                        let keyID = [nil, nil, "k1", "k0"][random(4)]
+                        let envelope = ["e0", "e1"][random(2)]
+                        writes.append(.create(recipient: recipient, id: id, author: author, envelope: envelope,
+                                              size: envelope == "e0" ? 512 : 700, keyID: keyID, limits: tight))
+                    case 6..<8: writes.append(.erase(recipient: recipient, id: id, author: nil))
+                    default: writes.append(.erase(recipient: recipient, id: id, author: ["a0", "a1"][random(2)]))
+                    }
+                }
+            } else {
+                // Independent: fresh ids, acks and unsends of earlier ones, roomy limits.
+                for k in 0..<(10 + random(10)) {
+                    if !fresh.isEmpty, random(3) == 0 {
+                        let (recipient, id) = fresh.remove(at: random(fresh.count))
+                        writes.append(.erase(recipient: recipient, id: id, author: random(2) == 0 ? nil : "a0"))
+                    } else {
+                        let recipient = ["s0", "s1", "r1", "r2"][random(4)]
+                        let id = "f\(round)-\(k)"
+                        let author = ["a0", "a0", "blockee"][random(3)]
+                        writes.append(.create(recipient: recipient, id: id, author: author, envelope: "e0", size: 512,
+                                              keyID: [nil, nil, "k1", "k0"][random(4)], limits: Self.roomy))
+                        fresh.append((recipient, id))
+                    }
+                }
+            }
+            // The reference: one by one.
+            var expected: [String] = []
+            for write in writes { expected.append(await write.submit(reference, now: now).value) }
+            // PostgreSQL: all in one batch, held back by the write lock until every write is queued.
+            let answers = try await Self.holdingWriteLock(holder, behind: store) {
+                writes.map { $0.submit(store, now: now) }
+            }
+            var got: [String] = []
+            for answer in answers { got.append(await answer.value) }
+            #expect(got == expected, "round \(round)")
+            for recipient in ["r0", "r1", "r2", "s0", "s1"] {
+                let stored = try await store.messages(recipient: recipient, after: 0, limit: 1_000, maxBytes: .max, now: now - 20_000)
+                let kept = try await reference.messages(recipient: recipient, after: 0, limit: 1_000, maxBytes: .max, now: now - 20_000)
+                #expect(stored.messages.map(\.id) == kept.messages.map(\.id), "round \(round), mailbox \(recipient)")
+            }
+            let counters = try await store.pool.client.query("""
+                SELECT (SELECT coalesce(string_agg(recipient || '=' || stored, ',' ORDER BY recipient), '') FROM mailbox_sizes),
+                       (SELECT coalesce(string_agg(recipient || '=' || n, ',' ORDER BY recipient), '')
+                        FROM (SELECT recipient, count(*) AS n FROM messages GROUP BY recipient) c),
+                       (SELECT coalesce(string_agg(author || '=' || bytes, ',' ORDER BY author), '') FROM author_sizes),
+                       (SELECT coalesce(string_agg(author || '=' || n, ',' ORDER BY author), '')
+                        FROM (SELECT author, sum(size) AS n FROM messages GROUP BY author) c)
+                """).collect().first?.decode((String, String, String, String).self)
+            #expect(counters?.0 == counters?.1 && counters?.2 == counters?.3, "round \(round): the size counters count the rows")
+        }
+    }
+
+    /// Holds the write lock from a connection of `holder` while `submit` queues writes on `store`
+    /// behind a first write already waiting for the lock, so that they all form the next batch.
+    private static func holdingWriteLock<T: Sendable>(_ holder: PostgresStore, behind store: PostgresStore,
+                                                      _ submit: () -> [Task<T, Never>]) async throws -> [Task<T, Never>] {
+        let (release, releasing) = AsyncStream<Void>.makeStream()
+        let (locked, locking) = AsyncStream<Void>.makeStream()
+        let holding = Task {
+            defer { locking.finish() }  // also when the lock was not taken: the wait below then fails
+            try await holder.pool.client.withConnection { connection in
+                try await connection.query("SELECT pg_advisory_lock(\(PostgresSchema.writeLockKey))", logger: TestRelay.logger)
+                locking.finish()
+                for await _ in release {}
+                try await connection.query("SELECT pg_advisory_unlock(\(PostgresSchema.writeLockKey))", logger: TestRelay.logger)
+            }
+        }
+        for await _ in locked {}
+        // A first write, whose batch waits for the lock; the rest queue behind it.
+        let first = store.submitDeleteMessage(recipient: "nobody", id: "none", author: nil, now: Self.now)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while try await holder.pool.client.query("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+            .collect().first?.decode(Int64.self) ?? 0 == 0 {
+            guard ContinuousClock.now < deadline else { throw PostgresSchema.Refusal(description: "no batch waited for the write lock") }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        let submitted = submit()
+        releasing.finish()
+        try await holding.value
+        _ = try await first.value
+        return submitted
+    }
+
     /// A database URL is read strictly, and its password never appears in an error.
     @Test func databaseURLsAreCheckedAndTheirPasswordsNeverShown() throws {
         let configuration = try PostgresURL.configuration("postgresql://relay:s%40cret@[::1]:6543/mail%20slot?sslmode=disable")

@@ -11,14 +11,16 @@ import PostgresNIO
 /// `COMMIT`: three round trips whatever the batch holds. Inside it the batch takes the write lock
 /// (``PostgresStore/takeWriteLock(_:_:)``: size-changing writes of all nodes take turns, so they
 /// neither deadlock on size rows nor commit out of `seq` order), applies the writes in submission
-/// order, each refusal decided before anything is written, and announces the mailboxes the
-/// creates and unsends touched to the other relays (``PostgresNotifications``), once.
+/// order, each refusal decided before anything is written, and announces the mailboxes of its
+/// creates and unsends to the other relays (``PostgresNotifications``), once.
 ///
 /// The COMMIT is its own statement, not the implicit one at the end of a lone statement:
 /// postgres-nio ends a statement's rows before the server has committed, and no answer may come
 /// before the commit. A batch that PostgreSQL aborts as a deadlock or serialization failure is
-/// applied again, a few times. A batch that fails otherwise was rolled back as a whole; its writes
-/// are then applied one per transaction, in order, so that the failure is one write's alone.
+/// applied again, a few times. A batch that fails in a way one write can cause (bad data, a
+/// constraint, a raise) was rolled back as a whole; its writes are then applied one per
+/// transaction, in order, so that the failure is one write's alone. Any other failure (the
+/// database read-only after a failover, out of disk, a timeout) fails the batch's writes at once.
 final class PostgresGroupCommit: Sendable {
     typealias Row = WriteBatchStatement.Row
 
@@ -42,19 +44,26 @@ final class PostgresGroupCommit: Sendable {
     /// notifications sent (a metric).
     init(pool: PostgresPool, node: String, logger: Logger, notified: @escaping @Sendable () -> Void) {
         @Sendable func apply(_ steps: [Step]) async throws {
-            try await PostgresStore.transaction(pool, logger: logger, attempts: Self.attempts) { connection, logger in
+            let notifications = try await PostgresStore.transaction(pool, logger: logger, attempts: Self.attempts) { connection, logger in
+                var notifications = 0
                 for chunk in Self.chunks(steps) {
                     let (rows, announced) = try await Self.run(chunk.map(\.write), node: node, on: connection, logger: logger)
                     for (step, row) in zip(chunk, rows) { step.answer(.success(row)) }
-                    if announced { notified() }
+                    if announced { notifications += 1 }
                 }
+                return notifications
             }
+            for _ in 0..<notifications { notified() }  // sent: the transaction committed
         }
         batches = WriteBatches { steps in
             do {
                 try await apply(steps)
-            } catch where !PostgresPool.isUnreachable(error) && !(error is StoreFailure) && steps.count > 1 {
-                // One write broke the batch; find which by applying them one by one.
+            } catch let error as PSQLError where Self.isOneWritesFault(error) && steps.count > 1 {
+                // One write broke the batch (bad data, a constraint, a raise): find which by
+                // applying them one by one. Any other failure is the batch's, and would be each write's.
+                logger.warning("a write batch failed; applying its writes one by one", metadata: [
+                    "sqlstate": "\(error.serverInfo?[.sqlState] ?? "-")", "writes": "\(steps.count)",
+                ])
                 for (index, step) in steps.enumerated() {
                     do {
                         try await apply([step])
@@ -67,6 +76,13 @@ final class PostgresGroupCommit: Sendable {
                 }
             }
         }
+    }
+
+    /// Whether `error` can be the fault of one write rather than of the batch: a data exception
+    /// (SQLSTATE class 22), an integrity constraint (23) or a PL/pgSQL raise (P0).
+    static func isOneWritesFault(_ error: PSQLError) -> Bool {
+        guard let state = error.serverInfo?[.sqlState] else { return false }
+        return state.hasPrefix("22") || state.hasPrefix("23") || state.hasPrefix("P0")
     }
 
     /// Runs `writes` as one `mailslot_write_batch` statement; their rows, in the writes' order, and

@@ -287,6 +287,10 @@ enum PostgresSchema {
         // triggers over transition tables (one grouped upsert per statement, whoever writes:
         // batches, sweeps, an operator); the counters stay exact, as before.
         Migration(version: 4, name: "write batches in one statement; size counters per statement", sql: [
+            // Dropping a trigger locks `messages` outright, behind any open transaction on it (a
+            // relay of the previous version at work, a VACUUM): give up after a while rather than
+            // hold every relay's reads and writes queued behind the wait (migrate tries again).
+            "SET LOCAL lock_timeout = '5s'",
             "DROP TRIGGER messages_stored ON messages",
             "DROP TRIGGER messages_erased ON messages",
             "DROP FUNCTION mailslot_message_stored()",
@@ -294,6 +298,9 @@ enum PostgresSchema {
             """
             CREATE FUNCTION mailslot_messages_stored() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
             BEGIN
+                IF NOT EXISTS (SELECT 1 FROM stored_rows) THEN
+                    RETURN NULL;
+                END IF;
                 INSERT INTO mailbox_sizes AS s (recipient, stored) SELECT n.recipient, count(*) FROM stored_rows n GROUP BY n.recipient
                     ON CONFLICT (recipient) DO UPDATE SET stored = s.stored + excluded.stored;
                 INSERT INTO author_sizes AS a (author, bytes) SELECT n.author, sum(n.size) FROM stored_rows n GROUP BY n.author
@@ -305,6 +312,10 @@ enum PostgresSchema {
             """
             CREATE FUNCTION mailslot_messages_erased() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
             BEGIN
+                -- Most statements that erase nothing are acknowledgements repeated and sweeps that found nothing.
+                IF NOT EXISTS (SELECT 1 FROM erased_rows) THEN
+                    RETURN NULL;
+                END IF;
                 UPDATE mailbox_sizes s SET stored = s.stored - e.n
                     FROM (SELECT o.recipient, count(*) AS n FROM erased_rows o GROUP BY o.recipient) e WHERE s.recipient = e.recipient;
                 DELETE FROM mailbox_sizes s WHERE s.stored <= 0 AND s.recipient IN (SELECT o.recipient FROM erased_rows o);
@@ -355,6 +366,19 @@ enum PostgresSchema {
                 v_stored BIGINT;
                 v_author_bytes BIGINT;
             BEGIN
+                -- What the relay never sends is refused, not guessed at (simple expressions: no query).
+                IF cardinality(p_kinds) <> ANY (ARRAY[cardinality(p_recipients), cardinality(p_ids), cardinality(p_authors),
+                       cardinality(p_envelopes), cardinality(p_sizes), cardinality(p_key_ids), cardinality(p_now),
+                       cardinality(p_expires_at), cardinality(p_max_pending), cardinality(p_max_author_bytes)])
+                   OR NOT p_kinds <@ ARRAY['create', 'ack', 'unsend']
+                   OR array_position(p_kinds, NULL) IS NOT NULL OR array_position(p_recipients, NULL) IS NOT NULL
+                   OR array_position(p_ids, NULL) IS NOT NULL OR array_position(p_authors, NULL) IS NOT NULL
+                   OR array_position(p_envelopes, NULL) IS NOT NULL OR array_position(p_sizes, NULL) IS NOT NULL
+                   OR array_position(p_key_ids, NULL) IS NOT NULL OR array_position(p_now, NULL) IS NOT NULL
+                   OR array_position(p_expires_at, NULL) IS NOT NULL OR array_position(p_max_pending, NULL) IS NOT NULL
+                   OR array_position(p_max_author_bytes, NULL) IS NOT NULL THEN
+                    RAISE EXCEPTION 'mailslot_write_batch: arrays of unequal lengths, an unknown kind or a null';
+                END IF;
                 PERFORM pg_advisory_xact_lock(\(writeLockKey));
                 SELECT count(*) FILTER (WHERE k = 'create'), count(*) FILTER (WHERE k <> 'create')
                     INTO v_creates, v_erasures FROM unnest(p_kinds) AS k;
@@ -483,9 +507,26 @@ enum PostgresSchema {
         ]),
     ]
 
+    /// Attempts of a migration that gave up waiting for a lock on its tables (`lock_timeout`).
+    static let migrationAttempts = 6
+
     /// Applies the migrations the database lacks, one node at a time; refuses a database whose
-    /// version is newer than ``latestVersion``.
+    /// version is newer than ``latestVersion``. A migration that gave up waiting for a lock (its
+    /// own `lock_timeout`, so that relays at work are not held behind it) is tried again.
     static func migrate(_ pool: PostgresPool, logger: Logger) async throws {
+        var attempt = 1
+        while true {
+            do {
+                return try await migrateOnce(pool, logger: logger)
+            } catch let error as PSQLError where error.serverInfo?[.sqlState] == "55P03" && attempt < migrationAttempts {
+                logger.warning("a migration waited too long for a lock on its tables; trying again", metadata: ["attempt": "\(attempt)"])
+                attempt += 1
+                try await Task.sleep(for: .seconds(1))
+            }
+        }
+    }
+
+    private static func migrateOnce(_ pool: PostgresPool, logger: Logger) async throws {
         try await PostgresStore.transaction(pool, logger: logger) { connection, logger in
             // Held until this transaction ends: a second node waits here, then finds the work done.
             try await connection.query("SELECT pg_advisory_xact_lock(\(lockKey))", logger: logger)
