@@ -27,7 +27,7 @@ final class PostgresGroupCommit: Sendable {
     /// One queued write and where its answer goes.
     struct Step: Sendable {
         let write: PostgresWrite
-        /// Takes the write's row, or its own failure (the fallback's), inside the transaction.
+        /// Takes the write's row inside the transaction, or its failure.
         let answer: @Sendable (Result<Row, any Error>) -> Void
     }
 
@@ -67,11 +67,13 @@ final class PostgresGroupCommit: Sendable {
                 for (index, step) in steps.enumerated() {
                     do {
                         try await apply([step])
-                    } catch where PostgresPool.isUnreachable(error) || error is StoreFailure {
+                    } catch let error as PSQLError where Self.isOneWritesFault(error) {
+                        step.answer(.failure(error))
+                    } catch {
+                        // Not this write's fault (the database out of reach, read-only, full): the
+                        // rest would fail alike, one transaction each.
                         for rest in steps[index...] { rest.answer(.failure(error)) }
                         return
-                    } catch {
-                        step.answer(.failure(error))
                     }
                 }
             }
