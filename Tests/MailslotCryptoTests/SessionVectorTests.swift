@@ -17,7 +17,11 @@ extension SpecVectorTests {
         "alice_ephemeral": bytes(0xA4), "alice_ephemeral_2": bytes(0xA7),
         "alice_ratchet_1": bytes(0xA5), "alice_ratchet_2": bytes(0xA6), "alice_ratchet_3": bytes(0xA8), "alice_ratchet_4": bytes(0xA9),
         "bob_ratchet_1": bytes(0xB5), "bob_ratchet_2": bytes(0xB6), "bob_ratchet_3": bytes(0xB7), "case_ratchet": bytes(0xCC),
-    ]
+    ].merging((1...retiredKeyRounds).map { ("bob_turn_\($0)", bytes(UInt8($0))) }
+              + (1..<retiredKeyRounds).map { ("alice_turn_\($0)", bytes(0x20 + UInt8($0))) }) { $1 }
+    /// The DH steps of the retired-key cases: one more than the 16 retired ratchet keys a side
+    /// keeps (spec/sessions.md §4.2), so that the oldest is forgotten.
+    static let retiredKeyRounds = 16
     static let signedPrekeyID: UInt32 = 1, oneTimePrekeyID: UInt32 = 42
 
     static func x25519(_ name: String) -> X25519KeyPair { X25519KeyPair(seed: SecretBytes(copying: sessionSeeds[name]!)) }
@@ -231,6 +235,7 @@ extension SpecVectorTests {
         var events: [[String: Any]] = []
         var sealed: [String: (id: String, envelope: [UInt8], body: [UInt8], to: String)] = [:]
         var bobStates: [VectorUser] = [bob]  // Bob after each event: index = event number
+        var aliceStates: [VectorUser] = [alice]  // and Alice, for the cases she opens
         var sessionIDs: [String: [UInt8]] = [:]
         var ratchet: [String: Any] = [:]
 
@@ -259,6 +264,7 @@ extension SpecVectorTests {
                            "ratchet_key": Base64URL.encode(header.ownRatchet.publicKey.bytes),
                            "previous_chain_length": Int(header.previousSent), "message_number": Int(header.sent)])
             bobStates.append(bob)
+            aliceStates.append(alice)
         }
         func open(_ name: String, by opener: String, turning seed: String? = nil) throws {
             let message = try #require(sealed[name])
@@ -276,6 +282,7 @@ extension SpecVectorTests {
             if let seed { event["new_ratchet_seed"] = seed }
             events.append(event)
             bobStates.append(bob)
+            aliceStates.append(alice)
         }
         func state(_ session: Session) -> [String: Any] {
             var out: [String: Any] = ["root_key_hex": secretHex(session.ratchet.rootKey),
@@ -353,11 +360,14 @@ extension SpecVectorTests {
         }
         func add(_ name: String, after: Int, envelope: [UInt8], id: String, expect: String, recipient: String = "bob",
                  now caseNow: Int64 = now, ownIdentity: IdentityKeyPair? = nil, body: [UInt8]? = nil,
-                 prior: [(id: String, envelope: [UInt8])] = []) {
-            var user = bobStates[after]
+                 prior: [(id: String, envelope: [UInt8])] = [], priorSeeds: [String] = [], opener: String = "bob") {
+            var user = opener == "alice" ? aliceStates[after] : bobStates[after]
             var outcome = "ok", openedBody: [UInt8] = []
             do {
-                for earlier in prior { _ = try user.open(earlier.envelope, id: earlier.id, now: caseNow, newRatchetKey: { x25519("case_ratchet") }) }
+                for (index, earlier) in prior.enumerated() {
+                    let seed = index < priorSeeds.count ? priorSeeds[index] : "case_ratchet"
+                    _ = try user.open(earlier.envelope, id: earlier.id, now: caseNow, newRatchetKey: { x25519(seed) })
+                }
                 openedBody = try user.open(envelope, id: id, as: recipient, ownIdentity: ownIdentity?.publicKey, now: caseNow,
                                            newRatchetKey: { x25519("case_ratchet") }).body
             } catch {
@@ -369,7 +379,14 @@ extension SpecVectorTests {
                                       "envelope": Base64URL.encode(envelope), "now": Int(caseNow), "expect": expect]
             if let ownIdentity { out["opener_identity"] = Base64URL.encode(ownIdentity.publicKey.bytes) }
             if let body { out["body"] = String(decoding: body, as: UTF8.self) }
-            if !prior.isEmpty { out["prior"] = prior.map { ["id": $0.id, "envelope": Base64URL.encode($0.envelope)] } }
+            if !prior.isEmpty {
+                out["prior"] = prior.enumerated().map { index, earlier in
+                    var entry = ["id": earlier.id, "envelope": Base64URL.encode(earlier.envelope)]
+                    if index < priorSeeds.count { entry["new_ratchet_seed"] = priorSeeds[index] }
+                    return entry
+                }
+            }
+            if opener != "bob" { out["opener"] = opener }
             cases.append(out)
         }
         func resealed(_ name: String, _ message: String, _ change: (inout [UInt8]) -> Void) throws -> [UInt8] {
@@ -495,6 +512,78 @@ extension SpecVectorTests {
                                         to: "bob", mailboxKey: bob.mailbox.publicKey, session: &misdirected,
                                         outerSeal: { bob.mailbox.publicKey.seal($0, ephemeralSeed: ephemeralSeed(misdirectedName)) }),
             id: vectorMessageID("M1"), expect: "envelope_malformed_record")
+
+        // Checks 17 and 18 in their order: a start naming a prekey bob does not hold under a
+        // session id that is not the start's is refused for the prekey.
+        add("A1 with another session id, naming signed prekey 2 (check 17 before 18)", after: 0,
+            envelope: try resealed("A1 with another session id, naming signed prekey 2 (check 17 before 18)", "A1") {
+                $0[sessionIDAt] ^= 0x01
+                $0.replaceSubrange((kindAt + 33)..<(kindAt + 37), with: u32(2))
+            }, id: message("A1").id, expect: "envelope_unknown_prekey")
+        add("A1 with another session id, naming one-time prekey 43 (check 17 before 18)", after: 0,
+            envelope: try resealed("A1 with another session id, naming one-time prekey 43 (check 17 before 18)", "A1") {
+                $0[sessionIDAt] ^= 0x01
+                $0.replaceSubrange((kindAt + 37)..<(kindAt + 41), with: u32(43))
+            }, id: message("A1").id, expect: "envelope_unknown_prekey")
+
+        // §4.4 step 4: message number 2^32 − 1 is refused, after the retired keys (step 3.1).
+        let numberAt = kindAt + 1 + 32 + 4, startNumberAt = kindAt + 1 + 40 + 32 + 4
+        add("A5 with message number 2^32 - 1", after: step("B1", "seal"),
+            envelope: try resealed("A5 with message number 2^32 - 1", "A5") { $0.replaceSubrange(numberAt..<(numberAt + 4), with: u32(.max)) },
+            id: message("A5").id, expect: "envelope_too_many_skipped")
+        add("A3 with message number 2^32 - 1, replayed after the ratchet turned (step 3.1 before 4)", after: step("A5", "open"),
+            envelope: try resealed("A3 with message number 2^32 - 1, replayed after the ratchet turned (step 3.1 before 4)", "A3") {
+                $0.replaceSubrange(startNumberAt..<(startNumberAt + 4), with: u32(.max))
+            }, id: message("A3").id, expect: "envelope_stale_message")
+
+        // §4.4 step 6, opened by alice: before bob answers she has no receiving chain, and her peer
+        // ratchet key is bob's signed prekey. A record from bob under that key takes no DH step
+        // and finds no chain key (message number 0), or is refused by step 4 first (2^32 − 1).
+        let toAlice = { (name: String, number: UInt32) throws -> (String, [UInt8]) in
+            let id = vectorMessageID(number == 0 ? "K0" : "K1")
+            var record: [UInt8] = [0x02, 3] + Array("bob".utf8) + bobKeys.publicKey.bytes + [5] + Array("alice".utf8) + [UInt8(id.utf8.count)]
+            record += Array(id.utf8) + s1 + [0x00] + x25519("bob_signed_prekey").publicKey.bytes + u32(0) + u32(number)
+            record += u32(48) + [UInt8](repeating: 0x5A, count: 48)
+            return (id, alice.mailbox.publicKey.seal(try Envelope.pad(record), ephemeralSeed: ephemeralSeed(name)))
+        }
+        for (number, expect) in [(UInt32(0), "envelope_stale_message"), (.max, "envelope_too_many_skipped")] {
+            let name = number == 0
+                ? "to alice before an answer, under bob's signed prekey: no receiving chain (step 6)"
+                : "to alice before an answer, under bob's signed prekey, message number 2^32 - 1 (step 4 before 6)"
+            let (id, envelope) = try toAlice(name, number)
+            add(name, after: step("A4", "seal"), envelope: envelope, id: id, expect: expect, recipient: "alice", opener: "alice")
+        }
+
+        // The 16 retired ratchet keys (§4.2, §4.4 step 3): from the end of the conversation, alice
+        // and bob take turns until bob has made 16 more DH steps. Bob then holds as retired A5's
+        // key and the 15 after it; A1's, retired before them, is forgotten: a replay of A5 is
+        // stale, a replay of A1 is taken for a new ratchet key and fails to decrypt.
+        var pingAlice = alice, pingBob = bob
+        var pings: [(id: String, envelope: [UInt8])] = [], pingSeeds: [String] = []
+        for round in 1...retiredKeyRounds {
+            let name = "ping \(round)", id = vectorMessageID("R\(round)")
+            var session = try #require(pingAlice.sessions[s1])
+            let envelope = try Envelope.seal(body: textBody("ping \(round)", from: "alice"), id: id, from: "alice", identity: pingAlice.identity,
+                                             to: "bob", mailboxKey: bob.mailbox.publicKey, session: &session,
+                                             outerSeal: { bob.mailbox.publicKey.seal($0, ephemeralSeed: ephemeralSeed(name)) })
+            pingAlice.sessions[s1] = session
+            pings.append((id, envelope))
+            pingSeeds.append("bob_turn_\(round)")
+            _ = try pingBob.open(envelope, id: id, now: now, newRatchetKey: { x25519("bob_turn_\(round)") })
+            guard round < retiredKeyRounds else { break }
+            let replyID = vectorMessageID("Q\(round)")
+            var reply = try #require(pingBob.sessions[s1])
+            let answer = try Envelope.seal(body: textBody("pong \(round)", from: "bob"), id: replyID, from: "bob", identity: pingBob.identity,
+                                           to: "alice", mailboxKey: alice.mailbox.publicKey, session: &reply,
+                                           outerSeal: { alice.mailbox.publicKey.seal($0, ephemeralSeed: ephemeralSeed("pong \(round)")) })
+            pingBob.sessions[s1] = reply
+            _ = try pingAlice.open(answer, id: replyID, now: now, newRatchetKey: { x25519("alice_turn_\(round)") })
+        }
+        #expect(pingBob.sessions[s1]!.ratchet.retiredPeerKeys.count == 16, "bob keeps 16 retired keys")
+        add("A5 replayed after 16 more DH steps (its key the oldest of the 16 retired)", after: events.count,
+            envelope: message("A5").envelope, id: message("A5").id, expect: "envelope_stale_message", prior: pings, priorSeeds: pingSeeds)
+        add("A1 replayed after 16 more DH steps (its key retired before the 16 kept)", after: events.count,
+            envelope: message("A1").envelope, id: message("A1").id, expect: "envelope_session_mismatch", prior: pings, priorSeeds: pingSeeds)
         #expect(Set(cases.map { $0["expect"] as! String }).isSuperset(of: ["envelope_no_session", "envelope_unknown_prekey", "envelope_session_mismatch",
                                                                           "envelope_stale_message", "envelope_too_many_skipped"]))
         // The first message's record and associated data, for implementers.
@@ -582,7 +671,7 @@ extension SpecVectorTests {
             }
         }
         let now = Int64(try #require(vectors["now"] as? Int))
-        var states: [VectorUser] = [bob]
+        var states: [VectorUser] = [bob], aliceStates: [VectorUser] = [alice]
         var messages: [String: [String: Any]] = [:]
         var sessionIDs: [String: [UInt8]] = [:], started: [String: Session] = [:]
         for start in try #require(vectors["x3dh"] as? [[String: Any]]) {
@@ -627,17 +716,20 @@ extension SpecVectorTests {
                 #expect(turned == (turning != nil), "\(name): the ratchet turns exactly when the vector says")
             }
             states.append(bob)
+            aliceStates.append(alice)
         }
         let cases = try #require(vectors["cases"] as? [[String: Any]])
         #expect(cases.count >= minimumCases)
         for vector in cases {
             let name = vector["name"] as! String, expect = vector["expect"] as! String
-            var user = states[vector["after_step"] as! Int]
+            // Bob opens every case unless `opener` names alice (spec/sessions.md §9).
+            var user = (vector["opener"] as? String ?? "bob") == "alice" ? aliceStates[vector["after_step"] as! Int] : states[vector["after_step"] as! Int]
             let ownIdentity = (vector["opener_identity"] as? String).flatMap { IdentityPublicKey(bytes: Base64URL.decode($0) ?? []) }
             do {
                 for earlier in vector["prior"] as? [[String: String]] ?? [] {
+                    let turning = try earlier["new_ratchet_seed"].map { try pair($0) } ?? caseRatchet
                     _ = try user.open(try #require(Base64URL.decode(earlier["envelope"]!)), id: earlier["id"]!, now: Int64(vector["now"] as! Int),
-                                      newRatchetKey: { caseRatchet })
+                                      newRatchetKey: { turning })
                 }
                 let opened = try user.open(try #require(Base64URL.decode(vector["envelope"] as! String)), id: vector["id"] as! String,
                                            as: vector["recipient"] as? String, ownIdentity: ownIdentity,

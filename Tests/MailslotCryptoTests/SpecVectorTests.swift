@@ -339,6 +339,44 @@ import Testing
             try bad("body sender is not the signer", "envelope_sender_mismatch") { seed in
                 try crafter.craft(recipient: "bob", id: id, body: text("hi", from: "carol").testBody, ephemeralSeed: seed)
             },
+        ] + (try moreEnvelopeCases(vector: vector, okText: okText, badBody: badBody))
+    }
+
+    /// Cases for rules the cases above leave open (issue 26): the smallest size class, the int64
+    /// range and `-0` of `timestamp`, §3.4's member order by UTF-8 bytes, and the unknown members
+    /// a re-encoding drops. Each fails a reader that gets the rule it names wrong.
+    static func moreEnvelopeCases(vector: (String, String, String, String, [String: Any], ([UInt8]) throws -> [UInt8]) throws -> [String: Any],
+                                  okText: (String, String, String?) throws -> [String: Any],
+                                  badBody: (String, String) throws -> [String: Any]) throws -> [[String: Any]] {
+        let id = messageID, bob = bobMailbox.publicKey
+        let crafter = EnvelopeCrafter(senderUID: "alice", identity: alice, mailbox: bob)
+        let hello = text("hello, bob").testBody
+        return [
+            // §2.2: a record that fits 512 bytes, padded (correctly, ISO/IEC 7816-4) to 1 024.
+            try vector("padded to a larger size class than needed", "envelope_bad_padding", id, "bob", [:]) { seed in
+                let record = Envelope.record(version: 1, sender: Array("alice".utf8), senderKey: alice.publicKey.bytes, recipient: Array("bob".utf8),
+                                             messageID: Array(id.utf8), body: hello,
+                                             signature: crafter.signature(recipient: "bob", id: id, body: hello))
+                let smallest = try Envelope.pad(record)
+                precondition(smallest.count == 512 - 48, "the record fits the smallest class")
+                return bob.seal(record + [0x80] + [UInt8](repeating: 0, count: 1024 - 48 - record.count - 1), ephemeralSeed: seed)
+            },
+            // §3.1: `timestamp` is an int64; `-0` is 0 (and re-encodes as 0).
+            try badBody("timestamp one past the int64 range", #"{"payload":{"text":"hi"},"sender":{"id":"alice"},"timestamp":9223372036854775808,"type":"text"}"#),
+            try badBody("timestamp one below the int64 range", #"{"payload":{"text":"hi"},"sender":{"id":"alice"},"timestamp":-9223372036854775809,"type":"text"}"#),
+            try okText("timestamps at the ends of int64", #"{"payload":{"text":"hi"},"sender":{"id":"alice"},"timestamp":-9223372036854775808,"type":"text"}"#, nil),
+            try okText("timestamp -0", #"{"payload":{"text":"hi"},"sender":{"id":"alice"},"timestamp":-0,"type":"text"}"#,
+                       #"{"payload":{"text":"hi"},"sender":{"id":"alice"},"timestamp":0,"type":"text"}"#),
+            // §3.4: members sorted by the bytes of their UTF-8. U+FF61 (EF BD A1) sorts before
+            // U+1F600 (F0 9F 98 80) in UTF-8, after it in UTF-16 (FF61 > D83D); likewise U+E000
+            // against U+10000. Both bodies are in the §3.4 form: they re-encode to themselves.
+            try okText("member names sorted by UTF-8 bytes, not UTF-16 code units",
+                       #"{"payload":{"text":"hi","\#u{E000}":1,"\#u{10000}":2},"sender":{"id":"alice"},"timestamp":1800000000000,"type":"text","\#u{FF61}":true,"\#u{1F600}":false}"#, nil),
+            // §3.4, §3.5: unknown members of sender, attachments, location, receipt and typing are
+            // dropped by a re-encoding; those of the top level and of payload are kept.
+            try okText("unknown members dropped on re-encoding",
+                       #"{"extra":1,"payload":{"location":{"altitude":12,"latitude":1.5,"longitude":2},"mood":"ok","receipt":{"kind":"read","message_ids":["\#(id)"],"seen_at":3},"typing":{"active":false,"since":4}},"sender":{"avatar_id":5,"id":"alice"},"timestamp":1800000000000,"type":"location"}"#,
+                       #"{"extra":1,"payload":{"location":{"latitude":1.5,"longitude":2},"mood":"ok","receipt":{"kind":"read","message_ids":["\#(id)"]},"typing":{"active":false}},"sender":{"id":"alice"},"timestamp":1800000000000,"type":"location"}"#),
         ]
     }
 
@@ -451,6 +489,13 @@ import Testing
             vector("duplicate member name, one escaped", signed(#","\u0076ersion":1"#), "bundle_malformed"),
             vector("unknown member with a number literal of 65 characters", signed(#","n":1.\#(String(repeating: "0", count: 63))"#), "bundle_malformed"),
             vector("unknown member with a lone surrogate escape", signed(#","note":"\udc00""#), "bundle_malformed"),
+            // Version 1 signed as version 1, carrying the members of version 2 (spec/sessions.md §2
+            // check 2): not unknown members to ignore, but a malformed bundle.
+            vector("version 1 with signed_prekey and signed_prekey_id, signed as version 1",
+                   signed(#","signed_prekey":"\#(Base64URL.encode(carolMailbox.bytes))","signed_prekey_id":1"#), "bundle_malformed"),
+            vector("version 1 with signed_prekey_id only, signed as version 1", signed(#","signed_prekey_id":1"#), "bundle_malformed"),
+            vector("version 1 with signed_prekey only, signed as version 1",
+                   signed(#","signed_prekey":"\#(Base64URL.encode(carolMailbox.bytes))""#), "bundle_malformed"),
         ]
     }
 

@@ -43,11 +43,13 @@ def expect_outcome(name, got, want):
 RULES = dict.fromkeys([
     "duplicate_names", "byte_order_mark", "number_length", "depth", "surrogates", "binary64",
     "days_in_month", "gregorian_leap_years", "clock_ranges", "time_fraction", "bundle_check_5",
-    "bundle_check_5a", "typing_payload", "number_format",
+    "bundle_check_5a", "typing_payload", "number_format", "smallest_class", "timestamp_int64", "timestamp_negative_zero",
+    "utf8_member_order", "reencode_drops_unknown",
     # spec/sessions.md
     "bundle_v2_members", "bundle_v2_prekey_id", "bundle_v2_prekey_low_order", "session_id", "signed_prekey_id_nonzero",
     "unknown_one_time_prekey", "ciphertext_min_length", "stale_retired_keys", "stale_old_number", "skip_to_previous_chain_length",
-    "max_skip", "skipped_key_lifetime", "max_skipped_keys",
+    "max_skip", "skipped_key_lifetime", "max_skipped_keys", "retired_key_bound", "max_message_number", "missing_chain_key",
+    "prekeys_before_session_id",
 ], True)
 
 
@@ -345,7 +347,10 @@ def canonical_json(v):
     """envelope.md §3.4: compact, members sorted by UTF-8 bytes, strings as tokens.md §5 step 3,
     integers (the timestamp) as they are, other numbers by fmt_number."""
     if isinstance(v, dict):
-        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + canonical_json(v[k]) for k in sorted(v)) + "}"
+        # Python sorts str by code point, which is the order of UTF-8 bytes; UTF-16 code units
+        # order the characters above U+FFFF before U+E000…U+FFFF (the mutation below).
+        order = (lambda k: k) if RULES["utf8_member_order"] else (lambda k: k.encode("utf-16-be"))
+        return "{" + ",".join(json.dumps(k, ensure_ascii=False) + ":" + canonical_json(v[k]) for k in sorted(v, key=order)) + "}"
     if isinstance(v, list):
         return "[" + ",".join(map(canonical_json, v)) + "]"
     if v is True or v is False or v is None or isinstance(v, str):
@@ -365,6 +370,8 @@ def reencode_body(msg):
     optional members that are null dropped; unknown members of the top level and of `payload`
     kept (a null one too), their numbers as binary64; unknown members anywhere else dropped."""
     def known(o, keys):
+        if not RULES["reencode_drops_unknown"]:
+            return {k: x for k, x in o.items() if x is not None}
         return {k: o[k] for k in keys if o.get(k) is not None}
     out = {k: v for k, v in msg.items() if k not in _TOP}
     out.update(timestamp=Int64(msg["timestamp"]), type=msg["type"], sender=known(msg["sender"], ("id", "name", "profile_image")))
@@ -689,7 +696,9 @@ def validate_body(body):
     if not isinstance(msg, dict):
         raise bad
     ts, typ, snd, pl = msg.get("timestamp"), msg.get("type"), msg.get("sender"), msg.get("payload")
-    if not (is_int(ts) and -(1 << 63) <= ts < (1 << 63)) or not isinstance(typ, str):
+    if type(ts) is JFloat and ts.text == "-0" and RULES["timestamp_negative_zero"]:
+        ts = msg["timestamp"] = 0  # §3.1: the plain form `-0` is the integer 0 (JSON keeps no sign on an integer)
+    if not (is_int(ts) and (-(1 << 63) <= ts < (1 << 63) or not RULES["timestamp_int64"])) or not isinstance(typ, str):
         raise bad
     if not isinstance(snd, dict) or not isinstance(snd.get("id"), str) or not isinstance(pl, dict):
         raise bad
@@ -786,7 +795,7 @@ def open_envelope(envelope, mid, recipient, mailbox_sk):
     except nacl.exceptions.CryptoError:
         raise FormatError("envelope_cannot_decrypt")
     end = len(padded.rstrip(b"\x00"))                                                # 3
-    if end == 0 or padded[end - 1] != 0x80 or size_class(end - 1) != n:
+    if end == 0 or padded[end - 1] != 0x80 or (size_class(end - 1) != n and RULES["smallest_class"]):
         raise FormatError("envelope_bad_padding")
     rec = padded[:end - 1]
     if len(rec) < 1:                                                                 # 4
@@ -1101,16 +1110,19 @@ class Ratchet:
             if RULES["skip_to_previous_chain_length"]:
                 s._skip(pn, now)
             if s.peer is not None:
-                s.retired = (s.retired + [s.peer])[-MAX_RETIRED_KEYS:]
+                s.retired = (s.retired + [s.peer])[-MAX_RETIRED_KEYS:] if RULES["retired_key_bound"] else s.retired + [s.peer]
             s.pn, s.ns, s.nr, s.peer = s.ns, 0, 0, key
             s.rk, s.ckr = kdf_rk(s.rk, dh(s.own[0], key))
             s.own = new_key()
             s.rk, s.cks = kdf_rk(s.rk, dh(s.own[0], key))
+        if n == 0xFFFFFFFF and RULES["max_message_number"]:  # step 4: the number after it would wrap
+            raise FormatError("envelope_too_many_skipped")
         if n < s.nr and RULES["stale_old_number"]:
             raise FormatError("envelope_stale_message")
         s._skip(n, now)
-        if s.ckr is None:
-            raise FormatError("envelope_stale_message")
+        if s.ckr is None:                                       # step 6
+            # (mutation: an implementation that takes a missing chain for a missing session)
+            raise FormatError("envelope_stale_message" if RULES["missing_chain_key"] else "envelope_no_session")
         s.ckr, mk = kdf_ck(s.ckr)
         s.nr += 1
         return mk, s
@@ -1144,7 +1156,7 @@ def build_record_v2(sender, skey, recipient, mid, session, header, ciphertext=No
 
 def seal_v2(body, mid, sender, identity_sk, recipient, mailbox_pk, session, seal_padded):
     """§5.2; advances `session` and returns the envelope. seal_padded(padded) is the outer layer."""
-    if session.ratchet.cks is None:
+    if session.ratchet.cks is None or session.ratchet.ns == 0xFFFFFFFF:  # §4.3: no chain, or the counter at its end
         raise FormatError("envelope_no_session")
     ratchet = session.ratchet.copy()
     header, mk = ratchet.next_send()
@@ -1166,7 +1178,7 @@ def outer_open(envelope, mailbox_sk):
     except nacl.exceptions.CryptoError:
         raise FormatError("envelope_cannot_decrypt")
     end = len(padded.rstrip(b"\x00"))
-    if end == 0 or padded[end - 1] != 0x80 or size_class(end - 1) != n:
+    if end == 0 or padded[end - 1] != 0x80 or (size_class(end - 1) != n and RULES["smallest_class"]):
         raise FormatError("envelope_bad_padding")
     if end - 1 < 1:
         raise FormatError("envelope_malformed_record", "empty")
@@ -1231,6 +1243,9 @@ class PyUser:
             if r["start"] is None:
                 raise FormatError("envelope_no_session")
             ek, spk_id, opk_id = r["start"]
+            own_pk = bytes(self.identity.verify_key)
+            if not RULES["prekeys_before_session_id"] and session_id(r["skey"], own_pk, ek) != r["sid"]:
+                raise FormatError("envelope_malformed_record", "session id (checked too early)")
             if spk_id not in self.signed_prekeys:                                    # 16
                 raise FormatError("envelope_unknown_prekey")
             opk = None
@@ -1331,7 +1346,7 @@ def check_session_vectors(path, label="sessions"):
     alice = PyUser("alice", seeds[users["alice"]["identity_seed"]], seeds[users["alice"]["mailbox_seed"]])
     bob = PyUser("bob", seeds[bob_info["identity_seed"]], seeds[bob_info["mailbox_seed"]], {spk[0]: spk[1]}, opks)
     people = {"alice": alice, "bob": bob}
-    states, sealed = [bob.copy()], {}
+    states, alice_states, sealed = [bob.copy()], [alice.copy()], {}
     for e in v["conversation"]:
         name = f"{label} conversation step {e['step']} ({e['event']} {e['message']})"
         try:
@@ -1357,11 +1372,13 @@ def check_session_vectors(path, label="sessions"):
         except FormatError as err:
             check(name, False, err.code)
         states.append(bob.copy())
+        alice_states.append(alice.copy())
     for c in v["cases"]:
-        user = states[c["after_step"]].copy()
+        user = (alice_states if c.get("opener", "bob") == "alice" else states)[c["after_step"]].copy()
         try:
-            for earlier in c.get("prior", []):  # opened first, each must open
-                user.open(b64d(earlier["envelope"]), earlier["id"], c["now"], lambda: x25519_from_seed(seeds["case_ratchet"]))
+            for earlier in c.get("prior", []):  # opened first, each must open; a DH step takes its seed
+                user.open(b64d(earlier["envelope"]), earlier["id"], c["now"],
+                          lambda s=earlier.get("new_ratchet_seed", "case_ratchet"): x25519_from_seed(seeds[s]))
             _, _, body = user.open(b64d(c["envelope"]), c["id"], c["now"], lambda: x25519_from_seed(seeds["case_ratchet"]),
                                    c["recipient"], b64d(c["opener_identity"]) if "opener_identity" in c else None)
             got = "ok" if body == c.get("body", "").encode() else "ok, another body"
@@ -2048,6 +2065,40 @@ def self_checks():
     check("envelope.md §4 check 5a: signed bundle with a low-order mailbox key → bundle_malformed", got == "bundle_malformed", got)
 
 
+# ---------------------------------------------------------------- openapi.yaml against the vectors
+
+def check_openapi_bundles():
+    """spec/openapi.yaml's KeyBundle (JSON Schema 2020-12, as a validating client or proxy reads
+    it) against every bundle of the vectors: each bundle a verifier accepts, version 1 and 2,
+    matches exactly one of its schemas, and the bundles whose shape is wrong for their version
+    (version 1 with a signed prekey member, version 2 without, an id out of range) match none."""
+    import jsonschema, yaml
+    spec = yaml.safe_load(open(os.path.join(ROOT, "spec", "openapi.yaml"), encoding="utf-8"))
+    schema = {"$ref": "#/components/schemas/KeyBundle", "components": spec["components"]}
+    validator = jsonschema.Draft202012Validator(schema)
+    cases = json.load(open(os.path.join(VECTORS, "bundles.json")))["cases"] + json.load(open(os.path.join(VECTORS, "sessions.json")))["bundles"]
+    cases += [{"name": f"key-ids.json '{c['name']}'", "bundle": c["bundle"], "expect": "ok"}
+              for c in json.load(open(os.path.join(VECTORS, "key-ids.json")))["cases"]]
+    versions = set()
+    for c in cases:
+        if c["expect"] != "ok":
+            continue
+        bundle = json.loads(c["bundle"])
+        versions.add(bundle["version"])
+        errors = [e.message for e in validator.iter_errors(bundle)]
+        check(f"openapi.yaml KeyBundle matches the accepted bundle '{c['name']}'", not errors, "; ".join(errors)[:200])
+    check("openapi.yaml KeyBundle: accepted bundles of both versions were checked", versions == {1, 2}, repr(versions))
+    wrong_shape = {"unknown version", "short signature", "version 1 with a signed prekey", "version 2 without a signed prekey",
+                   "signed_prekey_id without signed_prekey", "signed_prekey without signed_prekey_id", "signed prekey id 0, signed",
+                   "signed prekey id 2^32", "signed prekey id -1", "signed prekey of 31 bytes",
+                   "version 1 with signed_prekey and signed_prekey_id, signed as version 1",
+                   "version 1 with signed_prekey_id only, signed as version 1", "version 1 with signed_prekey only, signed as version 1"}
+    shaped = [c for c in cases if c["name"] in wrong_shape]
+    check("openapi.yaml KeyBundle: the wrong shapes are among the vectors", len(shaped) == len(wrong_shape), f"{len(shaped)}")
+    for c in shaped:
+        check(f"openapi.yaml KeyBundle refuses '{c['name']}'", not validator.is_valid(json.loads(c["bundle"])), "matched")
+
+
 def _raises(f):
     try:
         f()
@@ -2074,6 +2125,7 @@ def main():
     check_safety_vectors(os.path.join(VECTORS, "safety-numbers.json"))
     check_key_id_vectors(os.path.join(VECTORS, "key-ids.json"))
     check_session_vectors(os.path.join(VECTORS, "sessions.json"))
+    check_openapi_bundles()
     if os.path.exists(os.path.join(ind, "tokens.json")):
         check_token_vectors(os.path.join(ind, "tokens.json"), "independent tokens")
     if os.path.exists(os.path.join(ind, "envelopes.json")):
