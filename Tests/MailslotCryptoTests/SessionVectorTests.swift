@@ -602,7 +602,7 @@ extension SpecVectorTests {
         let (bundle, bundleCases) = try sessionBundle()
         let (ratchet, conversation, cases) = try sessionConversation()
         return [
-            "description": "Sessions with forward secrecy (spec/sessions.md): HKDF, X3DH, the Double Ratchet and envelope record version 2. Replay `conversation` in order with both users' own state; open each of `cases` with bob's state after step `after_step` of the conversation, at `now`; `expect` is \"ok\" or the error code.",
+            "description": "Sessions with forward secrecy (spec/sessions.md): HKDF, X3DH, the Double Ratchet and envelope record version 2. Replay `conversation` in order with both users' own state; open each of `cases` with its opener's state (bob's, or alice's when `opener` says so) after step `after_step` of the conversation, at `now`, after its `prior` envelopes; `expect` is \"ok\" or the error code.",
             "seeds": Dictionary(uniqueKeysWithValues: sessionSeeds.map { ($0.key, Base64URL.encode($0.value)) }),
             "users": [["uid": "alice", "identity_seed": "alice_identity", "mailbox_seed": "alice_mailbox"],
                       ["uid": "bob", "identity_seed": "bob_identity", "mailbox_seed": "bob_mailbox",
