@@ -15,7 +15,7 @@ struct MailslotCommand: AsyncParsableCommand {
             · 69 relay unreachable or refusing · 75 queued, not sent yet (run `mailslot flush`) · 77 not logged in \
             or the session cannot be renewed (log in again).
             """,
-        subcommands: [Login.self, Send.self, Receive.self, Listen.self, History.self, Contacts.self, Fingerprint.self,
+        subcommands: [Login.self, Send.self, Receive.self, Listen.self, History.self, Rejected.self, Contacts.self, Fingerprint.self,
                       Trust.self, Resend.self, RotateKey.self, Unsend.self, Block.self, Flush.self, Logout.self]
     )
 
