@@ -11,7 +11,7 @@ struct MailslotCommand: AsyncParsableCommand {
             Each --profile keeps its keys, contacts and messages in ~/.mailslot/NAME (or $MAILSLOT_HOME/NAME), \
             readable by you only.
 
-            Exit codes: 0 success · 1 failure · 64 bad arguments · 65 refused data (changed key, invalid keys) \
+            Exit codes: 0 success · 1 failure · 64 bad arguments · 65 refused data (changed key, invalid keys, a safety number that does not match) \
             · 69 relay unreachable or refusing · 75 queued, not sent yet (run `mailslot flush`) · 77 not logged in \
             or the session cannot be renewed (log in again).
             """,

@@ -91,12 +91,21 @@ import Testing
                 "trust": ["uid", "trust", "key_id"], "resend": ["id", "to", "state"], "rotate-key": ["state"], "unsend": ["id", "state"],
                 "block": ["uid", "state"], "flush": ["queued"], "logout": ["profile", "state"],
             ]
+            // The README's table says the same: a row naming each command, with each field in backticks.
+            let table = try MarkdownTable(in: "README.md", header: ["command", "fields"])
             for (command, names) in fields {
                 let help = try await relay.run([command, "--help"]).stdout.replacingOccurrences(of: "\n", with: " ")
                     .split(whereSeparator: \.isWhitespace).joined(separator: " ")
                 #expect(help.contains("--json prints"), "\(command): \(help)")
                 for name in names { #expect(help.contains(name), "\(command) --help lacks \(name)") }
+                let rows = table.rows.filter { $0[0].contains("`\(command)`") }
+                #expect(rows.count == 1, "README rows for \(command): \(rows)")
+                for name in names where name != "uid" && name != "profile" && name != "id" {
+                    #expect(rows.first?[1].contains("`\(name)`") == true, "README's row for \(command) lacks \(name)")
+                }
             }
+            #expect(Set(table.rows.flatMap { $0[0].split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) } })
+                    == Set(fields.keys.map { "`\($0)`" }), "a README row for each command that prints, and only those")
         }
     }
 }
