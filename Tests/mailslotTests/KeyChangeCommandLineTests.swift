@@ -119,6 +119,30 @@ import Testing
         }
     }
 
+    /// Without --safety-number, a terminal is asked for the number (a pasted three-line number is
+    /// read whole) and the answer is checked like the option. `script` gives the binary a terminal.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/script")))
+    func aTerminalIsAskedForTheNumber() async throws {
+        try await withTestRelay { relay in
+            for uid in ["alice", "bob"] {
+                #expect(try await relay.run(["login", "--profile", uid, "--relay", relay.url.absoluteString, "--token", try relay.token(uid)]).status == 0)
+            }
+            let bobReadsOut = try await relay.run(["fingerprint", "--profile", "bob", "alice"]).stdout
+            #expect(bobReadsOut.split(separator: "\n").count == 3)
+            let trust = "'\(ProcessRunner.builtProduct("mailslot").path)' trust --profile alice bob"
+            let environment = ["MAILSLOT_HOME": relay.folder, "HOME": relay.folder, "PATH": "/usr/bin:/bin"]
+            let url = URL(fileURLWithPath: "/usr/bin/script")
+            let wrong = try await ProcessRunner.run(url, ["-qec", trust, "/dev/null"], environment: environment,
+                                                    stdin: String(repeating: "11111 ", count: 12) + "\n")
+            #expect(wrong.status == 65, "\(wrong.stdout) \(wrong.stderr)")
+            #expect(wrong.stdout.contains("The safety number you compared with bob"), "\(wrong.stdout)")
+            #expect(try await relay.run(["contacts", "--profile", "alice"]).stdout.contains("bob\tpinned"))
+            let right = try await ProcessRunner.run(url, ["-qec", trust, "/dev/null"], environment: environment, stdin: bobReadsOut)
+            #expect(right.status == 0, "\(right.stdout) \(right.stderr)")
+            #expect(try await relay.run(["contacts", "--profile", "alice"]).stdout.contains("bob\tverified"))
+        }
+    }
+
     /// How many messages wait in `uid`'s mailbox, asked as its owner.
     func pending(_ relay: TestRelay, _ uid: String) async throws -> Int {
         let page = try await relay.call("GET", "/v1/users/\(uid)/messages", session: try await relay.signIn(uid).session)
