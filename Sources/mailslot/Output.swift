@@ -47,7 +47,7 @@ enum CLIError: Error, CustomStringConvertible {
             self = .usage("a safety number is 60 digits, as `mailslot fingerprint UID` prints it (spaces and line breaks are ignored)")
         case ClientError.safetyNumberMismatch(let uid):
             self = .refused("""
-                that is not the safety number of the keys \(uid) offers now: nothing was trusted. Run `mailslot fingerprint \(uid)` \
+                that is not the safety number of the keys `trust` would install for \(uid): nothing was trusted. Run `mailslot fingerprint \(uid)` \
                 again and compare it with \(uid); if it differs from what \(uid) reads out, someone may be substituting keys: do not trust them
                 """)
         case ClientError.cannotSeal(let code): self = .refused("the message cannot be sealed (\(code))")
