@@ -109,7 +109,7 @@ public actor MailslotClient {
     // MARK: Keys and contacts
 
     /// The contact's pinned keys; fetched and pinned on first use. Refuses a contact whose
-    /// identity key changed until the user calls ``trust(_:)``.
+    /// identity key changed until the user calls ``trust(_:safetyNumber:)``.
     public func contact(_ uid: String) async throws -> Contact {
         guard Identifier.isValidUID(uid) else { throw ClientError.invalidUID(uid) }
         if let known = try await store.contact(uid) {
@@ -123,7 +123,7 @@ public actor MailslotClient {
     }
 
     /// Fetches `uid`'s bundle and compares it with the pin: a new identity key marks the contact
-    /// as changed (and is kept on offer for ``trust(_:)``); a new mailbox key under the same
+    /// as changed (and is kept on offer for ``trust(_:safetyNumber:)``); a new mailbox key under the same
     /// identity is taken.
     public func refreshKeys(of uid: String) async throws -> Contact {
         let bundle = try await fetchBundle(uid)
@@ -149,16 +149,6 @@ public actor MailslotClient {
         do { return try KeyBundle.decode(Array(data), for: uid) } catch { throw ClientError.invalidKeys(uid, error.code) }
     }
 
-    /// Trusts `uid`'s current keys after the user compared the safety number out of band; a
-    /// changed contact takes the keys it offered. Messages held for the change are sealed to the
-    /// trusted keys and sent (or queued, when the relay cannot be reached).
-    @discardableResult
-    public func trust(_ uid: String) async throws -> Contact {
-        guard let trusted = try await store.trust(uid) else { return try await contact(uid) }
-        for id in try await store.outgoingIDs(to: uid, state: .held) { _ = try? await resend(id) }
-        return trusted
-    }
-
     /// Replaces this device's mailbox key with a new one and publishes it. The old secret key is
     /// kept for the longest message lifetime, so messages already sealed to it still open; senders
     /// learn of the new key from the relay (`409 stale_keys`) and seal to it from then on.
@@ -168,15 +158,6 @@ public actor MailslotClient {
         let bundle = try await currentBundle(of: rotated)
         try await authorized { try await api.putKeys(bundle, session: $0) }
         try await store.markPublished(rotated)
-    }
-
-    /// The safety number to compare with `uid`, in twelve groups of five digits.
-    public func safetyNumber(with uid: String) async throws -> String {
-        let me = try await identity()
-        var them = try await store.contact(uid)
-        if them == nil { them = try await contact(uid) }
-        guard let them else { throw ClientError.noKeys(uid) }
-        return SafetyNumber.display(SafetyNumber.of((me.uid, me.signing.publicKey), (them.uid, them.identityKey)))
     }
 
     /// This user's own fingerprint (30 digits in groups of five), to read out to contacts.
@@ -198,13 +179,4 @@ public actor MailslotClient {
         let me = try await identity()
         try await authorized { try await api.block(owner: me.uid, author: author, session: $0) }
     }
-
-    // MARK: Receiving
-
-    /// Stored messages, oldest first; from one contact when `from` is given.
-    public func history(from sender: String? = nil) async throws -> [ReceivedMessage] { try await store.inbox(from: sender) }
-
-    /// Messages that failed to open or verify, with the reason (an envelope error code,
-    /// `author_mismatch`, `key_changed`, …).
-    public func rejected() async throws -> [(id: String, author: String, reason: String)] { try await store.rejected() }
 }

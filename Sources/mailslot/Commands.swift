@@ -7,7 +7,7 @@ import MailslotWire
 struct Login: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Sign in with a custom token; creates and publishes this profile's keys on first use.",
-        discussion: "Prints your uid and fingerprint. Give the token as - to read it from stdin (it then stays out of your shell history).")
+        discussion: "Prints your uid and fingerprint. Give the token as - to read it from stdin (it then stays out of your shell history).\n\n--json prints one object: uid, fingerprint (your 30 digits in groups of five), profile (its name).")
     @OptionGroup var options: GlobalOptions
     @Option(help: "The relay's URL, e.g. https://relay.example.com") var relay: String
     @Option(help: "A custom token from your app's backend, or - for stdin.") var token: String
@@ -31,7 +31,7 @@ struct Login: AsyncParsableCommand {
 struct Send: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Send a message: text, a file (a picture for .png .jpg .gif .webp, otherwise its text), or a location. Prints the message id.",
-        discussion: "With a picture, TEXT is its caption. Without TEXT, --file or --location, the text is read from stdin. If the relay cannot be reached the message is queued (exit 75): `mailslot flush` sends it later.")
+        discussion: "With a picture, TEXT is its caption. Without TEXT, --file or --location, the text is read from stdin. If the relay cannot be reached the message is queued (exit 75): `mailslot flush` sends it later.\n\n--json prints one object: \(Output.outcomeFieldsHelp)")
     @OptionGroup var options: GlobalOptions
     @Argument(help: "The recipient's uid.") var uid: String
     @Argument(help: "The text to send.") var text: String?
@@ -91,7 +91,7 @@ struct Send: AsyncParsableCommand {
 struct Resend: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Send message ID again, sealed to the recipient's current keys: one their device could not open (`undelivered` in `history`), or one held for a key change.",
-        discussion: "The same id is kept. While the recipient's new identity key is not trusted the message stays held (exit 65): compare the fingerprint, then `mailslot trust UID`.")
+        discussion: "The same id is kept. While the recipient's new identity key is not trusted the message stays held (exit 65): compare `mailslot fingerprint UID` with them, then `mailslot trust UID --safety-number DIGITS`.\n\n--json prints one object: \(Output.outcomeFieldsHelp)")
     @OptionGroup var options: GlobalOptions
     @Argument(help: "The message id.") var id: String
 
@@ -114,7 +114,7 @@ struct RotateKey: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "rotate-key",
         abstract: "Replace this profile's mailbox key and publish the new one (the identity key and fingerprint stay).",
-        discussion: "Messages already sealed to the old key still open: it is kept for the longest message lifetime (30 days and a day).")
+        discussion: "Messages already sealed to the old key still open: it is kept for the longest message lifetime (30 days and a day).\n\n--json prints one object: state (rotated).")
     @OptionGroup var options: GlobalOptions
 
     func run() async throws {
@@ -129,7 +129,7 @@ struct RotateKey: AsyncParsableCommand {
 struct Receive: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Fetch waiting messages, store them, acknowledge them (the relay erases them), print them.",
-        discussion: "With --wait S, waits up to S seconds for at least one message.")
+        discussion: "With --wait S, waits up to S seconds for at least one message.\n\n--json prints one object per message: \(Output.receivedFieldsHelp)")
     @OptionGroup var options: GlobalOptions
     @Option(help: ArgumentHelp("Wait up to this many seconds for a message.", valueName: "S")) var wait: Double = 0
 
@@ -151,7 +151,12 @@ struct Receive: AsyncParsableCommand {
 /// `mailslot listen`: a live session.
 struct Listen: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Stay connected and print messages as they arrive (Ctrl-C to stop).")
+        abstract: "Stay connected and print messages as they arrive (Ctrl-C to stop).",
+        discussion: """
+            --json prints one object per line. Messages: \(Output.receivedFieldsHelp) The connection's state: state (started, \
+            with queued: messages still in the outbox; connecting; connected; waiting, with seconds until the next try and \
+            reason).
+            """)
     @OptionGroup var options: GlobalOptions
 
     func run() async throws {
@@ -178,8 +183,15 @@ struct Listen: AsyncParsableCommand {
 /// `mailslot history`: stored and sent messages.
 struct History: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Print received and sent messages, oldest first; only those with UID when given.",
-        discussion: "Sent messages show where they stand: sent, queued, held (the recipient's key changed: `mailslot trust UID` sends it), undelivered (their device could not open it: `mailslot resend ID`) or refused.")
+        abstract: "Print received and sent messages, oldest first (in the order this profile stored them); only those with UID when given.",
+        discussion: """
+            Sent messages show where they stand: sent, queued, held (the recipient's key changed: compare `mailslot fingerprint UID` \
+            with them, then `mailslot trust UID --safety-number DIGITS` sends it), undelivered (their device could not open it: \
+            `mailslot resend ID`) or refused. The order is when this profile stored each message (received, or written), by this \
+            machine's clock, not the sender's. Messages that did not open or verify, and why: `mailslot rejected`.
+
+            --json prints one object per message. Received: \(Output.receivedFieldsHelp) Sent: \(Output.sentFieldsHelp)
+            """)
     @OptionGroup var options: GlobalOptions
     @Argument(help: "Only messages from or to this uid.") var uid: String?
 
@@ -187,22 +199,58 @@ struct History: AsyncParsableCommand {
         try await reporting {
             let client = try Profile(options).client()
             let output = Output(json: options.json)
-            let received = try await client.history(from: uid)
-            let sent = try await client.outgoing().filter { uid == nil || $0.recipient == uid }
-            // Message ids are time-ordered: one sequence, oldest first.
-            var (r, s) = (received[...], sent[...])
-            while let next = r.first, let other = s.first {
-                if next.id <= other.id { output.message(next); r = r.dropFirst() } else { output.sent(other); s = s.dropFirst() }
+            for entry in try await client.timeline(with: uid) {
+                switch entry {
+                case .received(let message, _): output.message(message)
+                case .sent(let message): output.sent(message)
+                }
             }
-            r.forEach(output.message)
-            s.forEach(output.sent)
+        }
+    }
+}
+
+/// `mailslot rejected`: what was not accepted, and why.
+struct Rejected: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List messages that were not accepted, oldest first: received ones that did not open or verify, and sent ones the relay refused, with why.",
+        discussion: """
+            A received message is rejected when its envelope does not open on this device (envelope_cannot_decrypt: sealed to \
+            keys it does not hold; its author is told), its signature or author does not verify, or its sender's identity key \
+            changed and is not trusted yet (key_changed: compare `mailslot fingerprint UID`, then `mailslot trust UID \
+            --safety-number DIGITS`; messages after that open). A sent message is refused when the relay will not store it \
+            (blocked, invalid, …).
+
+            --json prints one object per message: direction ("in": received and rejected, "out": sent and refused), id, from \
+            (the author the relay named, for "in") or to (the recipient, for "out"), reason (an error code), at (when: received, \
+            or written for "out"; RFC 3339 UTC).
+            """)
+    @OptionGroup var options: GlobalOptions
+
+    func run() async throws {
+        try await reporting {
+            let client = try Profile(options).client()
+            let output = Output(json: options.json)
+            let incoming = try await client.rejected().map { rejected in
+                (rejected.receivedAt, ["direction": "in", "id": rejected.id, "from": rejected.author, "reason": rejected.reason] as [String: Any],
+                 "← \(rejected.author) \(rejected.id) rejected: \(rejected.reason)")
+            }
+            let outgoing = try await client.outgoing().filter { $0.state == .refused }.map { refused in
+                (refused.createdAt, ["direction": "out", "id": refused.id, "to": refused.recipient, "reason": refused.lastError ?? "refused"] as [String: Any],
+                 "→ \(refused.recipient) \(refused.id) refused: \(refused.lastError ?? "refused")")
+            }
+            for (at, fields, text) in (incoming + outgoing).sorted(by: { $0.0 < $1.0 }) {
+                let when = Timestamp.format(Int64(at.timeIntervalSince1970.rounded(.down)))
+                output.emit(fields.merging(["at": when]) { $1 }, text: "[\(when)] \(text)")
+            }
         }
     }
 }
 
 /// `mailslot contacts`: pinned contacts.
 struct Contacts: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "List contacts and how far their keys are trusted.")
+    static let configuration = CommandConfiguration(
+        abstract: "List contacts and how far their keys are trusted.",
+        discussion: "Trust: pinned (first use, not compared), verified (`mailslot trust`), changed (a new identity key waits to be compared and trusted).\n\n--json prints one object per contact: uid, trust.")
     @OptionGroup var options: GlobalOptions
 
     func run() async throws {
@@ -219,14 +267,41 @@ struct Contacts: AsyncParsableCommand {
 /// `mailslot fingerprint`: the safety number with a contact.
 struct Fingerprint: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Print the safety number you share with UID: compare it with them, in person or by voice.")
+        abstract: "Print the safety number you share with UID: compare it with them, in person or by voice.",
+        discussion: """
+            Both of you run it (they run `mailslot fingerprint YOUR-UID`) and read out the 60 digits; when they are the same, \
+            run `mailslot trust UID --safety-number DIGITS`. While UID's identity key has CHANGED (a reinstall, or someone \
+            substituting keys) it prints the number of the NEW key, the one `trust` installs, and the old number for \
+            reference: compare the new one. If they differ from what UID reads out, do not trust.
+
+            --json prints one object: uid, safety_number (the 60 digits in groups of five, on one line), key_changed (true \
+            while UID's new identity key is not trusted: safety_number is the new key's), previous_safety_number (the old \
+            key's number while key_changed, otherwise null), fingerprint (UID's 30 digits for the key safety_number is for), \
+            key_id (the keys `trust` installs), trust (pinned, verified or changed).
+            """)
     @OptionGroup var options: GlobalOptions
     @Argument(help: "The contact's uid.") var uid: String
 
     func run() async throws {
         try await reporting {
-            let number = try await Profile(options).client().safetyNumber(with: uid)
-            Output(json: options.json).emit(["uid": uid, "safety_number": number.replacingOccurrences(of: "\n", with: " ")], text: number)
+            let check = try await Profile(options).client().safetyNumberCheck(with: uid)
+            let fields: [String: Any] = [
+                "uid": uid, "safety_number": check.safetyNumber.replacingOccurrences(of: "\n", with: " "), "key_changed": check.isNewKey,
+                "previous_safety_number": check.previousSafetyNumber.map { $0.replacingOccurrences(of: "\n", with: " ") } ?? NSNull(),
+                "fingerprint": check.fingerprint, "key_id": check.keyID, "trust": check.trust.rawValue,
+            ]
+            guard check.isNewKey, let previous = check.previousSafetyNumber else {
+                Output(json: options.json).emit(fields, text: check.safetyNumber)
+                return
+            }
+            Output(json: options.json).emit(fields, text: """
+                \(uid)'s identity key CHANGED (a new device, or someone substituting keys). The NEW safety number is:
+                \(check.safetyNumber)
+                The old one was:
+                \(previous)
+                Compare the NEW one with \(uid), in person or by voice. Only if it is the same on both sides:
+                  mailslot trust \(uid) --safety-number DIGITS
+                """)
         }
     }
 }
@@ -234,21 +309,47 @@ struct Fingerprint: AsyncParsableCommand {
 /// `mailslot trust`: accept a contact's current keys.
 struct Trust: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Trust UID's keys after comparing the safety number (also after their key changed).")
+        abstract: "Trust UID's keys after comparing the safety number with them (also after their key changed).",
+        discussion: """
+            Give the number you compared: --safety-number DIGITS (the 60 digits `mailslot fingerprint UID` prints; spaces and \
+            line breaks are ignored, so quote it). Without the option it is asked for when stdin is a terminal, and refused \
+            (exit 64) otherwise. The number must be the one of the key `trust` installs — after a key change, the NEW key's: a \
+            number that is not is refused (exit 65) and nothing changes (the relay may have offered other keys since you \
+            compared: run `mailslot fingerprint UID` again). Messages held for the key change are then sent.
+
+            --json prints one object: uid, trust (verified), key_id (the keys now trusted).
+            """)
     @OptionGroup var options: GlobalOptions
     @Argument(help: "The contact's uid.") var uid: String
+    @Option(name: .customLong("safety-number"), help: ArgumentHelp("The safety number you compared with UID (60 digits).", valueName: "DIGITS"))
+    var safetyNumber: String?
 
     func run() async throws {
         try await reporting {
-            let contact = try await Profile(options).client().trust(uid)
-            Output(json: options.json).emit(["uid": contact.uid, "trust": contact.trust.rawValue], text: "\(contact.uid) is \(contact.trust.rawValue)")
+            guard Identifier.isValidUID(uid) else { throw ClientError.invalidUID(uid) }
+            let number = try safetyNumber ?? askForNumber()
+            let contact = try await Profile(options).client().trust(uid, safetyNumber: number)
+            Output(json: options.json).emit(["uid": contact.uid, "trust": contact.trust.rawValue, "key_id": contact.keyID],
+                                            text: "\(contact.uid) is \(contact.trust.rawValue)")
         }
+    }
+
+    /// The number typed at the terminal (a pasted three-line number is read whole); never asked
+    /// of a pipe or a file, where nobody compared anything.
+    private func askForNumber() throws -> String {
+        guard isatty(STDIN_FILENO) != 0 else {
+            throw CLIError.usage("pass --safety-number DIGITS: the safety number `mailslot fingerprint \(uid)` prints, after comparing it with \(uid)")
+        }
+        FileHandle.standardError.write(Data("The safety number you compared with \(uid) (60 digits, as `mailslot fingerprint \(uid)` prints it): ".utf8))
+        var typed = ""
+        while typed.count(where: \.isNumber) < 60, let line = readLine(strippingNewline: true), !line.isEmpty { typed += line + " " }
+        return typed
     }
 }
 
 /// `mailslot unsend`: delete a message the recipient has not received yet.
 struct Unsend: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Take back a message UID has not received yet.")
+    static let configuration = CommandConfiguration(abstract: "Take back a message UID has not received yet.", discussion: "--json prints one object: id, state (unsent).")
     @OptionGroup var options: GlobalOptions
     @Argument(help: "The recipient's uid.") var uid: String
     @Argument(help: "The message id `send` printed.") var id: String
@@ -263,7 +364,7 @@ struct Unsend: AsyncParsableCommand {
 
 /// `mailslot block`: refuse messages from a user.
 struct Block: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Refuse messages from UID at the relay.")
+    static let configuration = CommandConfiguration(abstract: "Refuse messages from UID at the relay.", discussion: "--json prints one object: uid, state (blocked).")
     @OptionGroup var options: GlobalOptions
     @Argument(help: "The uid to block.") var uid: String
 
@@ -277,7 +378,7 @@ struct Block: AsyncParsableCommand {
 
 /// `mailslot flush`: retry the outbox.
 struct Flush: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Send queued messages now. Exit 75 while some remain queued.")
+    static let configuration = CommandConfiguration(abstract: "Send queued messages now. Exit 75 while some remain queued.", discussion: "--json prints one object: queued (how many are still queued).")
     @OptionGroup var options: GlobalOptions
 
     func run() async throws {
@@ -291,7 +392,7 @@ struct Flush: AsyncParsableCommand {
 
 /// `mailslot logout`: end the session.
 struct Logout: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "End the session at the relay. Keys, contacts and messages stay in the profile.")
+    static let configuration = CommandConfiguration(abstract: "End the session at the relay. Keys, contacts and messages stay in the profile.", discussion: "--json prints one object: profile, state (logged out).")
     @OptionGroup var options: GlobalOptions
 
     func run() async throws {

@@ -11,11 +11,11 @@ struct MailslotCommand: AsyncParsableCommand {
             Each --profile keeps its keys, contacts and messages in ~/.mailslot/NAME (or $MAILSLOT_HOME/NAME), \
             readable by you only.
 
-            Exit codes: 0 success · 1 failure · 64 bad arguments · 65 refused data (changed key, invalid keys) \
+            Exit codes: 0 success · 1 failure · 64 bad arguments · 65 refused data (changed key, invalid keys, a safety number that does not match) \
             · 69 relay unreachable or refusing · 75 queued, not sent yet (run `mailslot flush`) · 77 not logged in \
             or the session cannot be renewed (log in again).
             """,
-        subcommands: [Login.self, Send.self, Receive.self, Listen.self, History.self, Contacts.self, Fingerprint.self,
+        subcommands: [Login.self, Send.self, Receive.self, Listen.self, History.self, Rejected.self, Contacts.self, Fingerprint.self,
                       Trust.self, Resend.self, RotateKey.self, Unsend.self, Block.self, Flush.self, Logout.self]
     )
 

@@ -42,7 +42,14 @@ enum CLIError: Error, CustomStringConvertible {
         case ClientError.noKeys(let uid): self = .refused("\(uid) has published no keys yet (they must log in once)")
         case ClientError.invalidKeys(let uid, let code): self = .refused("the keys the relay serves for \(uid) are invalid (\(code))")
         case ClientError.keyChanged(let uid):
-            self = .refused("\(uid)'s identity key changed. Compare `mailslot fingerprint \(uid)` with them, then `mailslot trust \(uid)`")
+            self = .refused("\(uid)'s identity key changed. Compare the NEW safety number (`mailslot fingerprint \(uid)`) with them, then `mailslot trust \(uid) --safety-number DIGITS`")
+        case ClientError.invalidSafetyNumber:
+            self = .usage("a safety number is 60 digits, as `mailslot fingerprint UID` prints it (spaces and line breaks are ignored)")
+        case ClientError.safetyNumberMismatch(let uid):
+            self = .refused("""
+                that is not the safety number of the keys `trust` would install for \(uid): nothing was trusted. Run `mailslot fingerprint \(uid)` \
+                again and compare it with \(uid); if it differs from what \(uid) reads out, someone may be substituting keys: do not trust them
+                """)
         case ClientError.cannotSeal(let code): self = .refused("the message cannot be sealed (\(code))")
         case ClientError.invalidUID(let uid): self = .usage("'\(uid)' is not a uid (1 to 128 of A-Z a-z 0-9 . _ -)")
         case ClientError.profileMismatch(let owner, let requested):
@@ -56,6 +63,25 @@ enum CLIError: Error, CustomStringConvertible {
 /// Prints results: a line for people, or one JSON object per line with --json.
 struct Output {
     let json: Bool
+
+    /// The JSON fields of a received message (``message(_:)``), for `--help` texts.
+    static let receivedFieldsHelp = """
+        id, from (the verified sender's uid), type (text, picture, location, receipt, typing, or another kind), timestamp \
+        (the sender's clock, milliseconds since the epoch), and as the message carries them: text, location {latitude, \
+        longitude}, receipt {kind, message_ids}, attachments [{media_type, bytes, name}].
+        """
+
+    /// The JSON fields of a sent message (``sent(_:)``), for `--help` texts.
+    static let sentFieldsHelp = """
+        id, to, state (sent, queued, held, undelivered, refused), reason (the last problem, unless sent), and type, \
+        timestamp, text, location, receipt, attachments as for a received message.
+        """
+
+    /// The JSON fields of a send's outcome (``outcome(_:to:)``, ``held(_:to:)``), for `--help` texts.
+    static let outcomeFieldsHelp = """
+        id (the message id), to, state (sent; queued: exit 75; refused: exit 69; held for a changed key: exit 65), reason \
+        (a problem code, for queued, refused and held).
+        """
 
     func emit(_ fields: [String: Any], text: String) {
         if json {
@@ -84,7 +110,7 @@ struct Output {
         if let message = outgoing.message { describe(message, into: &fields, text: &text) }
         switch outgoing.state {
         case .undelivered: text += "  (not readable on their device: `mailslot resend \(outgoing.id)` once their key is trusted)"
-        case .held: text += "  (their key changed: `mailslot trust \(outgoing.recipient)` sends it)"
+        case .held: text += "  (their key changed: compare `mailslot fingerprint \(outgoing.recipient)` with them; `mailslot trust \(outgoing.recipient) --safety-number DIGITS` sends it)"
         default: break
         }
         emit(fields, text: text)
@@ -128,7 +154,10 @@ struct Output {
     /// A message held because `uid`'s identity key changed: said, then refused with exit 65.
     func held(_ id: String?, to uid: String) throws -> Never {
         emit(["id": id ?? NSNull(), "to": uid, "state": "held", "reason": "key_changed"], text: id ?? "")
-        throw CLIError.refused("\(uid)'s identity key changed; the message is held. Compare `mailslot fingerprint \(uid)` with them, then `mailslot trust \(uid)` sends it")
+        throw CLIError.refused("""
+            \(uid)'s identity key changed; the message is held. Compare the NEW safety number (`mailslot fingerprint \(uid)`) with \
+            them, then `mailslot trust \(uid) --safety-number DIGITS` sends it
+            """)
     }
 }
 

@@ -77,8 +77,11 @@ import Testing
             #expect(try await bob.rejected().map(\.reason) == ["key_changed"])
             await #expect(throws: ClientError.keyChanged("alice")) { try await bob.send(text: "hello?", to: "alice") }
 
-            // After comparing safety numbers, bob trusts the new key; new messages flow again.
-            try await bob.trust("alice")
+            // After comparing safety numbers (the new key's, the same on both sides), bob trusts the
+            // new key; new messages flow again.
+            let compared = try await reinstalled.safetyNumber(with: "bob")
+            #expect(try await bob.safetyNumber(with: "alice") == compared)
+            try await bob.trust("alice", safetyNumber: compared)
             #expect(try await bob.contacts().first?.trust == .verified)
             try await reinstalled.send(text: "again", to: "bob")
             #expect(try await bob.receive().map(\.message.payload.text) == ["again"])

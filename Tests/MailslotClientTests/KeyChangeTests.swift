@@ -30,13 +30,115 @@ import Testing
             #expect(try await alice.contacts().first { $0.uid == "bob" }?.trust == .changed)
             #expect(try await newBob.receive().isEmpty, "nothing sealed to a key bob no longer has")
 
-            // After comparing fingerprints alice trusts the new key: the held message goes out.
-            try await alice.trust("bob")
+            // Alice is shown the number of the NEW key (the one trusting installs), and it is the
+            // number bob's new device shows her: compared by voice, they agree.
+            let aliceSees = try await alice.safetyNumberCheck(with: "bob")
+            let bobReadsOut = try await newBob.safetyNumber(with: "alice")
+            #expect(aliceSees.isNewKey && aliceSees.trust == .changed)
+            #expect(aliceSees.safetyNumber == bobReadsOut, "a genuine reinstall: both see the new key's number")
+            #expect(try await alice.safetyNumber(with: "bob") == bobReadsOut)
+            #expect(aliceSees.previousSafetyNumber != nil && aliceSees.previousSafetyNumber != bobReadsOut)
+            let newKeys = try #require(try await newBob.store.identity())
+            #expect(aliceSees.keyID == KeyBundle.keyID(identityKey: newKeys.signing.publicKey, mailboxKey: newKeys.mailbox.publicKey))
+            await #expect(throws: ClientError.invalidSafetyNumber) { try await alice.trust("bob", safetyNumber: String(bobReadsOut.dropLast())) }
+
+            // She trusts it with the number compared (as typed, on one line): the held message goes out.
+            try await alice.trust("bob", safetyNumber: bobReadsOut.replacingOccurrences(of: "\n", with: " "))
+            #expect(try await alice.safetyNumberCheck(with: "bob").isNewKey == false)
             #expect(try await alice.outgoing().first { $0.id == held.id }?.state == .sent)
             let received = try await newBob.receive()
             #expect(received.map(\.id) == [held.id])
             #expect(received.map(\.message.payload.text) == ["are you there?"])
             #expect(try await relay.pending("bob") == 0)
+        }
+    }
+
+    /// Issue 26 item 1: someone holding the issuer key (or the relay itself) signs in as bob with
+    /// keys of its own. The number alice is asked to compare is the forged key's, so it differs
+    /// from the number the real bob reads out, and trusting with bob's number is refused.
+    @Test func aForgedKeyChangeShowsANumberTheRealContactDoesNotAndIsNotTrustedWithTheirs() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            try await alice.send(text: "hello", to: "bob")
+            #expect(try await bob.receive().count == 1, "bob pinned alice")
+            let before = try await alice.safetyNumber(with: "bob")
+            #expect(before == (try await bob.safetyNumber(with: "alice")), "the same number before the change")
+
+            // The attacker: bob's uid, its own keys (its own database), published over bob's.
+            let mallory = try relay.client("bob", profile: "mallory-as-bob")
+            try await mallory.signIn()
+            await #expect(throws: ClientError.keyChanged("bob")) { try await alice.send(text: "the launch code is 0000", to: "bob") }
+            let held = try #require(try await alice.outgoing().last)
+            #expect(held.state == .held)
+
+            // What each user sees when they compare.
+            let aliceSees = try await alice.safetyNumberCheck(with: "bob")
+            let bobReadsOut = try await bob.safetyNumber(with: "alice")
+            #expect(aliceSees.isNewKey)
+            #expect(aliceSees.previousSafetyNumber == before)
+            #expect(bobReadsOut == before, "the real bob still holds his key")
+            #expect(aliceSees.safetyNumber != bobReadsOut, "the numbers alice and bob read differ: the change is detected")
+            #expect(aliceSees.safetyNumber == (try await mallory.safetyNumber(with: "alice")), "alice's is the attacker's key's")
+
+            // Alice, told the digits bob read out, trusts with them: refused, nothing changes, nothing leaves.
+            await #expect(throws: ClientError.safetyNumberMismatch("bob")) { try await alice.trust("bob", safetyNumber: bobReadsOut) }
+            #expect(try await alice.contacts().first { $0.uid == "bob" }?.trust == .changed)
+            #expect(try await alice.outgoing().first { $0.id == held.id }?.state == .held)
+            #expect(try await relay.pending("bob") == 0, "the relay got nothing")
+            #expect(try await mallory.receive().isEmpty)
+            #expect(try await bob.receive().isEmpty)
+        }
+    }
+
+    /// The relay can offer another bundle between the number being shown and `trust`: trusting
+    /// with the number shown refuses, since it is not the number of what would be installed.
+    @Test func aBundleSwappedAfterTheNumberWasShownIsNotTrusted() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            _ = try await alice.contact("bob")
+            let newBob = try relay.client("bob", profile: "bob-2")
+            try await newBob.signIn()
+            await #expect(throws: ClientError.keyChanged("bob")) { try await alice.send(text: "held", to: "bob") }
+            let shown = try await alice.safetyNumber(with: "bob")
+            #expect(shown == (try await newBob.safetyNumber(with: "alice")))
+
+            // Before alice trusts, other keys are published for bob, and her client sees them (as
+            // any send or receive would fetch them).
+            let swapped = try relay.client("bob", profile: "bob-3")
+            try await swapped.signIn()
+            await #expect(throws: ClientError.keyChanged("bob")) { try await alice.refreshKeys(of: "bob") }
+
+            await #expect(throws: ClientError.safetyNumberMismatch("bob")) { try await alice.trust("bob", safetyNumber: shown) }
+            #expect(try await alice.contacts().first { $0.uid == "bob" }?.trust == .changed)
+            #expect(try await alice.outgoing().last?.state == .held)
+            #expect(try await relay.pending("bob") == 0, "nothing sent to the swapped keys")
+
+            // Shown again, the number is the swapped keys'; trusted with that one, the message goes to them.
+            let again = try await alice.safetyNumber(with: "bob")
+            let swappedReadsOut = try await swapped.safetyNumber(with: "alice")
+            #expect(again != shown && again == swappedReadsOut)
+            try await alice.trust("bob", safetyNumber: again)
+            #expect(try await swapped.receive().map(\.message.payload.text) == ["held"])
+        }
+    }
+
+    /// At first contact too, trusting takes the number of the pinned key, and only that one.
+    @Test func aPinnedContactIsTrustedOnlyWithItsNumber() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            let check = try await alice.safetyNumberCheck(with: "bob")  // pins bob on first use
+            #expect(!check.isNewKey && check.previousSafetyNumber == nil && check.trust == .pinned)
+            #expect(check.keyID == (try await alice.contact("bob").keyID))
+            let wrong = String(repeating: "12345 ", count: 12)
+            await #expect(throws: ClientError.safetyNumberMismatch("bob")) { try await alice.trust("bob", safetyNumber: wrong) }
+            #expect(try await alice.contact("bob").trust == .pinned)
+            #expect(try await alice.trust("bob", safetyNumber: try await bob.safetyNumber(with: "alice")).trust == .verified)
         }
     }
 
@@ -57,7 +159,7 @@ import Testing
             #expect(undelivered.state == .undelivered)
             await #expect(throws: ClientError.keyChanged("bob")) { try await alice.resend(id) }
 
-            try await alice.trust("bob")
+            try await alice.trust("bob", safetyNumber: try await newBob.safetyNumber(with: "alice"))
             guard case .sent(let again) = try await alice.resend(id) else { Issue.record("not resent"); return }
             #expect(again == id, "the same message, the same id")
             let received = try await newBob.receive()
@@ -136,7 +238,7 @@ import Testing
             #expect(try await relay.pending("bob") == 0)
 
             // Trusted, the message goes again under its id (the old copy is gone: acknowledged).
-            try await alice.trust("bob")
+            try await alice.trust("bob", safetyNumber: try await newBob.safetyNumber(with: "alice"))
             guard case .sent = try await alice.resend(id) else { Issue.record("not resent"); return }
             #expect(try await newBob.receive().map(\.message.payload.text) == ["before the reinstall"])
         }
@@ -150,7 +252,7 @@ import Testing
             await newBob.notify(notice)
             #expect(try await relay.pending("bob") == 1, "not acknowledged")
             _ = try await alice.receive()
-            try await alice.trust("bob")
+            try await alice.trust("bob", safetyNumber: try await newBob.safetyNumber(with: "alice"))
             guard case .sent = try await alice.resend(id) else { Issue.record("the resend must take the old copy back, not be refused"); return }
             #expect(try await newBob.receive().map(\.message.payload.text) == ["still waiting"])
             #expect(try await alice.outgoing().first { $0.id == id }?.state == .sent)

@@ -219,7 +219,7 @@ import Testing
             let newBob = try relay.client("bob", profile: "bob-2")  // a reinstall: new keys
             try await newBob.signIn()
             await #expect(throws: ClientError.keyChanged("bob")) { try await alice.send(text: "held", to: "bob") }
-            try await alice.trust("bob")
+            try await alice.trust("bob", safetyNumber: try await newBob.safetyNumber(with: "alice"))  // compared: the same
             let sessions = try await alice.store.pool.read { db in
                 try Row.fetchAll(db, sql: "SELECT id, peer_identity FROM sessions WHERE contact = 'bob'")
             }

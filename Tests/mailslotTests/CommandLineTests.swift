@@ -46,7 +46,7 @@ import Testing
             let aliceNumber = try await relay.run(["fingerprint", "--profile", "alice", "bob"]).stdout
             #expect(bobNumber == aliceNumber && bobNumber.split(whereSeparator: \.isWhitespace).count == 12)
             #expect(try await relay.run(["contacts", "--profile", "bob"]).stdout.contains("alice\tpinned"))
-            #expect(try await relay.run(["trust", "--profile", "bob", "alice"]).stdout.contains("verified"))
+            #expect(try await relay.run(["trust", "--profile", "bob", "alice", "--safety-number", aliceNumber]).stdout.contains("verified"))
         }
     }
 

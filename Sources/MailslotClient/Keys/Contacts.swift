@@ -97,11 +97,41 @@ extension ClientStore {
         }
     }
 
-    /// Trusts the contact: a changed contact takes its offered keys; any contact becomes verified.
-    func trust(_ uid: String) async throws -> Contact? {
+    /// The keys trusting `uid` would install, with the pinned contact: a changed contact's
+    /// offered bundle (verified again for its uid), otherwise the pinned keys. Nil for an unknown
+    /// contact.
+    struct TrustCandidate: Sendable {
+        let pinned: Contact
+        /// The offered bundle while the contact changed; nil when trusting keeps the pinned keys.
+        let offered: KeyBundle?
+        var identityKey: IdentityPublicKey { offered?.identityKey ?? pinned.identityKey }
+        var keyID: String { offered?.keyID ?? pinned.keyID }
+    }
+
+    func trustCandidate(_ uid: String) async throws -> TrustCandidate? {
+        try await pool.read { db in try Self.trustCandidate(uid, db) }
+    }
+
+    private static func trustCandidate(_ uid: String, _ db: Database) throws -> TrustCandidate? {
+        guard let row = try Row.fetchOne(db, sql: "SELECT * FROM contacts WHERE uid = ?", arguments: [uid]),
+              let pinned = contact(from: row) else { return nil }
+        let offered = (row["offered_bundle"] as Data?).flatMap { try? KeyBundle.decode(Array($0), for: uid) }
+        return TrustCandidate(pinned: pinned, offered: offered)
+    }
+
+    /// Trusts the contact if `expected` (60 ASCII digits) is the safety number of `me` and the
+    /// identity key trusting installs: a changed contact takes its offered keys; the contact
+    /// becomes verified. Checked and installed in one transaction, so the bundle compared is the
+    /// bundle installed (a relay cannot swap the offer between the two). Nil for an unknown contact;
+    /// ``ClientError/safetyNumberMismatch(_:)`` and nothing changed when the number differs.
+    func trust(_ uid: String, expecting expected: [UInt8], as me: Identity) async throws -> Contact? {
         try await pool.write { db in
-            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM contacts WHERE uid = ?", arguments: [uid]) else { return nil }
-            if let offered: Data = row["offered_bundle"], let bundle = try? KeyBundle.decode(Array(offered), for: uid) {
+            guard let candidate = try Self.trustCandidate(uid, db) else { return nil }
+            // Not a secret, but compared whole and in constant time all the same: all 60 digits.
+            guard constantTimeEquals(SafetyNumberCheck.digits(me, uid, candidate.identityKey), expected) else {
+                throw ClientError.safetyNumberMismatch(uid)
+            }
+            if let bundle = candidate.offered {
                 // A new identity: new keys, and the sessions with the old one are over.
                 try db.execute(sql: """
                     UPDATE contacts SET identity_key = ?, mailbox_key = ?, signed_prekey_id = ?, signed_prekey = ?, sessions_used = 0

@@ -28,6 +28,14 @@ public enum ClientError: Error, Equatable, Sendable {
     case profileMismatch(owner: String, requested: String)
     /// No sent message with this id is undelivered or held: there is nothing to send again.
     case notResendable(String)
+    /// Not a safety number: ``MailslotClient/trust(_:safetyNumber:)`` takes 60 digits (spaces and
+    /// line breaks between them are ignored).
+    case invalidSafetyNumber
+    /// The safety number given to ``MailslotClient/trust(_:safetyNumber:)`` is not the number of
+    /// the keys trusting would install (the contact's offered key while it changed, otherwise the
+    /// pinned one): nothing was trusted. The user compared another key, or the relay offered
+    /// another bundle since the number was shown.
+    case safetyNumberMismatch(String)
 
     /// The reason stored with a message held because its recipient's identity key changed.
     static let keyChangedCode = "key_changed"

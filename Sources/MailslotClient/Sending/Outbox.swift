@@ -7,7 +7,7 @@ import MailslotWire
 // (`409 stale_keys`, spec/protocol.md) instead of storing a message nobody can open. The client
 // then fetches the keys again: a new mailbox key under the same identity is taken and the
 // message sealed again under the same id; a new identity key holds the message until the user
-// trusts it (``MailslotClient/trust(_:)``).
+// trusts it (``MailslotClient/trust(_:safetyNumber:)``).
 extension MailslotClient {
     /// Seals `message` for `recipient` under a new time-ordered id, stores it in the outbox, and
     /// tries to deliver it. A relay that cannot be reached leaves it queued. Throws

@@ -25,7 +25,7 @@ public struct OutgoingMessage: Sendable, Equatable {
         /// The relay refused it for good; `lastError` says why.
         case refused
         /// Not sealed yet: the recipient's identity key changed. It goes out, sealed to the new
-        /// keys, when the user trusts them (``MailslotClient/trust(_:)``).
+        /// keys, when the user trusts them (``MailslotClient/trust(_:safetyNumber:)``).
         case held
         /// The recipient's device said it could not open it (sealed to keys it does not have).
         /// ``MailslotClient/resend(_:)`` seals it again to the recipient's current keys.
@@ -43,6 +43,8 @@ public struct OutgoingMessage: Sendable, Equatable {
     public let lastError: String?
     /// The chat message, as signed.
     public let message: ChatMessage?
+    /// When it was composed and stored in the outbox, by this device's clock.
+    public let createdAt: Date
 }
 
 extension ClientStore {
@@ -159,25 +161,6 @@ extension ClientStore {
         }
     }
 
-    /// Stored messages, oldest first, optionally with one contact (either direction for sent ones is separate).
-    func inbox(from sender: String? = nil) async throws -> [ReceivedMessage] {
-        try await pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM inbox WHERE (? IS NULL OR sender = ?) ORDER BY id",
-                             arguments: [sender, sender]).compactMap { row in
-                let body: Data = row["body"]
-                guard let message = try? ChatMessage.decode(Array(body)) else { return nil }
-                return ReceivedMessage(id: row["id"], sender: row["sender"], message: message, body: Array(body))
-            }
-        }
-    }
-
-    /// Rejected messages with the reason, oldest first.
-    func rejected() async throws -> [(id: String, author: String, reason: String)] {
-        try await pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM rejected ORDER BY received_at").map { ($0["id"], $0["author"], $0["reason"]) }
-        }
-    }
-
     // MARK: Outbox
 
     /// An envelope in the outbox, and the recipient keys it was sealed to (none for a message
@@ -290,16 +273,6 @@ extension ClientStore {
             let delay = min(300, pow(2, Double(min(attempts, 9))))
             try db.execute(sql: "UPDATE sent SET attempts = ?, next_attempt_at = ?, last_error = ? WHERE id = ?",
                            arguments: [attempts, now + delay, error, id])
-        }
-    }
-
-    func outgoing() async throws -> [OutgoingMessage] {
-        try await pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT * FROM sent ORDER BY id").map { row in
-                let body: Data = row["body"]
-                return OutgoingMessage(id: row["id"], recipient: row["recipient"], state: OutgoingMessage.State(rawValue: row["state"]) ?? .queued,
-                                       attempts: row["attempts"], lastError: row["last_error"], message: try? ChatMessage.decode(Array(body)))
-            }
         }
     }
 }

@@ -1,0 +1,105 @@
+import Foundation
+import GRDB
+import MailslotWire
+
+/// A message this client received but did not accept: it did not open or verify. Kept with why,
+/// so that nothing is lost in silence.
+public struct RejectedMessage: Sendable, Equatable {
+    /// The message id.
+    public let id: String
+    /// The author the relay stamped on it (its sender's uid; not verified end to end, since the
+    /// message did not open or verify).
+    public let author: String
+    /// Why it was rejected: an envelope error code (spec/envelope.md, e.g. `envelope_cannot_decrypt`),
+    /// `author_mismatch`, `key_changed`, `sender_has_no_keys`, `envelope_downgrade`, …
+    public let reason: String
+    /// When this client received it, by this device's clock.
+    public let receivedAt: Date
+}
+
+/// One entry of ``MailslotClient/timeline(with:)``: a message received or sent, in the order this
+/// client stored them.
+public enum HistoryEntry: Sendable, Equatable {
+    /// A message received and stored, and when it was stored.
+    case received(ReceivedMessage, storedAt: Date)
+    /// A message this client sent or is sending (``OutgoingMessage/createdAt`` is when).
+    case sent(OutgoingMessage)
+
+    /// When this client stored it (received, or composed), by this device's clock.
+    public var storedAt: Date {
+        switch self {
+        case .received(_, let storedAt): storedAt
+        case .sent(let message): message.createdAt
+        }
+    }
+
+    /// The message id.
+    public var id: String {
+        switch self {
+        case .received(let message, _): message.id
+        case .sent(let message): message.id
+        }
+    }
+}
+
+extension ClientStore {
+    /// Stored messages, with when each was stored, oldest first (by this device's clock, not by
+    /// message id: ids carry their sender's clock), optionally from one contact.
+    func inbox(from sender: String? = nil) async throws -> [(message: ReceivedMessage, storedAt: Date)] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM inbox WHERE (? IS NULL OR sender = ?) ORDER BY received_at, id",
+                             arguments: [sender, sender]).compactMap { row in
+                let body: Data = row["body"]
+                guard let message = try? ChatMessage.decode(Array(body)) else { return nil }
+                return (ReceivedMessage(id: row["id"], sender: row["sender"], message: message, body: Array(body)),
+                        Date(timeIntervalSince1970: row["received_at"]))
+            }
+        }
+    }
+
+    /// Rejected messages with the reason, oldest first.
+    func rejected() async throws -> [RejectedMessage] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM rejected ORDER BY received_at, id").map {
+                RejectedMessage(id: $0["id"], author: $0["author"], reason: $0["reason"], receivedAt: Date(timeIntervalSince1970: $0["received_at"]))
+            }
+        }
+    }
+
+    /// Every message sent or being sent, oldest first (by when it was composed).
+    func outgoing() async throws -> [OutgoingMessage] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM sent ORDER BY created_at, id").map { row in
+                let body: Data = row["body"]
+                return OutgoingMessage(id: row["id"], recipient: row["recipient"], state: OutgoingMessage.State(rawValue: row["state"]) ?? .queued,
+                                       attempts: row["attempts"], lastError: row["last_error"], message: try? ChatMessage.decode(Array(body)),
+                                       createdAt: Date(timeIntervalSince1970: row["created_at"]))
+            }
+        }
+    }
+}
+
+extension MailslotClient {
+    /// Stored messages, oldest first (in the order this client stored them); from one contact
+    /// when `from` is given.
+    public func history(from sender: String? = nil) async throws -> [ReceivedMessage] {
+        try await store.inbox(from: sender).map(\.message)
+    }
+
+    /// Received and sent messages in one sequence, oldest first: in the order this client stored
+    /// them (received, or composed), by this device's clock; with one contact when `uid` is given.
+    /// Message ids are not used for the order: they carry the clock of whoever made them.
+    public func timeline(with uid: String? = nil) async throws -> [HistoryEntry] {
+        let received = try await store.inbox(from: uid).map { HistoryEntry.received($0.message, storedAt: $0.storedAt) }
+        let sent = try await store.outgoing().filter { uid == nil || $0.recipient == uid }.map(HistoryEntry.sent)
+        // Both are sorted already; the sort is stable, so equal times keep received before sent.
+        return (received + sent).enumerated().sorted { a, b in
+            (a.element.storedAt, a.offset) < (b.element.storedAt, b.offset)
+        }.map(\.element)
+    }
+
+    /// Messages that failed to open or verify, with the reason (an envelope error code,
+    /// `author_mismatch`, `key_changed`, …), oldest first. Messages this client sent that the
+    /// relay refused are in ``outgoing()`` with the state ``OutgoingMessage/State/refused``.
+    public func rejected() async throws -> [RejectedMessage] { try await store.rejected() }
+}
