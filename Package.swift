@@ -147,11 +147,15 @@ let package = Package(
             // The session tests read the client's store as a thief would.
             .product(name: "GRDB", package: "GRDB.swift"),
         ]),
-        // The attack catalogue, against in-process relays.
+        // The attack catalogue, against in-process relays; and a lying relay (a proxy in front of
+        // one) against the client library.
         .testTarget(
             name: "SecurityTests",
             dependencies: [
-                "MailslotRelay", "MailslotAudit", "MailslotTestSupport",
+                "MailslotRelay", "MailslotAudit", "MailslotTestSupport", "MailslotClient",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
             ]
         ),
