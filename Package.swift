@@ -157,6 +157,8 @@ let package = Package(
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                // The lying-relay tests change a client's store as a lost backup would.
+                .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
         .testTarget(name: "mailslotTests", dependencies: ["mailslot", "MailslotRelay", "MailslotTestSupport"]),
