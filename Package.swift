@@ -153,6 +153,7 @@ let package = Package(
             name: "SecurityTests",
             dependencies: [
                 "MailslotRelay", "MailslotAudit", "MailslotTestSupport", "MailslotClient",
+                "mailslot",  // the CLI's `receive` against the lying relay
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),

@@ -130,6 +130,31 @@ import Testing
         }
     }
 
+    @Test func theCommandLinePrintsWhatItStoredBeforeAFailedAcknowledgement() async throws {
+        try await withLyingRelay { liar in
+            let home = liar.upstream.folder + "/cli"
+            func mailslot(_ arguments: [String]) async throws -> ProcessResult {
+                try await ProcessRunner.run(ProcessRunner.builtProduct("mailslot"), arguments,
+                                            environment: ["MAILSLOT_HOME": home, "HOME": home, "PATH": "/usr/bin:/bin"])
+            }
+            let login = try await mailslot(["login", "--profile", "alice", "--relay", liar.url.absoluteString, "--token", try liar.upstream.token("alice")])
+            #expect(login.status == 0, "\(login.stderr)")
+            let bob = try liar.client("bob", direct: true)
+            try await bob.signIn()
+            try await bob.send(text: "first", to: "alice")
+            guard case .sent(let second) = try await bob.send(text: "second", to: "alice") else { Issue.record("not sent"); return }
+            liar.lie("DELETE", "/v1/users/alice/messages/\(second)", times: 1, .replace { _ in .problem(.internalError) })
+
+            let failed = try await mailslot(["receive", "--profile", "alice"])
+            #expect(failed.stdout.contains("first") && failed.stdout.contains("second"), "both stored, both printed: \(failed.stdout)")
+            #expect(failed.status == 69, "the acknowledgement's failure is reported")
+            #expect(failed.stderr.contains("internal"), "\(failed.stderr)")
+            let again = try await mailslot(["receive", "--profile", "alice"])
+            #expect(again.status == 0 && !again.stdout.contains("second"), "acknowledged now, not printed twice: \(again.stdout)")
+            #expect(try await liar.upstream.pending("alice") == 0)
+        }
+    }
+
     // MARK: Notices to strangers (spec/envelope.md §4.2 item 4)
 
     @Test func aStrangersGarbageIsRejectedWithoutNoticePinOrPrekeyClaim() async throws {
@@ -183,7 +208,7 @@ import Testing
         }
     }
 
-    @Test func noticesAreBoundedPerAuthorAndInAll() async throws {
+    @Test func noticesToOneAuthorAreBoundedADay() async throws {
         try await withLyingRelay { liar in
             let bob = try liar.client("bob"), alice = try liar.client("alice", direct: true)
             try await bob.signIn()
