@@ -65,7 +65,8 @@ public struct MessageRecord: Sendable, Equatable, Codable {
 
     /// Decodes a record, refusing (``OutOfRange``) what no relay sends: an id or author outside
     /// its grammar, a time that is not RFC 3339, a `size` that is not a size class
-    /// (``Envelope/minimumSize`` … ``Envelope/maximumSize``, a power of two), a `seq` below 1.
+    /// (``Envelope/minimumSize`` … ``Envelope/maximumSize``, a power of two) or not the length of
+    /// the envelope that comes with it, a `seq` below 1.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         id = try container.decode(String.self, forKey: .id, Grammar.messageID, Identifier.isValidMessageID)
@@ -78,6 +79,10 @@ public struct MessageRecord: Sendable, Equatable, Codable {
         leaseUntil = try container.decodeIfPresent(String.self, forKey: .leaseUntil, Grammar.time, Grammar.isTime)
         leaseHolder = try container.decodeIfPresent(String.self, forKey: .leaseHolder)
         envelope = try container.decodeIfPresent(String.self, forKey: .envelope)
+        // `size` is the envelope's length: a record whose envelope says otherwise is not the relay's.
+        if let envelope, Base64URL.decodedCount(envelope) != size {
+            throw OutOfRange(CodingKeys.size.stringValue, "\(size)", "the length of the envelope it comes with")
+        }
     }
 }
 

@@ -7,7 +7,7 @@ import Testing
 /// ``RelayAnswerError/outOfRange(_:)``, naming the member — never passed on to be computed with.
 @Suite struct RelayAnswersTests {
     let id = "01KF0000000000000000000042"
-    let record = #"{"author":"alice","created_at":"2027-01-15T08:00:00.000Z","envelope":"AAAA","expires_at":"2027-01-22T08:00:00.000Z","id":"01KF0000000000000000000042","seq":7,"size":512}"#
+    let record = #"{"author":"alice","created_at":"2027-01-15T08:00:00.000Z","envelope":"\#(Base64URL.encode([UInt8](repeating: 0, count: 512)))","expires_at":"2027-01-22T08:00:00.000Z","id":"01KF0000000000000000000042","seq":7,"size":512}"#
 
     func refusal<T: Decodable>(_ type: T.Type, _ text: String) -> RelayAnswerError? {
         do {
@@ -45,6 +45,7 @@ import Testing
         let lies: [(String, String, String)] = [
             (#""size":512"#, #""size":-1"#, "size"), (#""size":512"#, #""size":2097152"#, "size"), (#""size":512"#, #""size":768"#, "size"),
             (#""seq":7"#, #""seq":0"#, "seq"), (#""seq":7"#, #""seq":-9223372036854775808"#, "seq"),
+            (#""envelope":"AAAA"#, #""envelope":"AA"#, "size"),
             (id, "../../sessions/current", "id"), (#""author":"alice""#, #""author":"a b""#, "author"),
             (#""created_at":"2027-01-15T08:00:00.000Z""#, #""created_at":"yesterday""#, "created_at"),
         ]

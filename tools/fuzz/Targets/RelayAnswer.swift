@@ -95,6 +95,7 @@ private func checkRecord(_ record: MessageRecord) {
     expect(record.size >= Envelope.minimumSize && record.size <= Envelope.maximumSize && record.size & (record.size - 1) == 0,
            "a record of size \(record.size) decoded")
     if let seq = record.seq { expect(seq >= 1, "a record with seq \(seq) decoded") }
+    if let envelope = record.envelope { expect(Base64URL.decodedCount(envelope) == record.size, "a record whose size is not its envelope's decoded") }
     expect(Timestamp.parse(record.createdAt) != nil && Timestamp.parse(record.expiresAt) != nil, "a record's time does not parse")
     if let envelope = record.envelope.flatMap(Base64URL.decode) {
         _ = try? Envelope.open(envelope, id: record.id, recipient: Fixed.recipient, keys: Fixed.recipientKeys)
