@@ -5,7 +5,9 @@ import MailslotWire
 // (or stored as rejected, with why) before it is acknowledged, so the relay erases only what this
 // device has kept. A message that does not open because it was sealed to keys this device never
 // had (a reinstall, a key older than the longest message lifetime) is not dropped in silence: its
-// author is sent an end-to-end `unreadable` receipt, and marks the message undelivered.
+// author is sent an end-to-end `unreadable` receipt, and marks the message undelivered — if the
+// author is a contact (spec/envelope.md §4.2 item 4): a stranger's garbage draws nothing.
+
 /// ``MailslotClient/receive()`` stopped on a failure after it had stored messages: they are
 /// here, to be shown like a normal result, with what stopped it. Every one of them is stored (and
 /// in ``MailslotClient/history(from:)``); the ones not acknowledged come again at the next
