@@ -147,12 +147,19 @@ let package = Package(
             // The session tests read the client's store as a thief would.
             .product(name: "GRDB", package: "GRDB.swift"),
         ]),
-        // The attack catalogue, against in-process relays.
+        // The attack catalogue, against in-process relays; and a lying relay (a proxy in front of
+        // one) against the client library.
         .testTarget(
             name: "SecurityTests",
             dependencies: [
-                "MailslotRelay", "MailslotAudit", "MailslotTestSupport",
+                "MailslotRelay", "MailslotAudit", "MailslotTestSupport", "MailslotClient",
+                "mailslot",  // the CLI's `receive` against the lying relay
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                // The lying-relay tests change a client's store as a lost backup would.
+                .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
         .testTarget(name: "mailslotTests", dependencies: ["mailslot", "MailslotRelay", "MailslotTestSupport"]),

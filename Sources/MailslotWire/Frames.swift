@@ -209,16 +209,17 @@ extension RelayFrame: Codable {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         switch try container.decode(String.self, forKey: .type) {
         case "ready":
-            self = .ready(pending: try container.decode(Int.self, forKey: .pending),
-                          prekeys: try container.decodeIfPresent(Int.self, forKey: .prekeys))
+            // Numbers no relay sends are refused (``OutOfRange``), never computed with.
+            self = .ready(pending: try container.decode(Int.self, forKey: .pending, in: 0...Int.max),
+                          prekeys: try container.decodeIfPresent(Int.self, forKey: .prekeys, in: 0...RelayAnswers.maxPrekeyCount))
         case "message": self = .message(try container.decode(MessageRecord.self, forKey: .message))
-        case "acked": self = .acked(id: try container.decode(String.self, forKey: .id))
+        case "acked": self = .acked(id: try container.decode(String.self, forKey: .id, Grammar.messageID, Identifier.isValidMessageID))
         case "sent":
             self = .sent(ref: try container.decode(String.self, forKey: .ref), created: try container.decode(Bool.self, forKey: .created),
                          message: try container.decode(MessageRecord.self, forKey: .message))
         case "error":
             self = .error(try container.decode(Problem.self, forKey: .problem), ref: try container.decodeIfPresent(String.self, forKey: .ref),
-                          id: try container.decodeIfPresent(String.self, forKey: .id))
+                          id: try container.decodeIfPresent(String.self, forKey: .id, Grammar.messageID, Identifier.isValidMessageID))
         case let type: self = .unknown(type: type)
         }
     }

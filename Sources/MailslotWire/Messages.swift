@@ -62,6 +62,28 @@ public struct MessageRecord: Sendable, Equatable, Codable {
         case id, author, size, seq, envelope
         case createdAt = "created_at", expiresAt = "expires_at", leaseUntil = "lease_until", leaseHolder = "lease_holder"
     }
+
+    /// Decodes a record, refusing (``OutOfRange``) what no relay sends: an id or author outside
+    /// its grammar, a time that is not RFC 3339, a `size` that is not a size class
+    /// (``Envelope/minimumSize`` … ``Envelope/maximumSize``, a power of two) or not the length of
+    /// the envelope that comes with it, a `seq` below 1.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        id = try container.decode(String.self, forKey: .id, Grammar.messageID, Identifier.isValidMessageID)
+        author = try container.decode(String.self, forKey: .author, Grammar.uid, Identifier.isValidUID)
+        createdAt = try container.decode(String.self, forKey: .createdAt, Grammar.time, Grammar.isTime)
+        expiresAt = try container.decode(String.self, forKey: .expiresAt, Grammar.time, Grammar.isTime)
+        size = try container.decode(Int.self, forKey: .size, in: Envelope.minimumSize...Envelope.maximumSize)
+        guard size & (size - 1) == 0 else { throw OutOfRange(CodingKeys.size.stringValue, "\(size)", "a size class (a power of two)") }
+        seq = try container.decodeIfPresent(Int64.self, forKey: .seq, in: 1...Int64.max)
+        leaseUntil = try container.decodeIfPresent(String.self, forKey: .leaseUntil, Grammar.time, Grammar.isTime)
+        leaseHolder = try container.decodeIfPresent(String.self, forKey: .leaseHolder)
+        envelope = try container.decodeIfPresent(String.self, forKey: .envelope)
+        // `size` is the envelope's length: a record whose envelope says otherwise is not the relay's.
+        if let envelope, Base64URL.decodedCount(envelope) != size {
+            throw OutOfRange(CodingKeys.size.stringValue, "\(size)", "the length of the envelope it comes with")
+        }
+    }
 }
 
 /// `GET /v1/users/{uid}/messages`: one page, oldest first.
@@ -78,6 +100,20 @@ public struct MessagePage: Sendable, Equatable, Codable {
     }
 
     enum CodingKeys: String, CodingKey { case messages, next }
+
+    /// Decodes a page, refusing (``OutOfRange``) one no relay sends: more than
+    /// ``Defaults/maxPageSize`` messages, a `next` that is not a cursor, or a `next` after an
+    /// empty page (a relay that says "there is more" and gives nothing would keep a reader
+    /// asking for ever).
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        messages = try container.decode([MessageRecord].self, forKey: .messages)
+        guard messages.count <= Defaults.maxPageSize else {
+            throw OutOfRange(CodingKeys.messages.stringValue, "\(messages.count) messages", "at most \(Defaults.maxPageSize)")
+        }
+        next = try container.decodeIfPresent(String.self, forKey: .next, Grammar.cursor, RelayAnswers.isValidCursor)
+        if let next, messages.isEmpty { throw OutOfRange(CodingKeys.next.stringValue, next, "null after an empty page") }
+    }
 
     /// Writes `next` as `null` at the end, rather than leaving it out.
     public func encode(to encoder: any Encoder) throws {

@@ -70,6 +70,14 @@ public struct PrekeyCount: Sendable, Equatable, Codable {
 
     /// A count.
     public init(count: Int) { self.count = count }
+
+    enum CodingKeys: String, CodingKey { case count }
+
+    /// Decodes a count, refusing (``OutOfRange``) one below 0 or above
+    /// ``RelayAnswers/maxPrekeyCount`` (one prekey per id): no relay holds such a number.
+    public init(from decoder: any Decoder) throws {
+        count = try decoder.container(keyedBy: CodingKeys.self).decode(Int.self, forKey: .count, in: 0...RelayAnswers.maxPrekeyCount)
+    }
 }
 
 /// The answer of `POST /v1/users/{uid}/prekeys/claim`: the claimed prekey, now gone from the
@@ -82,6 +90,12 @@ public struct PrekeyClaim: Sendable, Equatable, Codable {
     public init(prekey: Prekey?) { self.prekey = prekey }
 
     enum CodingKeys: String, CodingKey { case prekey }
+
+    /// Decodes a claim, refusing (``OutOfRange``) a prekey with id 0, which no upload stores.
+    public init(from decoder: any Decoder) throws {
+        prekey = try decoder.container(keyedBy: CodingKeys.self).decodeIfPresent(Prekey.self, forKey: .prekey)
+        if let prekey, prekey.id == 0 { throw OutOfRange("id", "0", "1 … \(UInt32.max)") }
+    }
 
     /// Writes `"prekey": null` when none is left, rather than leaving the member out.
     public func encode(to encoder: any Encoder) throws {

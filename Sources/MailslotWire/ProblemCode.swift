@@ -104,4 +104,15 @@ public struct Problem: Sendable, Equatable, Codable, Error {
         case code, status, title, detail
         case retryAfter = "retry_after"
     }
+
+    /// Decodes a problem, refusing (``OutOfRange``) a `status` that is not an HTTP status or a
+    /// `retry_after` below 0 or above ``RelayAnswers/maxRetryAfter``.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        code = try container.decode(ProblemCode.self, forKey: .code)
+        status = try container.decode(Int.self, forKey: .status, in: 100...599)
+        title = try container.decode(String.self, forKey: .title)
+        detail = try container.decodeIfPresent(String.self, forKey: .detail)
+        retryAfter = try container.decodeIfPresent(Int.self, forKey: .retryAfter, in: 0...RelayAnswers.maxRetryAfter)
+    }
 }

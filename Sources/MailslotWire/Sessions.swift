@@ -40,4 +40,18 @@ public struct SessionGrant: Sendable, Equatable, Codable {
         case uid, session, refresh
         case expiresAt = "expires_at", refreshExpiresAt = "refresh_expires_at"
     }
+
+    /// Decodes a grant, refusing (``OutOfRange``) a uid outside its grammar, a session or refresh
+    /// token not of the relay's shape (it goes into a header), or a time that is not RFC 3339.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        uid = try container.decode(String.self, forKey: .uid, Grammar.uid, Identifier.isValidUID)
+        session = try container.decode(String.self, forKey: .session)
+        refresh = try container.decode(String.self, forKey: .refresh)
+        // Not echoed in the refusal: even a malformed secret stays out of logs.
+        guard RelayAnswers.isValidSecret(session, prefix: "mss_") else { throw OutOfRange("session", "(not shown)", "mss_ and 43 characters of base64url") }
+        guard RelayAnswers.isValidSecret(refresh, prefix: "msr_") else { throw OutOfRange("refresh", "(not shown)", "msr_ and 43 characters of base64url") }
+        expiresAt = try container.decode(String.self, forKey: .expiresAt, Grammar.time, Grammar.isTime)
+        refreshExpiresAt = try container.decode(String.self, forKey: .refreshExpiresAt, Grammar.time, Grammar.isTime)
+    }
 }

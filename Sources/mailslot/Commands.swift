@@ -129,7 +129,7 @@ struct RotateKey: AsyncParsableCommand {
 struct Receive: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Fetch waiting messages, store them, acknowledge them (the relay erases them), print them.",
-        discussion: "With --wait S, waits up to S seconds for at least one message.\n\n--json prints one object per message: \(Output.receivedFieldsHelp)")
+        discussion: "With --wait S, waits up to S seconds for at least one message. When the relay fails part way (an acknowledgement refused, the relay gone), every message stored before the failure is printed first, then the failure is reported with its exit code (69 for the relay); messages not acknowledged come again, and are acknowledged but not printed twice, at the next receive.\n\n--json prints one object per message: \(Output.receivedFieldsHelp)")
     @OptionGroup var options: GlobalOptions
     @Option(help: ArgumentHelp("Wait up to this many seconds for a message.", valueName: "S")) var wait: Double = 0
 
@@ -138,12 +138,18 @@ struct Receive: AsyncParsableCommand {
             let client = try Profile(options).client()
             let output = Output(json: options.json)
             let deadline = Date().addingTimeInterval(max(0, wait))
-            var messages = try await client.receive()
-            while messages.isEmpty, Date() < deadline {
-                try await Task.sleep(for: .milliseconds(500))
-                messages = try await client.receive()
+            do {
+                var messages = try await client.receive()
+                while messages.isEmpty, Date() < deadline {
+                    try await Task.sleep(for: .milliseconds(500))
+                    messages = try await client.receive()
+                }
+                for message in messages { output.message(message) }
+            } catch let interrupted as ReceiveInterrupted {
+                // What was stored is shown before the failure: it is not lost from the output.
+                for message in interrupted.received { output.message(message) }
+                throw interrupted.failure
             }
-            for message in messages { output.message(message) }
         }
     }
 }

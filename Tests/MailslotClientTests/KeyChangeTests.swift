@@ -201,6 +201,9 @@ import Testing
             let alice = try relay.client("alice"), bob = try relay.client("bob")
             try await alice.signIn()
             try await bob.signIn()
+            // Contacts (a notice goes only to someone bob exchanged a readable message with).
+            try await alice.send(text: "hello", to: "bob")
+            #expect(try await bob.receive().count == 1)
             guard case .sent(let id) = try await alice.send(text: "sealed long ago", to: "bob") else { Issue.record("not sent"); return }
             // Bob's rotation happened longer ago than any message may live: the old key is not used...
             let longAgo = Date().timeIntervalSince1970 - ClientStore.previousKeyLifetime - 60
@@ -264,14 +267,14 @@ import Testing
             let bob = try relay.client("bob"), mallory = try relay.client("mallory")
             try await bob.signIn()
             try await mallory.signIn()
-            _ = try await bob.contact("mallory")
+            try await bob.send(text: "hello", to: "mallory")  // a contact: a stranger would get no notice at all
             // Mallory's keys change, so bob's notices cannot go out: they wait, held.
             try await relay.client("mallory", profile: "mallory-2").signIn()
             let session = try await relay.signIn("mallory").session
             for n in 1...12 { #expect(try await relay.send(session, to: "bob", id: messageID(n)).status == 201) }
             #expect(try await bob.receive().isEmpty)
             #expect(try await bob.rejected().count == 12)
-            let notices = try await bob.outgoing().filter { $0.recipient == "mallory" }
+            let notices = try await bob.outgoing().filter { $0.recipient == "mallory" && $0.message?.type == .receipt }
             #expect(notices.count == ClientStore.maxWaitingNotices, "at most this many wait for one author")
             #expect(notices.allSatisfy { $0.state == .held })
             #expect(try await relay.pending("bob") == 0, "every message acknowledged all the same")

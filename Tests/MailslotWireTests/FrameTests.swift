@@ -38,8 +38,10 @@ import Testing
     }
 
     @Test func relayFramesReadAndWriteTheirMembers() throws {
+        // An envelope of its size: a record whose size is not its envelope's is refused (RelayAnswersTests).
+        let envelope = Base64URL.encode([UInt8](repeating: 0, count: 512))
         let record = MessageRecord(id: id, author: "alice", createdAt: "2027-01-15T08:00:00+00:00", expiresAt: "2027-01-22T08:00:00+00:00",
-                                   size: 512, seq: 7, envelope: "AAAA")
+                                   size: 512, seq: 7, envelope: envelope)
         let frames: [(RelayFrame, String)] = [
             (.ready(pending: 3, prekeys: 0), #"{"pending":3,"prekeys":0,"type":"ready"}"#),
             // A relay older than prekeys says nothing of them: read as unknown, not as none.
@@ -48,7 +50,7 @@ import Testing
             (.error(Problem(.staleKeys, "d"), ref: "r"),
              #"{"problem":{"code":"stale_keys","detail":"d","status":409,"title":"stale keys"},"ref":"r","type":"error"}"#),
             (.error(Problem(.notFound), id: id), #"{"id":"\#(id)","problem":{"code":"not_found","status":404,"title":"not found"},"type":"error"}"#),
-            (.message(record), #"{"message":{"author":"alice","created_at":"2027-01-15T08:00:00+00:00","envelope":"AAAA","expires_at":"2027-01-22T08:00:00+00:00","id":"\#(id)","seq":7,"size":512},"type":"message"}"#),
+            (.message(record), #"{"message":{"author":"alice","created_at":"2027-01-15T08:00:00+00:00","envelope":"\#(envelope)","expires_at":"2027-01-22T08:00:00+00:00","id":"\#(id)","seq":7,"size":512},"type":"message"}"#),
         ]
         for (frame, json) in frames {
             #expect(try text(frame) == json)

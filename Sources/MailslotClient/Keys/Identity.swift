@@ -60,8 +60,8 @@ extension ClientStore {
         let identitySecret = created.signing.secretKey.withUnsafeBytes { Data($0) }
         let mailboxSecret = created.mailbox.secretKey.withUnsafeBytes { Data($0) }
         try await pool.write { db in
-            try db.execute(sql: "INSERT INTO identity (id, uid, identity_secret, mailbox_secret) VALUES (1, ?, ?, ?)",
-                           arguments: [uid, identitySecret, mailboxSecret])
+            try db.execute(sql: "INSERT INTO identity (id, uid, identity_secret, mailbox_secret, created_at) VALUES (1, ?, ?, ?, ?)",
+                           arguments: [uid, identitySecret, mailboxSecret, Date().timeIntervalSince1970])
         }
         return created
     }

@@ -5,7 +5,30 @@ import MailslotWire
 // (or stored as rejected, with why) before it is acknowledged, so the relay erases only what this
 // device has kept. A message that does not open because it was sealed to keys this device never
 // had (a reinstall, a key older than the longest message lifetime) is not dropped in silence: its
-// author is sent an end-to-end `unreadable` receipt, and marks the message undelivered.
+// author is sent an end-to-end `unreadable` receipt, and marks the message undelivered — if the
+// author is a contact (spec/envelope.md §4.2 item 4): a stranger's garbage draws nothing.
+
+/// ``MailslotClient/receive()`` stopped on a failure after it had stored messages: they are
+/// here, to be shown like a normal result, with what stopped it. Every one of them is stored (and
+/// in ``MailslotClient/history(from:)``); the ones not acknowledged come again at the next
+/// receive, which acknowledges them without returning them again.
+public struct ReceiveInterrupted: Error, Sendable, CustomStringConvertible {
+    /// The messages stored in this run before the failure, in the order they came.
+    public let received: [ReceivedMessage]
+    /// What stopped the run: a ``ClientError`` (an acknowledgement refused by the relay, the relay
+    /// unreachable) or a local store failure.
+    public let failure: any Error
+
+    /// A run that stored `received` and then failed with `failure`.
+    public init(received: [ReceivedMessage], failure: any Error) {
+        self.received = received
+        self.failure = failure
+    }
+
+    /// The failure, and how many messages came before it.
+    public var description: String { "\(failure) (after \(received.count) messages stored)" }
+}
+
 extension MailslotClient {
     /// What came of one delivered message.
     struct Accepted: Sendable {
@@ -19,25 +42,56 @@ extension MailslotClient {
 
     /// Fetches every waiting message over HTTP, stores each (or records why it was rejected),
     /// then acknowledges it so the relay erases it. Returns the newly stored messages.
+    ///
+    /// An acknowledgement answered `404` counts as done: the message is gone from the relay
+    /// already (unsent, expired, acknowledged by another device). Any other failure stops the
+    /// run, and what was stored before it is not lost from the output: when at least one message
+    /// was stored, the failure comes as ``ReceiveInterrupted``, which carries them — show them,
+    /// then report its ``ReceiveInterrupted/failure``. (With none stored, the failure is thrown
+    /// as itself.) A message stored but not acknowledged comes again at the next `receive`: it is
+    /// then acknowledged, and not returned a second time.
     public func receive() async throws -> [ReceivedMessage] {
         let me = try await identity()
         await keepKeysCurrent()
         var received: [ReceivedMessage] = []
-        var cursor: String?
-        repeat {
-            let page = try await authorized { try await api.list(me.uid, after: cursor, session: $0) }
-            for record in page.messages {
-                let accepted = try await accept(record, as: me)
-                if let message = accepted.message { received.append(message) }
-                try await authorized { try await api.delete(owner: me.uid, id: record.id, session: $0) }
-                if let notice = accepted.notice { await notify(notice) }
+        do {
+            var cursor: String?
+            repeat {
+                let page = try await authorized { try await api.list(me.uid, after: cursor, session: $0) }
+                for record in page.messages {
+                    let accepted = try await accept(record, as: me)
+                    if let message = accepted.message { received.append(message) }
+                    try await acknowledge(record.id, owner: me.uid)
+                    if let notice = accepted.notice { await notify(notice) }
+                }
+                // The relay's cursors move forward (spec/protocol.md §4.9): one that does not
+                // would have this loop ask for ever.
+                if let next = page.next, let previous = cursor, let nextSeq = Int64(next), let previousSeq = Int64(previous), nextSeq <= previousSeq {
+                    throw ClientError.invalidResponse("the relay's next cursor \(next) does not follow \(previous)")
+                }
+                cursor = page.next
+            } while cursor != nil
+        } catch {
+            guard received.isEmpty else {
+                await eraseOldCopies()
+                throw ReceiveInterrupted(received: received, failure: error)
             }
-            cursor = page.next
-        } while cursor != nil
+            throw error
+        }
         // New messages may have started sessions, each using up one of the relay's one-time prekeys.
         if !received.isEmpty { await replenishPrekeys() }
         await eraseOldCopies()
         return received
+    }
+
+    /// Tells the relay to erase message `id`, stored here. `404` is success: the message is gone
+    /// already (unsent by its author, expired, or acknowledged by another device).
+    private func acknowledge(_ id: String, owner: String) async throws {
+        do {
+            try await authorized { try await api.delete(owner: owner, id: id, session: $0) }
+        } catch ClientError.relay(let problem) where problem.code == .notFound {
+            logger.info("acknowledged a message the relay no longer had", metadata: ["id": "\(id)"])
+        }
     }
 
     /// Opens, verifies and stores one delivered message — or stores why it was rejected — so
@@ -59,6 +113,12 @@ extension MailslotClient {
             guard Self.isUnreadable(error) else { return Accepted() }
             // Delivered again (its ack was lost): the notice queued the first time, still waiting.
             if try await store.hasNotice(for: record.id) { return Accepted(notice: try await store.waitingNotice(for: record.id)) }
+            // No notice to a stranger (nor over the bounds): before anything is fetched, pinned or
+            // claimed for it. Kept as rejected, and acknowledged, all the same.
+            guard try await store.mayNotify(record.author, createdAt: record.createdAt) else {
+                logger.info("no notice for a message that did not open", metadata: ["id": "\(record.id)", "reason": "not a contact, or bounded"])
+                return Accepted()
+            }
             return Accepted(notice: try await queueUnreadableNotice(for: record, as: me))
         }
     }
@@ -90,6 +150,9 @@ extension MailslotClient {
     /// touched, then it opens, advances its session and is stored in one transaction.
     private func acceptVersion2(_ sealed: SessionEnvelope, _ record: MessageRecord, as me: Identity) async throws -> Accepted {
         guard sealed.sender == record.author else { return try await reject(record, "author_mismatch") }
+        // A first contact is pinned (its bundle fetched) only for a message that opens: one that
+        // does not throws its envelope error here, and is kept as rejected, with no notice.
+        if try await store.contact(sealed.sender) == nil { _ = try await store.openWithoutKeeping(sealed, as: me) }
         guard let pinned = try await isPinned(sealed.senderKey, of: sealed.sender) else { return try await reject(record, "sender_has_no_keys") }
         guard pinned else {
             // Under a key not trusted yet an `unreadable` notice is still read, as in version 1 —

@@ -74,7 +74,12 @@ extension MailslotClient {
                     var resends: [String: Task<Void, Never>] = [:]
                     defer { for resend in resends.values { resend.cancel() } }
                     for try await frame in inbound.messages(maxSize: Defaults.maxRelayFrameBytes) {
-                        guard case .text(let text) = frame, let relayFrame = try? JSONDecoder().decode(RelayFrame.self, from: Data(text.utf8)) else {
+                        guard case .text(let text) = frame else { continue }
+                        // The one decoder of what a relay sends: a frame with a number out of
+                        // range (a prekey count of −2⁶³) is skipped, never computed with.
+                        let relayFrame: RelayFrame
+                        do { relayFrame = try RelayAnswers.frame(text) } catch {
+                            self.logger.info("a frame from the relay refused", metadata: ["error": "\(error)"])
                             continue
                         }
                         // The relay says how many one-time prekeys it holds: topped up when low.

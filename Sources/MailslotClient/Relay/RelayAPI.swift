@@ -115,7 +115,7 @@ struct RelayAPI: Sendable {
         let claim = try decode(PrekeyClaim.self, try await call("POST", "/v1/users/\(uid)/prekeys/claim", session: session,
                                                                 body: JSONEncoder().encode(PrekeyClaimRequest())))
         guard let prekey = claim.prekey else { return nil }
-        guard prekey.id >= 1, let key = prekey.publicKey, key.isUsable else {
+        guard let key = prekey.publicKey, key.isUsable else {  // the id was range-checked when decoded
             throw ClientError.invalidResponse("the relay served prekey \(prekey.id), which is not a usable X25519 key")
         }
         return (prekey.id, key)
@@ -140,15 +140,18 @@ struct RelayAPI: Sendable {
         }
         guard let http = response as? HTTPURLResponse else { throw ClientError.invalidResponse("not HTTP") }
         guard (200..<300).contains(http.statusCode) else {
-            if let problem = try? JSONDecoder().decode(Problem.self, from: data) { throw ClientError.relay(problem) }
+            if let problem = try? RelayAnswers.decode(Problem.self, from: data) { throw ClientError.relay(problem) }
             throw ClientError.invalidResponse("HTTP \(http.statusCode) without a problem body")
         }
         return data
     }
 
+    /// An answer through ``RelayAnswers/decode(_:from:)``, the one decoder of what a relay sends
+    /// (strict JSON, every number range-checked); a refusal is ``ClientError/invalidResponse(_:)``,
+    /// handled like any bad answer.
     private func decode<T: Decodable>(_ type: T.Type, _ data: Data) throws -> T {
-        do { return try JSONDecoder().decode(type, from: data) } catch {
-            throw ClientError.invalidResponse("unexpected \(T.self) JSON")
+        do { return try RelayAnswers.decode(type, from: data) } catch {
+            throw ClientError.invalidResponse("the relay's \(T.self) answer: \(error)")
         }
     }
 

@@ -117,7 +117,9 @@ extension MailslotClient {
             var count = remaining
             if count == nil { count = try await authorized { try await api.prekeyCount(owner: me.uid, session: $0) } }
             guard let count, count < Self.prekeyLowWater else { return }
-            let made = try await store.makeOneTimePrekeys(Self.prekeySupply - count)
+            // The count was range-checked when decoded (0 … 2³²−1); what is made is clamped all
+            // the same, so that no number from the relay makes more than the supply.
+            let made = try await store.makeOneTimePrekeys(Self.prekeysToMake(remaining: count))
             for batch in stride(from: 0, to: made.count, by: PrekeyUpload.maximumBatch) {
                 let prekeys = made[batch..<min(made.count, batch + PrekeyUpload.maximumBatch)].map { Prekey(id: $0.id, key: $0.key) }
                 _ = try await authorized { try await api.uploadPrekeys(prekeys, owner: me.uid, session: $0) }
@@ -125,6 +127,12 @@ extension MailslotClient {
         } catch {
             logger.info("could not top up the one-time prekeys", metadata: ["error": "\(Self.describe(error))"])
         }
+    }
+
+    /// How many one-time prekeys to make when the relay holds `remaining`: up to the supply,
+    /// never more, never fewer than none — whatever `remaining` is.
+    static func prekeysToMake(remaining: Int) -> Int {
+        remaining <= 0 ? prekeySupply : max(0, prekeySupply - min(remaining, prekeySupply))
     }
 
     /// How many one-time prekeys the client keeps on the relay (spec/sessions.md §6).

@@ -91,6 +91,46 @@ extension ClientStore {
     /// open gets at most this many answers, however many it sends.
     static let maxWaitingNotices = 8
 
+    /// The most notices made for one author in a day (``noticeWindow``), sent or not.
+    static let maxNoticesPerAuthor = 16
+    /// The most notices made in a day for all authors together.
+    static let maxNotices = 128
+    /// The window of ``maxNoticesPerAuthor`` and ``maxNotices``, in seconds (a day).
+    static let noticeWindow: Double = 86_400
+
+    /// Whether `author`, whose message `createdAt` (the relay's time) did not open, may be sent an
+    /// `unreadable` notice (spec/envelope.md §4.2 item 4). Only someone this device exchanged a
+    /// readable message with — a message stored from it, a message (not a notice) sent to it, a
+    /// session with it — or whose message the relay stored before this device's keys existed
+    /// (sealed to a previous install's: the reinstall the notice is for); never a stranger,
+    /// who would otherwise draw a notice per envelope and have this device pin it and claim its
+    /// prekeys. And within the bounds: ``maxWaitingNotices`` waiting and ``maxNoticesPerAuthor`` a
+    /// day for the author, ``maxNotices`` a day in all. Asked before anything is fetched for the
+    /// notice; ``enqueueNotice(_:noticeID:for:to:body:sealed:)`` checks the bounds again.
+    func mayNotify(_ author: String, createdAt: String, now: Double = Date().timeIntervalSince1970) async throws -> Bool {
+        try await pool.read { db in
+            let exchanged = try Bool.fetchOne(db, sql: """
+                SELECT EXISTS (SELECT 1 FROM inbox WHERE sender = ?) OR EXISTS (SELECT 1 FROM sessions WHERE contact = ?)
+                    OR EXISTS (SELECT 1 FROM sent WHERE recipient = ? AND type <> ?)
+                """, arguments: [author, author, author, MessageType.receipt.rawValue]) ?? false
+            let keysMadeAt = try Double.fetchOne(db, sql: "SELECT created_at FROM identity WHERE id = 1")
+            let sealedBeforeKeys = keysMadeAt.flatMap { made in Timestamp.parse(createdAt).map { $0 < made } } ?? false
+            guard exchanged || sealedBeforeKeys else { return false }
+            return try Self.noticeAllowed(to: author, db, now: now)
+        }
+    }
+
+    /// Whether the bounds leave room for one more notice to `author`.
+    private static func noticeAllowed(to author: String, _ db: Database, now: Double) throws -> Bool {
+        let notices = "SELECT sent.recipient, sent.state, sent.created_at FROM rejected JOIN sent ON sent.id = rejected.notice_id"
+        let waiting = try Int.fetchOne(db, sql: "SELECT count(*) FROM (\(notices)) WHERE recipient = ? AND state IN ('queued', 'held')",
+                                       arguments: [author]) ?? 0
+        let recent = try Int.fetchOne(db, sql: "SELECT count(*) FROM (\(notices)) WHERE recipient = ? AND created_at > ?",
+                                      arguments: [author, now - noticeWindow]) ?? 0
+        let all = try Int.fetchOne(db, sql: "SELECT count(*) FROM (\(notices)) WHERE created_at > ?", arguments: [now - noticeWindow]) ?? 0
+        return waiting < maxWaitingNotices && recent < maxNoticesPerAuthor && all < maxNotices
+    }
+
     /// Until the message it speaks of is acknowledged, a notice waits unreleased: never due.
     static let unreleased = Double(Int64.max)
 
@@ -113,18 +153,14 @@ extension ClientStore {
 
     /// Stores notice `notice` (sealed, or held unsealed) for rejected message `id`, unreleased, in
     /// one transaction with the record that `id` has its notice — unless it has one already or
-    /// its author has ``maxWaitingNotices`` waiting. Returns whether it was stored.
+    /// the bounds of ``mayNotify(_:createdAt:now:)`` are reached. Returns whether it was stored.
     func enqueueNotice(_ notice: ChatMessage, noticeID: String, for id: String, to author: String, body: [UInt8],
                        sealed: Sealed?) async throws -> Bool {
         try await pool.write { db in
             guard try Bool.fetchOne(db, sql: "SELECT 1 FROM rejected WHERE id = ? AND notice_id IS NULL", arguments: [id]) == true else {
                 return false
             }
-            let waiting = try Int.fetchOne(db, sql: """
-                SELECT count(*) FROM rejected JOIN sent ON sent.id = rejected.notice_id
-                WHERE sent.recipient = ? AND sent.state IN ('queued', 'held')
-                """, arguments: [author]) ?? 0
-            guard waiting < Self.maxWaitingNotices else { return false }
+            guard try Self.noticeAllowed(to: author, db, now: Date().timeIntervalSince1970) else { return false }
             try db.execute(sql: """
                 INSERT INTO sent (id, recipient, type, body, envelope, key_id, state, next_attempt_at, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, arguments: [noticeID, author, notice.type.rawValue, Data(body), sealed.map { Data($0.envelope) }, sealed?.keyID,

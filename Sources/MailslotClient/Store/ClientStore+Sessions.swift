@@ -40,7 +40,9 @@ extension ClientStore {
 
     /// Makes `count` one-time prekeys, keeps their secrets, and returns the public halves to upload.
     func makeOneTimePrekeys(_ count: Int, now: Double = Date().timeIntervalSince1970) async throws -> [PublishedPrekey] {
-        try await pool.write { db in
+        // Never a negative range, nor more than are kept, whatever the caller computed.
+        let count = max(0, min(count, Self.maxOneTimePrekeys))
+        return try await pool.write { db in
             let first = (try Int64.fetchOne(db, sql: "SELECT MAX(id) FROM one_time_prekeys") ?? 0) + 1
             var made: [PublishedPrekey] = []
             for offset in 0..<Int64(count) where first + offset <= Int64(UInt32.max) {

@@ -135,6 +135,13 @@ final class ClientStore: Sendable {
                 ALTER TABLE contacts ADD COLUMN sessions_used INTEGER NOT NULL DEFAULT 0;
                 """)
         }
+        // Notices only to contacts (spec/envelope.md §4.2 item 4): when this device's keys were
+        // made, so that a message stored on the relay before then — sealed to a previous install's
+        // keys — can still be answered. NULL for identities made before this column: no such
+        // exception for them.
+        migrator.registerMigration("v4: identity.created_at") { db in
+            try db.execute(sql: "ALTER TABLE identity ADD COLUMN created_at REAL")
+        }
         return migrator
     }
 }

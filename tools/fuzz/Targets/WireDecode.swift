@@ -136,7 +136,7 @@ func fuzzSeeds(root: String) -> [(name: String, bytes: [UInt8])] {
         add("send-\(index)", 3, SendRequest(envelope: envelope, ttlSeconds: index % 2 == 0 ? nil : 2_592_000,
                                              keyID: index % 2 == 0 ? Base64URL.encode([UInt8](repeating: UInt8(index), count: 16)) : nil))
         let record = MessageRecord(id: Fixed.messageID, author: "alice", createdAt: "2027-01-15T08:00:00+00:00",
-                                   expiresAt: "2027-01-22T08:00:00+00:00", size: envelope.count, seq: Int64(index),
+                                   expiresAt: "2027-01-22T08:00:00+00:00", size: envelope.count, seq: Int64(index + 1),
                                    leaseUntil: nil, leaseHolder: nil, envelope: text)
         add("relay-message-\(index)", 6, RelayFrame.message(record))
     }
