@@ -241,14 +241,20 @@ import Testing
             liar.lie("GET", "/v1/users/bob/keys", .replace { _ in .json(bundle) })
             await #expect(throws: ClientError.keyChanged("bob")) { try await alice.send(text: "the launch code is 0000", to: "bob") }
             #expect(try await alice.outgoing().contains { $0.state == .held })
-            let shownToAlice = try await alice.safetyNumber(with: "bob")
+            let shownToAlice = try await alice.safetyNumberCheck(with: "bob")
             let shownToBob = try await bob.safetyNumber(with: "alice")
-            // safetyNumber shows the pinned key's number until the `trust` branch (item 1) makes
-            // it show the offered key's: then this known issue is gone, and must be removed.
-            withKnownIssue("issue 26 item 1: during a key change the number is the pinned key's (fixed on the trust branch)") {
-                #expect(shownToAlice != shownToBob, "the users compare numbers that differ: the change is forged")
+            #expect(shownToAlice.isNewKey, "alice is told that this is a new key")
+            #expect(shownToAlice.safetyNumber != shownToBob, "the users compare numbers that differ: the change is forged")
+            // Alice trusts with the number bob read out to her: refused, and nothing goes to the relay's key.
+            let asked = liar.requests.count
+            await #expect(throws: ClientError.safetyNumberMismatch("bob")) {
+                try await alice.trust("bob", safetyNumber: shownToBob)
             }
+            #expect(try await alice.outgoing().filter { $0.state == .held }.count == 1, "the message stays held")
+            #expect(!liar.requests.dropFirst(asked).contains { $0.hasPrefix("PUT /v1/users/bob/messages/") },
+                    "nothing sealed to the forged key reached the relay")
         }
+    }
     }
 }
 
