@@ -70,6 +70,11 @@ public struct PrekeyCount: Sendable, Equatable, Codable {
 
     /// A count.
     public init(count: Int) { self.count = count }
+
+    /// The low-water mark of spec/protocol.md §8.4: a claim that leaves the owner fewer than this
+    /// many prekeys makes the relay send the owner's subscription a `prekeys` frame, once per
+    /// crossing. Clients keep more than this on the relay.
+    public static let lowWater = 25
 }
 
 /// The answer of `POST /v1/users/{uid}/prekeys/claim`: the claimed prekey, now gone from the
