@@ -63,6 +63,18 @@ struct ClusterTests {
         #expect(!newer.isEnded && hub.count == 1)
     }
 
+    /// Another node's low-water signal reaches the mailbox's subscription here, and only it.
+    @Test func anotherNodesLowWaterSignalReachesTheOwnersSubscription() {
+        let hub = MailboxHub()
+        let told = Shared<[String]>([])
+        for uid in ["bob", "carol"] {
+            _ = hub.subscribe(uid, generation: 1, onPrekeysLow: { count in told.update { $0.append("\(uid) \(count)") } })
+        }
+        hub.handle(.prekeysLow(mailbox: "bob", count: 24))
+        hub.handle(.prekeysLow(mailbox: "dave", count: 24))
+        #expect(told.value == ["bob 24"])
+    }
+
     @Test func anotherNodesMessagesMakeTheSubscriptionReadTheStoreAgain() throws {
         let hub = MailboxHub()
         let wakes = Shared(0)
