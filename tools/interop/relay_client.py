@@ -1256,6 +1256,23 @@ def scenario_prekeys(c):
     expect("PUT a bundle of another identity → 204", request(rel, "PUT", "/v1/users/pia/keys", p.bundle(), p.session), 204)
     ok("another identity's bundle erased the old identity's prekeys: count 0 (§4.6)", count() == 0, count())
 
+    # §4.14, §8.4: a claim that leaves fewer than 25 sends the owner's subscription one
+    # {"type":"prekeys","prekeys":N}, once per crossing of the mark.
+    request(rel, "POST", path, {"prekeys": keys(range(1, 27))}, p.session)
+    w = WS(rel, "pia", p.session)
+    c.sockets.append(w)
+    f = w.frame()
+    ok("pia subscribes with 26 prekeys: ready says 26", f == {"type": "ready", "pending": 0, "prekeys": 26}, f)
+    r = claim(x)
+    ok("rex's claim leaves 25: no frame", r.status == 200 and w.quiet(0.3), repr(r))
+    r = claim(x)
+    f = w.frame() if r.status == 200 else repr(r)
+    ok("rex's claim leaves 24 → pia gets {\"type\":\"prekeys\",\"prekeys\":24} (§8.4)", f == {"type": "prekeys", "prekeys": 24}, f)
+    r = claim(x)
+    ok("one more claim below the mark: no frame", r.status == 200 and w.quiet(0.3), repr(r))
+    w.close()
+    expect("DELETE prekeys as owner → 204", request(rel, "DELETE", path, session=p.session), 204)
+
     # One claimer's share of the owner's bucket (half of burst 30, 0.1/s) was drawn on above;
     # claims by one claimer (burst 60) reach it first. Each successful claim is another prekey.
     request(rel, "POST", path, {"prekeys": keys(range(1, 41))}, p.session)
