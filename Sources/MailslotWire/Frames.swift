@@ -139,6 +139,9 @@ public enum RelayFrame: Sendable, Equatable {
     /// `{"type":"error","ref"?:…,"id"?:…,"problem":{…}}`: a frame was refused (the `ref` of a
     /// send, the `id` of an ack); the socket stays open.
     case error(Problem, ref: String? = nil, id: String? = nil)
+    /// `{"type":"prekeys","prekeys":M}`: a claim left the relay holding M of the owner's one-time
+    /// prekeys, fewer than ``PrekeyCount/lowWater``; sent once per crossing of the mark.
+    case prekeys(Int)
     /// A type this version does not know (a newer relay's): clients skip it.
     case unknown(type: String)
 
@@ -150,6 +153,7 @@ public enum RelayFrame: Sendable, Equatable {
         case .acked: "acked"
         case .sent: "sent"
         case .error: "error"
+        case .prekeys: "prekeys"
         case .unknown(let type): type
         }
     }
@@ -159,9 +163,14 @@ public enum RelayFrame: Sendable, Equatable {
         if case .ready(let pending, _) = self { pending } else { nil }
     }
 
-    /// The owner's stored one-time prekeys, of a `ready` frame from a relay that says.
+    /// The owner's stored one-time prekeys, of a `ready` frame from a relay that says, or of a
+    /// `prekeys` frame.
     public var prekeys: Int? {
-        if case .ready(_, let prekeys) = self { prekeys } else { nil }
+        switch self {
+        case .ready(_, let prekeys): prekeys
+        case .prekeys(let count): count
+        default: nil
+        }
     }
 
     /// Whether a `sent` frame's send stored a new message (false: an identical retry).
@@ -220,6 +229,8 @@ extension RelayFrame: Codable {
         case "error":
             self = .error(try container.decode(Problem.self, forKey: .problem), ref: try container.decodeIfPresent(String.self, forKey: .ref),
                           id: try container.decodeIfPresent(String.self, forKey: .id, Grammar.messageID, Identifier.isValidMessageID))
+        case "prekeys":
+            self = .prekeys(try container.decode(Int.self, forKey: .prekeys, in: 0...RelayAnswers.maxPrekeyCount))
         case let type: self = .unknown(type: type)
         }
     }
@@ -242,6 +253,7 @@ extension RelayFrame: Codable {
             try container.encode(problem, forKey: .problem)
             try container.encodeIfPresent(ref, forKey: .ref)
             try container.encodeIfPresent(id, forKey: .id)
+        case .prekeys(let count): try container.encode(count, forKey: .prekeys)
         case .unknown: break
         }
     }

@@ -78,6 +78,11 @@ public struct PrekeyCount: Sendable, Equatable, Codable {
     public init(from decoder: any Decoder) throws {
         count = try decoder.container(keyedBy: CodingKeys.self).decode(Int.self, forKey: .count, in: 0...RelayAnswers.maxPrekeyCount)
     }
+
+    /// The low-water mark of spec/protocol.md §8.4: a claim that leaves the owner fewer than this
+    /// many prekeys makes the relay send the owner's subscription a `prekeys` frame, once per
+    /// crossing. Clients keep more than this on the relay.
+    public static let lowWater = 25
 }
 
 /// The answer of `POST /v1/users/{uid}/prekeys/claim`: the claimed prekey, now gone from the

@@ -46,6 +46,10 @@ struct ServeCommand: AsyncParsableCommand {
     var prekeyMailboxRate: String?
     @Option(help: ArgumentHelp("Burst of prekey claims of one user's prekeys [MAILSLOT_PREKEY_MAILBOX_BURST] (default 30).", valueName: "N"))
     var prekeyMailboxBurst: String?
+    @Option(help: ArgumentHelp("Relays sharing the database; the prekey claim rates and bursts are for all of them, each relay counting its share [MAILSLOT_RELAYS] (default 1).", valueName: "N"))
+    var relays: String?
+    @Option(help: ArgumentHelp("Reads in progress on this relay, all mailboxes together; half are kept for mailboxes with none in progress [MAILSLOT_MAX_READS] (default 64).", valueName: "N"))
+    var maxReads: String?
     @Option(help: ArgumentHelp("Unacknowledged deliveries per subscription [MAILSLOT_WINDOW] (default 256).", valueName: "N"))
     var window: String?
     @Option(help: ArgumentHelp("Most concurrent connections [MAILSLOT_MAX_CONNECTIONS] (default 10000).", valueName: "N"))
@@ -87,6 +91,7 @@ struct ServeCommand: AsyncParsableCommand {
             ("audience", audience), ("durability", durability), ("max-envelope-bytes", maxEnvelopeBytes), ("max-pending", maxPending),
             ("create-rate", createRate), ("create-burst", createBurst), ("max-prekeys", maxPrekeys), ("prekey-claim-rate", prekeyClaimRate),
             ("prekey-claim-burst", prekeyClaimBurst), ("prekey-mailbox-rate", prekeyMailboxRate), ("prekey-mailbox-burst", prekeyMailboxBurst),
+            ("relays", relays), ("max-reads", maxReads),
             ("window", window), ("max-connections", maxConnections),
             ("header-timeout", headerTimeout), ("idle-timeout", idleTimeout), ("max-author-bytes", maxAuthorBytes),
             ("max-sessions-per-user", maxSessionsPerUser), ("min-free-bytes", minFreeBytes), ("disk-reserve-bytes", diskReserveBytes),

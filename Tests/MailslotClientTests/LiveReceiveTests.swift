@@ -1,5 +1,5 @@
 import Foundation
-import MailslotRelay
+@testable import MailslotRelay
 import MailslotTestSupport
 import MailslotWire
 import Testing
@@ -44,6 +44,37 @@ import Testing
         for _ in 0..<10 { _ = acks.retry(after: Problem(.internalError, retryAfter: 120), id: "m4", random: 0) }
         acks.sent("m5")
         #expect(acks.retry(after: Problem(.internalError, retryAfter: 120), id: "m5", random: 0) == .seconds(30), "at most 30 s")
+    }
+
+    /// A listening client keeps its one-time prekeys topped up while another account claims
+    /// them: the claim that takes the supply below the low-water mark makes the relay send a
+    /// `prekeys` frame (spec/protocol.md §8.4), and the client uploads more at once — not only at
+    /// its next connect, sign-in or receive.
+    @Test func aListeningClientTopsUpItsPrekeysAsOthersClaimThem() async throws {
+        try await withTestRelay(configure: { $0.prekeyMailboxBurst = 1000; $0.prekeyClaimBurst = 1000 }) { relay in
+            let bob = try relay.client("bob")
+            try await bob.signIn()
+            let api = RelayAPI(base: relay.url)
+            let alice = try await relay.signIn("alice").session, bobSession = try await relay.signIn("bob").session
+            let supply = MailslotClient.prekeySupply
+            func count() async throws -> Int { try await api.prekeyCount(owner: "bob", session: bobSession) }
+            func eventually(_ condition: () async throws -> Bool) async throws -> Bool {
+                for _ in 0..<200 {
+                    if try await condition() { return true }
+                    try await Task.sleep(for: .milliseconds(50))
+                }
+                return false
+            }
+            #expect(try await count() == supply)
+            let listening = Task { for try await _ in bob.messages() {} }
+            defer { listening.cancel() }
+            // Subscribed before the claims: otherwise the `ready` frame's count would top up too.
+            #expect(try await eventually { relay.relay.mailboxes.hub.count == 1 })
+            for _ in 0..<(supply - PrekeyCount.lowWater + 1) {
+                #expect(try await api.claimPrekey(for: "bob", session: alice) != nil)
+            }
+            #expect(try await eventually { try await count() == supply }, "topped up to \(supply) while listening")
+        }
     }
 
     @Test func theStreamYieldsStoredMessagesAndAcksThem() async throws {

@@ -149,6 +149,50 @@ import MailslotWire
         }
     }
 
+    /// Accounts that ask for pages and never read them hold at most half of the relay's reads
+    /// (`--max-reads`, spec/protocol.md §5.6): another owner's read still starts, and the relay's
+    /// bound holds whatever the accounts do.
+    @Test func unreadPagesOfSomeAccountsLeaveOthersTheirReads() async throws {
+        try await withTestRelay(configure: { configuration in
+            configuration.maxEnvelopeBytes = 256 * 1024
+            configuration.maxPageBytes = 16 * 1024 * 1024
+            configuration.maxReads = 8
+        }) { relay in
+            let heavy = [(uid: "heavy1", session: try await relay.signIn("heavy1").session),
+                         (uid: "heavy2", session: try await relay.signIn("heavy2").session)]
+            let bystander = try await relay.signIn("bystander")
+            // Stored directly: 12 MiB of text waiting in each heavy mailbox, one message in the bystander's.
+            let envelope = Base64URL.encode(randomBytes(256 * 1024))
+            for (uid, count) in [("heavy1", 48), ("heavy2", 48), ("bystander", 1)] {
+                for n in 0..<count {
+                    _ = try await relay.relay.store.createMessage(recipient: uid, id: messageID(n), author: "alice", envelope: envelope,
+                                                                  size: 256 * 1024, now: Clock.now(), expiresAt: Clock.now() + 600_000,
+                                                                  limits: CreateLimits(maxPending: 100, maxAuthorBytes: 1 << 40))
+                }
+            }
+            var held: [RawConnection] = []
+            var statuses: [String: [Int]] = [:]
+            for user in heavy {
+                for _ in 0..<4 {
+                    let connection = try RawConnection(port: relay.port, receiveBuffer: 16 * 1024)
+                    connection.send("GET /v1/users/\(user.uid)/messages?limit=500 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(user.session)\r\n\r\n")
+                    statuses[user.uid, default: []].append(await connection.status(attempts: 100) ?? -1)
+                    held.append(connection)
+                }
+            }
+            let limiter = relay.relay.mailboxes.readLimiter
+            let all = statuses.values.flatMap { $0 }
+            #expect(all.allSatisfy { $0 == 200 || $0 == 429 }, "\(statuses)")
+            // Half of the relay's 8, and the other mailbox's first read; the rest refused.
+            #expect(limiter.total <= 4 + 1 && all.filter { $0 == 200 }.count <= 5 && all.filter { $0 == 429 }.count >= 3, "\(statuses)")
+            let page = try await relay.call("GET", "/v1/users/bystander/messages", session: bystander.session)
+            #expect(page.status == 200 && (page.json["messages"] as? [Any])?.count == 1, "the bystander reads: \(page.summary)")
+            let refused = try await relay.call("GET", "/v1/users/heavy2/messages?limit=1", session: heavy[1].session)
+            #expect(refused.status == 429 && refused.problem == .tooManyReads && refused.headers["retry-after"] == "1", "\(refused.summary)")
+            held.removeAll()
+        }
+    }
+
     /// A client that stops reading its answer is disconnected after the idle timeout: it does
     /// not keep the page, the read or the connection for as long as it likes.
     @Test func aReaderThatStopsReadingIsDisconnectedAfterTheIdleTimeout() async throws {

@@ -18,7 +18,8 @@ struct ClusterTests {
     @Test func notificationsRoundTripAndRefuseWhatTheyDoNotKnow() throws {
         let node = ClusterNotification.newNode()
         #expect(node.count == 16)
-        for event in [ClusterEvent.changed(mailboxes: ["alice", "bob.b-1_x"]), .recheckAll, .subscribed(mailbox: "carol", generation: 42)] {
+        for event in [ClusterEvent.changed(mailboxes: ["alice", "bob.b-1_x"]), .recheckAll, .subscribed(mailbox: "carol", generation: 42),
+                      .prekeysLow(mailbox: "dave", count: 24), .prekeysLow(mailbox: "dave", count: 0)] {
             let payload = ClusterNotification(node: node, event: event).payload
             #expect(ClusterNotification(payload: payload) == ClusterNotification(node: node, event: event), "\(payload)")
         }
@@ -31,7 +32,8 @@ struct ClusterTests {
         let fitting = ClusterNotification(node: node, event: .changed(mailboxes: fits)).payload
         #expect(fitting.utf8.count <= ClusterNotification.maxPayloadBytes && fitting.hasPrefix("m "))
         for bad in ["", "m", "m \(node)", "x \(node)", "a NODE", "a \(node) extra", "s \(node) 0 bob", "s \(node) 01 bob",
-                    "s \(node) 5 bo b", "s \(node) -5 bob", "m \(node)\n", "m \(node)\nbad uid", "a \(node.uppercased())"] {
+                    "s \(node) 5 bo b", "s \(node) -5 bob", "m \(node)\n", "m \(node)\nbad uid", "a \(node.uppercased())",
+                    "p \(node) -1 bob", "p \(node) 024 bob", "p \(node) 24", "p \(node) 24 bo b"] {
             #expect(ClusterNotification(payload: bad) == nil, "\(bad)")
         }
     }
@@ -59,6 +61,18 @@ struct ClusterTests {
         #expect(carol.isEnded && hub.count == 0)
         let newer = hub.subscribe("carol", generation: 21).0
         #expect(!newer.isEnded && hub.count == 1)
+    }
+
+    /// Another node's low-water signal reaches the mailbox's subscription here, and only it.
+    @Test func anotherNodesLowWaterSignalReachesTheOwnersSubscription() {
+        let hub = MailboxHub()
+        let told = Shared<[String]>([])
+        for uid in ["bob", "carol"] {
+            _ = hub.subscribe(uid, generation: 1, onPrekeysLow: { count in told.update { $0.append("\(uid) \(count)") } })
+        }
+        hub.handle(.prekeysLow(mailbox: "bob", count: 24))
+        hub.handle(.prekeysLow(mailbox: "dave", count: 24))
+        #expect(told.value == ["bob 24"])
     }
 
     @Test func anotherNodesMessagesMakeTheSubscriptionReadTheStoreAgain() throws {
@@ -137,6 +151,63 @@ struct ClusterTests {
                     await socket.close()
                 }
             }
+        }
+    }
+
+    /// A claim through one relay that takes the owner's prekeys below the low-water mark reaches
+    /// the owner's subscription on the other relay as one `prekeys` frame (spec/protocol.md §8.4).
+    @Test(.enabled(if: TestDatabase.unavailable == nil, "MAILSLOT_TEST_DATABASE_URL is not set: run the tests under tools/postgres run"))
+    func aClaimThroughOneRelayTellsTheOwnersSubscriptionOnAnother() async throws {
+        try await withTwoRelays { a, b, _ in
+            let bob = try await b.signIn("bob").session, alice = try await a.signIn("alice").session
+            let mark = PrekeyCount.lowWater
+            let prekeys = (1...UInt32(mark + 1)).map { Prekey(id: $0, key: MailboxKeyPair().publicKey) }
+            #expect(try await b.call("POST", "/v1/users/bob/prekeys", session: bob, json: PrekeyUpload(prekeys: prekeys)).status == 200)
+            let socket = try await TestSocket.subscribed(b, "bob", session: bob)
+            #expect(try await a.call("POST", "/v1/users/bob/prekeys/claim", session: alice, body: [String: Any]()).status == 200)
+            #expect(try await socket.next(timeout: .milliseconds(500)) == nil, "at the mark: nothing")
+            #expect(try await a.call("POST", "/v1/users/bob/prekeys/claim", session: alice, body: [String: Any]()).status == 200)
+            #expect(try await socket.next(timeout: .seconds(10)) == .prekeys(mark - 1), "told across relays")
+            #expect(try await a.call("POST", "/v1/users/bob/prekeys/claim", session: alice, body: [String: Any]()).status == 200)
+            #expect(try await socket.next(timeout: .milliseconds(500)) == nil, "once per crossing")
+            await socket.close()
+        }
+    }
+
+    /// A pool whose every connection is busy is load, not an outage: uses that waited the lease
+    /// timeout while others got connections fail with `busy`, each on its own, and the pool does
+    /// not start failing every use at once (which answered a bystander `503` for a second).
+    @Test(.enabled(if: TestDatabase.unavailable == nil, "MAILSLOT_TEST_DATABASE_URL is not set: run the tests under tools/postgres run"))
+    func aBusyPoolIsNotAnOutage() async throws {
+        try await TestDatabase.with { url in
+            let store = try await PostgresStore.open(url: url, logger: TestRelay.logger)
+            // 12 connections' worth of queries longer than the lease timeout: the 13th use onwards
+            // waits while some connections are handed on.
+            let uses = PostgresStore.poolSize * 12
+            let outcomes = await withTaskGroup(of: String.self) { group in
+                for _ in 0..<uses {
+                    group.addTask {
+                        do {
+                            try await store.pool.withConnection { connection in
+                                _ = try await connection.query("SELECT pg_sleep(0.4)", logger: TestRelay.logger)
+                            }
+                            return "done"
+                        } catch StoreFailure.busy {
+                            return "busy"
+                        } catch {
+                            return "\(error)"
+                        }
+                    }
+                }
+                var outcomes: [String: Int] = [:]
+                for await outcome in group { outcomes[outcome, default: 0] += 1 }
+                return outcomes
+            }
+            #expect(outcomes["busy", default: 0] > 0 && outcomes["done", default: 0] > 0, "\(outcomes)")
+            #expect(outcomes["busy", default: 0] + outcomes["done", default: 0] == uses, "nothing answered as an outage: \(outcomes)")
+            #expect(!store.pool.recentlyFailed, "no fail-fast interval")
+            #expect(try await store.pendingCount(recipient: "bob", now: 0) == 0, "the next use is served")
+            await store.close()
         }
     }
 

@@ -53,6 +53,33 @@ import Testing
         }
     }
 
+    /// A version 2 bundle's `signed_prekey_id` is stored only in its one form, plain decimal
+    /// digits: the same number as `4e9` or `4000000000.0` (which the signature cannot tell apart)
+    /// is refused with `invalid_key_bundle`, ending in `bundle_malformed` (spec/envelope.md).
+    @Test func aSignedPrekeyIDInAnyFormButPlainDigitsIsRefused() async throws {
+        try await withTestRelay { relay in
+            let bob = try await relay.signIn("bob").session
+            let bundle = KeyBundle(uid: "bob", identity: IdentityKeyPair(), mailboxKey: MailboxKeyPair().publicKey,
+                                   signedPrekey: PublishedPrekey(id: 4_000_000_000, key: MailboxKeyPair().publicKey))
+            let text = String(decoding: bundle.encoded(), as: UTF8.self)
+            #expect(text.contains(#""signed_prekey_id":4000000000,"#))
+            func put(_ form: String) async throws -> TestRelay.Answer {
+                let body = text.replacingOccurrences(of: #""signed_prekey_id":4000000000,"#, with: #""signed_prekey_id":\#(form),"#)
+                return try await relay.call("PUT", "/v1/users/bob/keys", session: bob, body: Data(body.utf8))
+            }
+            for form in ["4e9", "4E9", "4e+9", "4000000000.0", "4.0e9", "40000000000e-1", "4000000000.000", "-0"] {
+                let answer = try await put(form)
+                #expect(answer.status == 400 && answer.problem == .invalidKeyBundle, "\(form): \(answer.summary)")
+                #expect((answer.json["detail"] as? String)?.hasSuffix(": bundle_malformed") == true, "\(form)")
+            }
+            #expect(try await relay.call("GET", "/v1/users/bob/keys", session: bob).status == 404, "none of them was stored")
+            #expect(try await put("4000000000").status == 204)
+            #expect(try await relay.call("GET", "/v1/users/bob/keys", session: bob).text == text)
+            #expect(MailboxService.isPlainInteger("0") && MailboxService.isPlainInteger("7") && !MailboxService.isPlainInteger("07")
+                    && !MailboxService.isPlainInteger("") && !MailboxService.isPlainInteger(nil) && !MailboxService.isPlainInteger("-1"))
+        }
+    }
+
     @Test func aKeyIDOfAnotherFormIsABadRequest() async throws {
         try await withTestRelay { relay in
             let alice = try await relay.signIn("alice").session

@@ -150,8 +150,10 @@ import MailslotWire
                 let claim = try await Self.claim(relay, mallory)
                 #expect(claim.status == send.status && claim.problem == send.problem && claim.problem == .blocked, "\(claim.summary)")
             }
+            // Two claimers: each may take half of the owner's burst of 2 (oneClaimerCannotStarveAFreshOne).
+            let carol = try await relay.signIn("carol").session
             #expect(try await Self.claim(relay, alice).status == 200)
-            #expect(try await Self.claim(relay, alice).status == 200)
+            #expect(try await Self.claim(relay, carol).status == 200)
             #expect(try await Self.count(relay, bob) == 3)
         }
     }
@@ -217,6 +219,51 @@ import MailslotWire
             #expect(stored(prekeys[1]) && stored(prekeys[2]))
             #expect(try await relay.call("DELETE", "/v1/users/bob/prekeys", session: bob).status == 204)
             #expect(try await eventually { !stored(prekeys[1]) && !stored(prekeys[2]) }, "withdrawn prekeys too")
+        }
+    }
+
+    /// A claim that takes the owner's supply below the low-water mark sends its subscription one
+    /// `prekeys` frame with the count left; claims above the mark send none, and so do further
+    /// claims below it, until an upload lifts the supply to the mark and a claim crosses it again.
+    @Test func aClaimThatCrossesTheLowWaterMarkTellsTheSubscribedOwnerOnce() async throws {
+        try await withTestRelay(configure: { $0.prekeyMailboxBurst = 1000; $0.prekeyClaimBurst = 1000 }) { relay in
+            let bob = try await relay.signIn("bob").session
+            let alice = try await relay.signIn("alice").session
+            let mark = PrekeyCount.lowWater
+            #expect(try await Self.upload(relay, Self.prekeys(mark + 2), as: bob).status == 200)
+            let socket = try await TestSocket.subscribed(relay, "bob", session: bob)
+            for _ in 0..<2 { #expect(try await Self.claim(relay, alice).status == 200) }
+            #expect(try await socket.next(timeout: .milliseconds(300)) == nil, "at or above the mark: nothing")
+            #expect(try await Self.claim(relay, alice).status == 200)
+            #expect(try await socket.next() == .prekeys(mark - 1), "the claim that crossed the mark")
+            for _ in 0..<3 { #expect(try await Self.claim(relay, alice).status == 200) }
+            #expect(try await socket.next(timeout: .milliseconds(300)) == nil, "once per crossing, not per claim")
+            // A top-up above the mark, and the next crossing is told again.
+            #expect(try await Self.upload(relay, Self.prekeys(4, from: 1000), as: bob).json["count"] as? Int == mark)
+            for _ in 0..<3 { #expect(try await Self.claim(relay, alice).status == 200) }
+            #expect(try await socket.next() == .prekeys(mark - 1))
+            await socket.close()
+        }
+    }
+
+    /// One claimer that empties its share of an owner's bucket leaves the rest to others: a
+    /// claimer that never claimed the owner's prekeys is served.
+    @Test func oneClaimerCannotStarveAFreshOne() async throws {
+        try await withTestRelay(configure: {
+            $0.prekeyMailboxBurst = 10
+            $0.prekeyMailboxRate = 0.01
+        }) { relay in
+            let bob = try await relay.signIn("bob").session
+            let mallory = try await relay.signIn("mallory").session, alice = try await relay.signIn("alice").session
+            #expect(try await Self.upload(relay, Self.prekeys(30), as: bob).status == 200)
+            var taken = 0
+            for _ in 0..<20 {
+                if try await Self.claim(relay, mallory).status == 200 { taken += 1 }
+            }
+            #expect(taken == 5, "mallory's share: half the owner's burst")
+            let fresh = try await Self.claim(relay, alice)
+            #expect(fresh.status == 200, "\(fresh.summary)")
+            #expect(try fresh.decoded(PrekeyClaim.self).prekey != nil)
         }
     }
 

@@ -501,17 +501,37 @@ import Testing
             #expect(try await store.claimPrekey(uid: "bob", claimer: "alice") == nil, "none stored")
             _ = try await store.addPrekeys(uid: "bob", [Self.prekey(4_294_967_295, 3), Self.prekey(7, 2), Self.prekey(2, 1)], limit: 10,
                                            now: Self.now)
-            #expect(try await store.claimPrekey(uid: "bob", claimer: "alice") == Self.prekey(2, 1))
+            #expect(try await store.claimPrekey(uid: "bob", claimer: "alice")?.prekey == Self.prekey(2, 1))
             #expect(try await store.prekeyCount(uid: "bob") == 2, "a claimed prekey is erased")
             try await store.block(owner: "bob", author: "mallory", now: Self.now, limit: 10)
             await #expect(throws: StoreRefusal.blocked) { try await store.claimPrekey(uid: "bob", claimer: "mallory") }
             #expect(try await store.prekeyCount(uid: "bob") == 2, "a refused claim takes nothing")
-            #expect(try await store.claimPrekey(uid: "bob", claimer: "bob") == Self.prekey(7, 2), "the owner may claim too")
-            #expect(try await store.claimPrekey(uid: "bob", claimer: "carol") == Self.prekey(4_294_967_295, 3))
+            #expect(try await store.claimPrekey(uid: "bob", claimer: "bob")?.prekey == Self.prekey(7, 2), "the owner may claim too")
+            #expect(try await store.claimPrekey(uid: "bob", claimer: "carol")?.prekey == Self.prekey(4_294_967_295, 3))
             #expect(try await store.claimPrekey(uid: "bob", claimer: "alice") == nil, "none left")
             // A claimed id may be uploaded again, with another key: it is gone, not marked.
             #expect(try await store.addPrekeys(uid: "bob", [Self.prekey(2, 5)], limit: 10, now: Self.now) == 1)
-            #expect(try await store.claimPrekey(uid: "bob", claimer: "alice") == Self.prekey(2, 5))
+            #expect(try await store.claimPrekey(uid: "bob", claimer: "alice")?.prekey == Self.prekey(2, 5))
+        }
+    }
+
+    /// A claim says how many prekeys it left, counted in its transaction; exactly the claim that
+    /// leaves one fewer than the low-water mark crossed it, and none below it until an upload
+    /// lifts the supply to the mark again (spec/protocol.md §8.4).
+    @Test(arguments: Backend.available)
+    func aClaimCountsWhatItLeftAndCrossesTheLowWaterMarkOnce(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            let mark = PrekeyCount.lowWater
+            _ = try await store.addPrekeys(uid: "bob", (1...UInt32(mark + 2)).map { Self.prekey($0, UInt8($0)) }, limit: 200, now: Self.now)
+            var crossings: [Int] = []
+            for expected in (0...(mark + 1)).reversed() {
+                let claimed = try #require(try await store.claimPrekey(uid: "bob", claimer: "alice"))
+                #expect(claimed.remaining == expected)
+                if claimed.crossedLowWater { crossings.append(claimed.remaining) }
+            }
+            #expect(crossings == [mark - 1])
+            _ = try await store.addPrekeys(uid: "bob", (101...UInt32(100 + mark)).map { Self.prekey($0, 9) }, limit: 200, now: Self.now)
+            #expect(try await store.claimPrekey(uid: "bob", claimer: "alice")?.crossedLowWater == true, "crossed again after a top-up")
         }
     }
 
@@ -523,7 +543,7 @@ import Testing
             _ = try await stores[0].addPrekeys(uid: "bob", (1...10).map { Self.prekey($0, UInt8($0)) }, limit: 200, now: Self.now)
             let claimed = try await withThrowingTaskGroup(of: StoredPrekey?.self) { group in
                 for claim in 0..<20 {
-                    group.addTask { try await stores[claim % 2].claimPrekey(uid: "bob", claimer: "claimer\(claim)") }
+                    group.addTask { try await stores[claim % 2].claimPrekey(uid: "bob", claimer: "claimer\(claim)")?.prekey }
                 }
                 var claimed: [StoredPrekey?] = []
                 for try await prekey in group { claimed.append(prekey) }

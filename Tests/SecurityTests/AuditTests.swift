@@ -26,6 +26,17 @@ import Testing
         #expect(failed == ["limit.fragment-flood", "limit.sign-in-flood-evicts-the-oldest"], "failed: \(failed.sorted())")
     }
 
+    /// The claim limits can fail too: a relay whose per-owner or per-claimer bucket never runs
+    /// out is caught by the check made for it, and only by that one.
+    @Test(arguments: [("owner", "prekey.claims.limited-per-owner"), ("claimer", "prekey.claims.limited-per-claimer")])
+    func aRelayWithoutAClaimLimitFailsItsCheck(_ limit: String, _ check: String) async throws {
+        let outcomes = try await withSecurityRelay(configure: {
+            if limit == "owner" { $0.prekeyMailboxBurst = 1_000_000 } else { $0.prekeyClaimBurst = 1_000_000 }
+        }) { relay in await relay.audit([.prekeys]) }
+        let failed = Set(outcomes.filter { !$0.passed }.map(\.name))
+        #expect(failed == [check], "failed: \(failed.sorted())")
+    }
+
     /// A relay started with one extra grant in its rules table, and the checks that must notice.
     struct Hole: Sendable, CustomTestStringConvertible {
         let operation: MailslotRelay.Operation

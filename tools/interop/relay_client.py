@@ -1256,8 +1256,25 @@ def scenario_prekeys(c):
     expect("PUT a bundle of another identity → 204", request(rel, "PUT", "/v1/users/pia/keys", p.bundle(), p.session), 204)
     ok("another identity's bundle erased the old identity's prekeys: count 0 (§4.6)", count() == 0, count())
 
-    # The per-owner bucket (burst 30, 0.2/s) was drawn on above; claims by one claimer (burst 60)
-    # reach it first. Each successful claim is another prekey.
+    # §4.14, §8.4: a claim that leaves fewer than 25 sends the owner's subscription one
+    # {"type":"prekeys","prekeys":N}, once per crossing of the mark.
+    request(rel, "POST", path, {"prekeys": keys(range(1, 27))}, p.session)
+    w = WS(rel, "pia", p.session)
+    c.sockets.append(w)
+    f = w.frame()
+    ok("pia subscribes with 26 prekeys: ready says 26", f == {"type": "ready", "pending": 0, "prekeys": 26}, f)
+    r = claim(x)
+    ok("rex's claim leaves 25: no frame", r.status == 200 and w.quiet(0.3), repr(r))
+    r = claim(x)
+    f = w.frame() if r.status == 200 else repr(r)
+    ok("rex's claim leaves 24 → pia gets {\"type\":\"prekeys\",\"prekeys\":24} (§8.4)", f == {"type": "prekeys", "prekeys": 24}, f)
+    r = claim(x)
+    ok("one more claim below the mark: no frame", r.status == 200 and w.quiet(0.3), repr(r))
+    w.close()
+    expect("DELETE prekeys as owner → 204", request(rel, "DELETE", path, session=p.session), 204)
+
+    # One claimer's share of the owner's bucket (half of burst 30, 0.1/s) was drawn on above;
+    # claims by one claimer (burst 60) reach it first. Each successful claim is another prekey.
     request(rel, "POST", path, {"prekeys": keys(range(1, 41))}, p.session)
     ids, limited = [], None
     for _ in range(40):
@@ -1267,8 +1284,9 @@ def scenario_prekeys(c):
             break
         ids.append(r.json["prekey"]["id"])
     ra = limited.headers.get("retry-after", "") if limited else ""
-    ok("claims of one user's prekeys → 429 prekey_claims_limited, Retry-After 5, before 40 (§4.14)",
-       limited is not None and is_problem(limited, 429, "prekey_claims_limited") and ra == "5" and limited.json.get("retry_after") == 5,
+    ok("one claimer's claims of one user's prekeys → 429 prekey_claims_limited, Retry-After 10, before 16 (§4.14)",
+       limited is not None and is_problem(limited, 429, "prekey_claims_limited") and ra == "10" and limited.json.get("retry_after") == 10
+       and len(ids) < 16,
        f"{limited!r} Retry-After {ra!r} after {len(ids)} claims")
     ok("the claims before it: ids 1, 2, … in order, each once", ids == list(range(1, len(ids) + 1)), ids)
     ok("a refused claim takes nothing", count() == 40 - len(ids), count())

@@ -82,7 +82,10 @@ extension MailslotClient {
                             self.logger.info("a frame from the relay refused", metadata: ["error": "\(error)"])
                             continue
                         }
-                        // The relay says how many one-time prekeys it holds: topped up when low.
+                        // The relay says how many one-time prekeys it holds — in `ready`, and in a
+                        // `prekeys` frame whenever claims take them below the low-water mark
+                        // (spec/protocol.md §8.4) — and they are topped up, so a listening client
+                        // keeps its supply however fast others claim.
                         if let prekeys = relayFrame.prekeys { await self.replenishPrekeys(remaining: prekeys) }
                         switch relayFrame {
                         case .acked(let id):

@@ -137,8 +137,9 @@ extension MailslotClient {
 
     /// How many one-time prekeys the client keeps on the relay (spec/sessions.md §6).
     static let prekeySupply = 100
-    /// Below this many left, the client uploads more.
-    static let prekeyLowWater = 25
+    /// Below this many left, the client uploads more: the relay's low-water mark, below which it
+    /// sends a listening client a `prekeys` frame (spec/protocol.md §8.4).
+    static let prekeyLowWater = PrekeyCount.lowWater
 
     // MARK: The outbox
 

@@ -32,6 +32,26 @@ public enum StrictJSON {
         }
     }
 
+    /// The number literal of member `name` of `bytes`, a JSON object, as its text (`4e9`, `1.0`,
+    /// `42`): what a decoder's number type no longer tells, for a rule on the form of a number.
+    /// Nil when `bytes` is not a strict JSON object (``validate(_:maxDepth:)`` with `maxDepth`),
+    /// or has no such member, or its value is not a number. Members are compared as unescaped bytes.
+    public static func numberText(ofMember name: String, in bytes: some Collection<UInt8>, maxDepth: Int = 64) -> String? {
+        let wanted = Array(name.utf8)
+        return try? withContiguousBytes(bytes) { bytes throws(Failure) -> String? in
+            var parser = Parser(bytes: bytes, maxDepth: maxDepth)
+            parser.skipWhitespace()
+            guard parser.current == UInt8(ascii: "{") else { return nil }
+            var found: String?
+            try parser.object(depth: 1) { member, start, end in
+                if member == wanted { found = String(decoding: bytes[start..<end], as: UTF8.self) }
+            }
+            parser.skipWhitespace()
+            guard parser.index == parser.bytes.count, String(validating: parser.bytes, as: UTF8.self) != nil else { return nil }
+            return found
+        }
+    }
+
     /// Calls `body` with the collection's bytes in contiguous memory, copying only when they are not.
     private static func withContiguousBytes<R>(_ bytes: some Collection<UInt8>,
                                                _ body: (UnsafeBufferPointer<UInt8>) throws(Failure) -> R) throws(Failure) -> R {
@@ -131,7 +151,9 @@ public enum StrictJSON {
             }
         }
 
-        mutating func object(depth: Int) throws(Failure) {
+        /// An object; `numberMember` is told each of its own members whose value is a number
+        /// literal: the member's unescaped name and where the literal starts and ends.
+        mutating func object(depth: Int, numberMember: ((_ name: [UInt8], _ start: Int, _ end: Int) -> Void)? = nil) throws(Failure) {
             guard depth <= maxDepth else { throw .tooDeep }
             index += 1
             skipWhitespace()
@@ -148,7 +170,9 @@ public enum StrictJSON {
                 guard current == UInt8(ascii: ":") else { throw failure("expected ':'") }
                 index += 1
                 skipWhitespace()
+                let start = index
                 try value(depth: depth)
+                if let numberMember, bytes[start] == UInt8(ascii: "-") || Self.isDigit(bytes[start]) { numberMember(name, start, index) }
                 skipWhitespace()
                 if current == UInt8(ascii: ",") { index += 1; continue }
                 guard current == UInt8(ascii: "}") else { throw failure("expected ',' or '}'") }

@@ -22,14 +22,20 @@ extension Problem {
     /// A request the relay could not serve because its database is unreachable.
     static let unavailable = Problem(.unavailable, "the relay cannot reach its database; try again shortly", retryAfter: 2)
 
+    /// A request that found every database connection busy for the lease timeout, while the
+    /// database answered others (spec/protocol.md §7.3): this one request is refused, the relay
+    /// is not in outage mode.
+    static let busy = Problem(.unavailable, "the relay is busy; try again shortly", retryAfter: 1)
+
     /// What a client is told of an error: a problem as it is, a full disk as `storage_full`, an
-    /// unreachable database as `unavailable`, anything else as `internal` (whose cause stays in
-    /// the relay's log, by type only).
+    /// unreachable or busy database as `unavailable`, anything else as `internal` (whose cause
+    /// stays in the relay's log, by type only).
     static func answering(_ error: any Error) -> Problem {
         switch error {
         case let problem as Problem: problem
         case StoreFailure.storageFull: .storageFull
         case StoreFailure.unavailable: .unavailable
+        case StoreFailure.busy: .busy
         default: Problem(.internalError)
         }
     }

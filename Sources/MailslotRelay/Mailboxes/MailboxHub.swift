@@ -22,6 +22,7 @@ final class MailboxHub: Sendable {
         let generation: Int64
         private let onWake: @Sendable () -> Void
         private let onEnd: @Sendable () -> Void
+        private let onPrekeysLow: @Sendable (Int) -> Void
         private let ended = Mutex(false)
         private let fresh = Mutex(Fresh())
 
@@ -38,11 +39,19 @@ final class MailboxHub: Sendable {
         /// full keeps none: see ``forgetFresh()``.)
         static let freshLimit = (messages: 256, bytes: 256 * 1024)
 
-        init(id: Int, generation: Int64, onWake: @escaping @Sendable () -> Void, onEnd: @escaping @Sendable () -> Void) {
+        init(id: Int, generation: Int64, onWake: @escaping @Sendable () -> Void, onEnd: @escaping @Sendable () -> Void,
+             onPrekeysLow: @escaping @Sendable (Int) -> Void = { _ in }) {
             self.id = id
             self.generation = generation
             self.onWake = onWake
             self.onEnd = onEnd
+            self.onPrekeysLow = onPrekeysLow
+        }
+
+        /// A claim left the owner `count` one-time prekeys, below the low-water mark: the
+        /// subscriber tells its owner (a `prekeys` frame, spec/protocol.md §8.4).
+        func prekeysLow(_ count: Int) {
+            if !isEnded { onPrekeysLow(count) }
         }
 
         /// Wakes the delivery loop (the subscriber coalesces wake-ups).
@@ -132,12 +141,15 @@ final class MailboxHub: Sendable {
     /// store no other node shares); a subscription older than one already known is ended at once.
     /// The second value is the subscription it replaced, if any. `onWake` is called when there
     /// may be something to deliver, `onEnd` once when a newer subscription takes over (or on
-    /// ``unsubscribe(_:_:)``).
+    /// ``unsubscribe(_:_:)``); `onPrekeysLow` when a claim took the owner's one-time prekeys below
+    /// the low-water mark (``prekeysLow(_:count:)``).
     func subscribe(_ uid: String, generation: Int64? = nil, onWake: @escaping @Sendable () -> Void = {},
-                   onEnd: @escaping @Sendable () -> Void = {}) -> (Subscription, replaced: Subscription?) {
+                   onEnd: @escaping @Sendable () -> Void = {},
+                   onPrekeysLow: @escaping @Sendable (Int) -> Void = { _ in }) -> (Subscription, replaced: Subscription?) {
         let (subscription, previous, superseded) = state.withLock { state in
             state.nextID += 1
-            let subscription = Subscription(id: state.nextID, generation: generation ?? Int64(state.nextID), onWake: onWake, onEnd: onEnd)
+            let subscription = Subscription(id: state.nextID, generation: generation ?? Int64(state.nextID), onWake: onWake, onEnd: onEnd,
+                                            onPrekeysLow: onPrekeysLow)
             if let newer = state.elsewhere[uid], newer.generation > subscription.generation {
                 return (subscription, Subscription?.none, true)
             }
@@ -177,7 +189,16 @@ final class MailboxHub: Sendable {
                 return nil
             }
             replaced?.end()
+        case .prekeysLow(let uid, let count):
+            prekeysLow(uid, count: count)
         }
+    }
+
+    /// A claim (on this node, or another's, through ``handle(_:)``) left `uid` `count` one-time
+    /// prekeys, below the low-water mark: its subscription here, if any, tells the owner. Nothing
+    /// is kept for a mailbox without one: its owner learns the count from its next `ready` frame.
+    func prekeysLow(_ uid: String, count: Int) {
+        state.withLock { $0.subscriptions[uid] }?.prekeysLow(count)
     }
 
     /// Removes `subscription` if it is still the current one for `uid`.

@@ -32,8 +32,10 @@ extension MailboxService {
     }
 
     /// Takes one of `owner`'s prekeys for the principal, erasing it; nil when none is left. Limited
-    /// per claimer and per owner (``PrekeyClaimLimiter``); a claimer the owner blocked is refused
-    /// as its sends are (`403 blocked`).
+    /// per claimer, per owner and per pair (``PrekeyClaimLimiter``); a claimer the owner blocked is
+    /// refused as its sends are (`403 blocked`). A claim that takes the owner's supply below the
+    /// low-water mark tells the owner's subscription on this relay (other relays hear it from the
+    /// store, ``RelayStore/claimPrekey(uid:claimer:)``).
     func claimPrekey(_ principal: Principal, owner: String, now: Int64) async throws -> PrekeyClaim {
         try Self.check(uid: owner)
         try require(.claim, .prekeys, principal, owner: owner)
@@ -41,11 +43,11 @@ extension MailboxService {
             metrics.prekeyClaim(result: "limited")
             throw Problem(.prekeyClaimsLimited, "too many prekey claims; slow down", retryAfter: prekeyClaims.retryAfter)
         }
-        let claimed: StoredPrekey?
+        let claimed: ClaimedPrekey?
         do {
             claimed = try await store.claimPrekey(uid: owner, claimer: principal.uid)
         } catch let refusal as StoreRefusal {
-            if refusal == .blocked { prekeyClaims.refund(owner: owner) }
+            if refusal == .blocked { prekeyClaims.refund(claimer: principal.uid, owner: owner) }
             throw problem(refusal)
         }
         guard let claimed else {
@@ -54,7 +56,8 @@ extension MailboxService {
         }
         metrics.prekeyClaim(result: "claimed")
         erasure.erased()
-        return PrekeyClaim(prekey: Prekey(id: claimed.id, keyText: claimed.key))
+        if claimed.crossedLowWater { hub.prekeysLow(owner, count: claimed.remaining) }
+        return PrekeyClaim(prekey: Prekey(id: claimed.prekey.id, keyText: claimed.prekey.key))
     }
 
     /// The upload's prekeys, each checked: 1 to ``PrekeyUpload/maximumBatch`` of them, ids

@@ -104,13 +104,17 @@ struct MailboxService: Sendable {
         let permit: ReadLimiter.Permit
     }
 
-    /// Starts a read of `owner`'s mailbox, or refuses it when as many are in progress as allowed.
+    /// Starts a read of `owner`'s mailbox, or refuses it when as many are in progress as allowed,
+    /// of the mailbox or of the relay (spec/protocol.md §5.6).
     private func startRead(_ owner: String) throws -> ReadLimiter.Permit {
-        guard let permit = readLimiter.start(owner) else {
+        switch readLimiter.start(owner) {
+        case .success(let permit): return permit
+        case .failure(.mailbox):
             throw Problem(.tooManyReads, "\(readLimiter.limit) reads of this mailbox are in progress; read their answers first",
                           retryAfter: 1)
+        case .failure(.relay):
+            throw Problem(.tooManyReads, "the relay has as many reads in progress as it allows; try again shortly", retryAfter: 1)
         }
-        return permit
     }
 
     /// One message, for its owner.
@@ -274,6 +278,14 @@ struct MailboxService: Sendable {
         } catch {
             throw Problem(.invalidKeyBundle, "the key bundle was refused: \(error.code)")
         }
+        // One form for the signed prekey id (spec/envelope.md): JSONDecoder also reads `4e9`,
+        // `4000000000.0` or `01` as an integer, and a client that decodes strictly would refuse
+        // what the relay stored. Only plain decimal digits without leading zeros are kept.
+        if bundle.signedPrekey != nil,
+           !Self.isPlainInteger(StrictJSON.numberText(ofMember: "signed_prekey_id", in: body, maxDepth: 4)) {
+            throw Problem(.invalidKeyBundle,
+                          "the key bundle was refused: signed_prekey_id must be written as plain digits: \(KeyBundleError.malformed("").code)")
+        }
         // A bundle of another identity erases the old identity's one-time prekeys with it.
         try await store.putKeyBundle(uid: owner, bundle: body, keyID: bundle.keyID, identityKey: Base64URL.encode(bundle.identityKey.bytes),
                                      now: now)
@@ -306,6 +318,13 @@ struct MailboxService: Sendable {
     }
 
     // MARK: Checks
+
+    /// Whether `text` is a non-negative integer in its one JSON form: decimal digits, no sign,
+    /// fraction, exponent or leading zero (`0` itself aside). The range is the decoder's.
+    static func isPlainInteger(_ text: String?) -> Bool {
+        guard let text, let first = text.utf8.first, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else { return false }
+        return first != 0x30 || text.utf8.count == 1
+    }
 
     /// What the client is told of a store's refusal.
     func problem(_ refusal: StoreRefusal) -> Problem {

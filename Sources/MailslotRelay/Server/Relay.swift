@@ -42,8 +42,10 @@ public struct Relay: Sendable {
                                    prekeyClaims: PrekeyClaimLimiter(claimerRate: configuration.prekeyClaimRate,
                                                                     claimerBurst: configuration.prekeyClaimBurst,
                                                                     ownerRate: configuration.prekeyMailboxRate,
-                                                                    ownerBurst: configuration.prekeyMailboxBurst),
-                                   readLimiter: ReadLimiter(limit: configuration.maxConcurrentReads), erasure: erasure, metrics: metrics)
+                                                                    ownerBurst: configuration.prekeyMailboxBurst,
+                                                                    relays: configuration.relays),
+                                   readLimiter: ReadLimiter(limit: configuration.maxConcurrentReads, relayLimit: configuration.maxReads),
+                                   erasure: erasure, metrics: metrics)
     }
 
     /// The store the configuration names — the one place the relay chooses a backend.

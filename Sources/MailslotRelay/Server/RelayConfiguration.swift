@@ -72,6 +72,12 @@ public struct RelayConfiguration: Sendable {
     public var maxPageBytes = 4 * 1024 * 1024
     /// Reads of one mailbox (pages and single messages) in progress at once.
     public var maxConcurrentReads = 4
+    /// Reads in progress on this relay at once, all mailboxes together; half of them are kept for
+    /// mailboxes with no read in progress (``ReadLimiter``).
+    public var maxReads = 64
+    /// The relays sharing the database (1 for one relay): the prekey claim rates and bursts are
+    /// for all of them together, each relay counting its share (``PrekeyClaimLimiter``).
+    public var relays = 1
     /// Creates are refused (`507 storage_full`) while the data folder's file system has less
     /// free space than this, in bytes; acks, unsends, sweeps and sign-ins go on.
     public var minFreeBytes: Int64 = 256 * 1024 * 1024
@@ -143,7 +149,8 @@ public struct RelayConfiguration: Sendable {
         for (name, value) in [("pending messages per mailbox", maxPendingPerMailbox), ("delivery window", deliveryWindow),
                               ("connection limit", maxConnections), ("JSON depth", maxJSONDepth), ("frame fragments", maxFrameFragments),
                               ("sign-ins per user", maxSessionFamilies), ("block list", maxBlockedPerOwner), ("prekeys per user", maxPrekeys),
-                              ("page size", maxPageBytes), ("concurrent reads", maxConcurrentReads), ("sweep batch", sweepBatch)] {
+                              ("page size", maxPageBytes), ("concurrent reads", maxConcurrentReads), ("reads per relay", maxReads),
+                              ("number of relays", relays), ("sweep batch", sweepBatch)] {
             require(value >= 1, "the \(name) must be at least 1, not \(value).")
         }
         require(maxDocumentBytes >= 2, "the largest document must be at least 2 bytes ({}), not \(maxDocumentBytes).")

@@ -97,6 +97,8 @@ extension RelayConfiguration {
         .number("prekey-claim-burst", "MAILSLOT_PREKEY_CLAIM_BURST", \.prekeyClaimBurst, atLeast: 1),
         .number("prekey-mailbox-rate", "MAILSLOT_PREKEY_MAILBOX_RATE", \.prekeyMailboxRate, atLeast: 0.01),
         .number("prekey-mailbox-burst", "MAILSLOT_PREKEY_MAILBOX_BURST", \.prekeyMailboxBurst, atLeast: 1),
+        .number("relays", "MAILSLOT_RELAYS", \.relays, atLeast: 1),
+        .number("max-reads", "MAILSLOT_MAX_READS", \.maxReads, atLeast: 2),
         .number("window", "MAILSLOT_WINDOW", \.deliveryWindow, atLeast: 1),
         .number("max-connections", "MAILSLOT_MAX_CONNECTIONS", \.maxConnections, atLeast: 1),
         .number("header-timeout", "MAILSLOT_HEADER_TIMEOUT", \.headerTimeout, atLeast: 1),

@@ -13,6 +13,9 @@ enum ClusterEvent: Sendable, Equatable {
     case recheckAll
     /// A subscription to `mailbox` began with `generation`: a subscription with a lower one ends.
     case subscribed(mailbox: String, generation: Int64)
+    /// A claim left `count` of `mailbox`'s one-time prekeys, below the low-water mark
+    /// (``ClaimedPrekey/crossedLowWater``): the mailbox's subscription here tells its owner.
+    case prekeysLow(mailbox: String, count: Int)
 }
 
 /// The carrier of ``ClusterEvent``s between the relays that share a store.

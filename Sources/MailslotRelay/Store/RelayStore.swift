@@ -1,4 +1,5 @@
 import Foundation
+import MailslotWire
 
 // What the relay keeps, and the one interface its services use to keep it: messages with their
 // per-mailbox order, sessions and refresh families, documents, key bundles, one-time prekeys,
@@ -37,6 +38,13 @@ enum StoreFailure: Error, Equatable {
     /// write that failed so was committed is unknown: retrying it is safe (creates are
     /// idempotent by id and envelope; a repeated erase finds nothing).
     case unavailable
+    /// No database connection came in time while the database answered others: the relay is
+    /// loaded, not cut off (``PostgresPool``). Answered like ``unavailable`` (`503`, with a
+    /// shorter `retry_after`), but no other request is failed for it.
+    case busy
+
+    /// Whether trying again later may succeed: the database is unreachable or busy.
+    var isTemporary: Bool { self == .unavailable || self == .busy }
 }
 
 /// What a create may take: the per-mailbox and per-author bounds.
@@ -66,6 +74,19 @@ enum CreateOutcome: Sendable, Equatable {
 struct StoredPrekey: Sendable, Equatable {
     let id: UInt32
     let key: String
+}
+
+/// A claimed prekey and the number of the owner's prekeys left after the claim, as the claim's
+/// transaction counted them (what decides the low-water signal, spec/protocol.md §8.4).
+struct ClaimedPrekey: Sendable, Equatable {
+    let prekey: StoredPrekey
+    let remaining: Int
+
+    /// Whether this claim took the owner's supply below ``PrekeyCount/lowWater``: it left one
+    /// fewer than the mark. Claims take one prekey each, so every drain below the mark has
+    /// exactly one such claim, and further claims below it have none until an upload lifts the
+    /// supply to the mark again.
+    var crossedLowWater: Bool { remaining == PrekeyCount.lowWater - 1 }
 }
 
 /// The outcome of taking or releasing a lease.
@@ -196,8 +217,10 @@ protocol RelayStore: Sendable {
     func deletePrekeys(uid: String) async throws
     /// Takes `uid`'s prekey of the lowest id for `claimer` and erases it, atomically: concurrent
     /// claims, from any relay, never get the same one. Nil when none is left; refused
-    /// (``StoreRefusal/blocked``) when `uid` has blocked `claimer`.
-    func claimPrekey(uid: String, claimer: String) async throws -> StoredPrekey?
+    /// (``StoreRefusal/blocked``) when `uid` has blocked `claimer`. A store shared by several
+    /// relays also tells the others when the claim crossed the low-water mark
+    /// (``ClusterEvent/prekeysLow(mailbox:count:)``), at its commit.
+    func claimPrekey(uid: String, claimer: String) async throws -> ClaimedPrekey?
 
     // MARK: Sessions
 

@@ -49,6 +49,8 @@ final class Subscriber: Sendable {
         var awaitingPong = false
         /// Set when the socket is to close once the answers already queued are written.
         var closeAfterAnswers: SubscriptionSession.CloseReason?
+        /// A low-water count that arrived before `ready` went out: sent right after it.
+        var prekeysOwed: Int?
     }
 
     /// A subscriber for `channel`; made on its event loop.
@@ -92,7 +94,8 @@ final class Subscriber: Sendable {
             return refuse(error)
         }
         let (subscription, _) = session.hub.subscribe(owner, generation: generation, onWake: { self.wake() },
-                                                      onEnd: { self.finish(.replaced) })
+                                                      onEnd: { self.finish(.replaced) },
+                                                      onPrekeysLow: { self.prekeysLow($0) })
         guard state.withLock({ state in
             guard state.phase == .starting else { return false }
             state.principal = principal
@@ -110,14 +113,16 @@ final class Subscriber: Sendable {
         } catch {
             return refuse(error)
         }
-        let startReader = state.withLock { state -> Bool in
-            guard state.phase == .starting else { return false }
+        let (startReader, prekeysOwed) = state.withLock { state -> (Bool, Int?) in
+            guard state.phase == .starting else { return (false, nil) }
             state.phase = .open
             state.lastPing = Clock.now()
-            guard !state.waiting.isEmpty, !state.readerRunning else { return false }
+            defer { state.prekeysOwed = nil }
+            guard !state.waiting.isEmpty, !state.readerRunning else { return (false, state.prekeysOwed) }
             state.readerRunning = true
-            return true
+            return (true, state.prekeysOwed)
         }
+        if let prekeysOwed { send(SubscriptionSession.text(.prekeys(prekeysOwed))) }
         scheduleTick()
         wake()
         if startReader { session.tasks.spawn { await self.readLoop() } }
@@ -131,6 +136,24 @@ final class Subscriber: Sendable {
         let problem = Problem.answering(error)
         send(SubscriptionSession.text(.error(problem)))
         finish(.refused(UInt16(4000 + problem.code.status), problem.code.rawValue))
+    }
+
+    // MARK: Telling the owner
+
+    /// A claim took the owner's one-time prekeys below the low-water mark: a `prekeys` frame
+    /// (spec/protocol.md §8.4). One per crossing of the mark, so no queue is needed: it is written
+    /// as it comes, after `ready` (one that comes while `ready` is being written follows it).
+    private func prekeysLow(_ count: Int) {
+        let sendNow = state.withLock { state -> Bool in
+            switch state.phase {
+            case .open: return true
+            case .starting:
+                state.prekeysOwed = count
+                return false
+            case .closed: return false
+            }
+        }
+        if sendNow { send(SubscriptionSession.text(.prekeys(count))) }
     }
 
     // MARK: Delivering
@@ -211,9 +234,9 @@ final class Subscriber: Sendable {
                     session.metrics.messagesDelivered.increment()
                 }
             }
-        } catch StoreFailure.unavailable where channel.isActive {
-            // The database is out of reach for now: the subscription stays open and tries the store
-            // again in a second (and at every wake-up meanwhile), until it answers.
+        } catch let failure as StoreFailure where failure.isTemporary && channel.isActive {
+            // The database is out of reach (or busy) for now: the subscription stays open and tries
+            // the store again in a second (and at every wake-up meanwhile), until it answers.
             caughtUp = false
             channel.eventLoop.scheduleTask(in: .seconds(1)) { self.wake() }
             return nil
@@ -345,8 +368,8 @@ final class Subscriber: Sendable {
             guard Clock.now() < principal.expiresAt else { return self.finish(.sessionEnded) }
             do {
                 _ = try await self.session.sessions.authenticate(authorization: self.authorization, now: Clock.now())
-            } catch StoreFailure.unavailable {
-                // The database is out of reach: the session may well be valid; check at the next tick.
+            } catch let failure as StoreFailure where failure.isTemporary {
+                // The database is out of reach or busy: the session may well be valid; check at the next tick.
             } catch {
                 return self.finish(.sessionEnded)
             }

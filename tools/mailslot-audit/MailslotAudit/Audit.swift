@@ -50,7 +50,7 @@ public struct Audit: Sendable {
 
     /// The checks, by concern.
     public enum Group: String, Sendable, CaseIterable {
-        case tokens, sessions, rules, bypass, envelopes, limits, leaks
+        case tokens, sessions, rules, bypass, envelopes, limits, prekeys, leaks
 
         var checks: @Sendable (AuditContext) async -> Void {
             switch self {
@@ -60,6 +60,7 @@ public struct Audit: Sendable {
             case .bypass: BypassChecks.run
             case .envelopes: EnvelopeChecks.run
             case .limits: LimitChecks.run
+            case .prekeys: PrekeyChecks.run
             case .leaks: LeakChecks.run
             }
         }

@@ -6,6 +6,7 @@ import MailslotWire
 ///     m NODE\nUID\nUID…        messages stored in (or unsent from) these mailboxes
 ///     a NODE                   re-read every live subscription
 ///     s NODE GENERATION UID    a subscription to UID began with GENERATION
+///     p NODE COUNT UID         a prekey claim left UID COUNT one-time prekeys, below the low-water mark
 ///
 /// NODE is the sending process's random id (16 hex digits); UIDs follow spec/protocol.md's uid
 /// grammar (no space, no newline). PostgreSQL refuses payloads of 8,000 bytes
@@ -29,6 +30,8 @@ struct ClusterNotification: Sendable, Equatable {
             return "a \(node)"
         case .subscribed(let mailbox, let generation):
             return "s \(node) \(generation) \(mailbox)"
+        case .prekeysLow(let mailbox, let count):
+            return "p \(node) \(count) \(mailbox)"
         }
     }
 
@@ -49,6 +52,9 @@ struct ClusterNotification: Sendable, Equatable {
         case "s" where head.count == 4 && lines.count == 1:
             guard let generation = Int64(head[2]), generation > 0, String(generation) == head[2], Self.isUID(head[3]) else { return nil }
             self.init(node: node, event: .subscribed(mailbox: String(head[3]), generation: generation))
+        case "p" where head.count == 4 && lines.count == 1:
+            guard let count = Int(head[2]), count >= 0, String(count) == head[2], Self.isUID(head[3]) else { return nil }
+            self.init(node: node, event: .prekeysLow(mailbox: String(head[3]), count: count))
         default:
             return nil
         }

@@ -12,6 +12,12 @@ import Synchronization
 /// during an outage every request is answered `503 unavailable` within seconds, and when the
 /// server returns the next use finds it (the pool reconnects by itself): nothing to restart.
 ///
+/// A wait given up is not always an outage: under load every connection may be busy for longer
+/// than ``leaseTimeout`` while the server answers them all. A wait given up while some other use
+/// got a connection since it began (``Outcome/busy``) fails that one use with
+/// ``StoreFailure/busy`` and nothing else; only one during which no use got a connection
+/// (``Outcome/unreachable``) means the server is out of reach, and starts the fail-fast interval.
+///
 /// One watchdog task per pool gives up the waits that last too long, rather than a timer per use:
 /// a use is two or three per message, and a timer task costs its start, its sleep and its
 /// cancellation — thread wake-ups that were a good part of a relay's CPU at a thousand messages a
@@ -23,6 +29,8 @@ final class PostgresPool: Sendable {
     private let watchdog: Task<Void, Never>
     /// When the last failure to reach the server happened, if it is recent.
     private let lastFailure = Mutex<ContinuousClock.Instant?>(nil)
+    /// When a use last got a connection (``Leases``).
+    private let leases = Leases()
     /// The uses under way, by number: the watchdog gives up those still without a connection
     /// after ``leaseTimeout``.
     private let uses = Uses()
@@ -85,9 +93,11 @@ final class PostgresPool: Sendable {
     func withConnection<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         if recentlyFailed { throw StoreFailure.unavailable }
         let lease = Lease()
-        let work = Task { [client] () async throws -> T in
+        let since = leases.now
+        let work = Task { [client, leases] () async throws -> T in
             try await client.withConnection { (connection: PostgresConnection) async throws -> T in
                 lease.leased.store(true, ordering: .sequentiallyConsistent)
+                leases.last.store(leases.now, ordering: .relaxed)
                 return try await body(connection)
             }
         }
@@ -102,6 +112,9 @@ final class PostgresPool: Sendable {
         do {
             // The caller's cancellation reaches `body` as if it ran in the caller's task.
             return try await withTaskCancellationHandler { try await work.value } onCancel: { work.cancel() }
+        } catch where Self.outcome(gaveUp: lease.gaveUp.load(ordering: .sequentiallyConsistent), error: error, waitedSince: since,
+                                   lastLeased: leases.last.load(ordering: .relaxed)) == .busy {
+            throw StoreFailure.busy
         } catch where lease.gaveUp.load(ordering: .sequentiallyConsistent) || Self.isUnreachable(error) {
             let first = lastFailure.withLock { last in defer { last = .now }; return last == nil }
             if first {
@@ -112,6 +125,38 @@ final class PostgresPool: Sendable {
                 ])
             }
             throw StoreFailure.unavailable
+        }
+    }
+
+    /// What a failed use says of the server.
+    enum Outcome: Equatable {
+        /// The server is out of reach: fail fast for a while.
+        case unreachable
+        /// Every connection was busy: this use fails, the next ones try.
+        case busy
+        /// The use's own error (a statement's failure, a refusal): passed on as it is.
+        case own
+    }
+
+    /// Classifies a use's failure: a wait for a connection given up (`gaveUp`) while another use
+    /// got one after this one began to wait (`lastLeased` ≥ `waitedSince`, both nanoseconds on
+    /// one clock) is load; a wait given up otherwise, or an error that says the server could not
+    /// be reached (``isUnreachable(_:)``), is an outage; anything else is the use's own.
+    static func outcome(gaveUp: Bool, error: any Error, waitedSince: Int64, lastLeased: Int64) -> Outcome {
+        if gaveUp { return lastLeased >= waitedSince ? .busy : .unreachable }
+        return isUnreachable(error) ? .unreachable : .own
+    }
+
+    /// When a use last got a connection, in nanoseconds after the pool began (`Int64.min`:
+    /// never). An atomic, not a lock: every use writes it.
+    private final class Leases: Sendable {
+        let last = Atomic<Int64>(.min)
+        private let origin = ContinuousClock.now
+
+        /// Now, in nanoseconds after the pool began.
+        var now: Int64 {
+            let elapsed = origin.duration(to: .now).components
+            return elapsed.seconds * 1_000_000_000 + elapsed.attoseconds / 1_000_000_000
         }
     }
 

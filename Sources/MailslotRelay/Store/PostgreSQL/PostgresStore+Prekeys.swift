@@ -55,9 +55,13 @@ extension PostgresStore {
 
     /// Takes and erases `uid`'s prekey of the lowest id, unless `uid` has blocked `claimer`. The
     /// row is chosen and locked by one sub-select that skips rows other claims hold locked, and
-    /// deleted by the same statement: a concurrent claim takes the next row, or none.
-    func claimPrekey(uid: String, claimer: String) async throws -> StoredPrekey? {
-        try await write("claim_prekey") { connection, logger in
+    /// deleted by the same statement: a concurrent claim takes the next row, or none. The rows
+    /// left are counted in the same transaction; a claim that crossed the low-water mark notifies
+    /// the other relays (delivered at the commit), whose hub may hold the owner's subscription.
+    /// Two claims committing at once may both count the mark crossed (each sees its own delete,
+    /// not yet the other's): the owner then gets two frames, never none.
+    func claimPrekey(uid: String, claimer: String) async throws -> ClaimedPrekey? {
+        try await write("claim_prekey") { [notifications] connection, logger in
             if try await Self.first(connection, "SELECT 1 FROM blocked WHERE owner = \(uid) AND author = \(claimer)", logger) != nil {
                 throw StoreRefusal.blocked
             }
@@ -68,7 +72,12 @@ extension PostgresStore {
                 """, logger) else { return nil }
             let (id, key) = try row.decode((Int64, String).self)
             guard let id32 = UInt32(exactly: id) else { throw PostgresSchema.Refusal(description: "a stored prekey id is out of range") }
-            return StoredPrekey(id: id32, key: key)
+            let remaining = try await Self.first(connection, "SELECT count(*) FROM prekeys WHERE uid = \(uid)", logger)?.decode(Int64.self) ?? 0
+            let claimed = ClaimedPrekey(prekey: StoredPrekey(id: id32, key: key), remaining: Int(remaining))
+            if claimed.crossedLowWater {
+                try await notifications.notify(.prekeysLow(mailbox: uid, count: claimed.remaining), on: connection, logger: logger)
+            }
+            return claimed
         }
     }
 }

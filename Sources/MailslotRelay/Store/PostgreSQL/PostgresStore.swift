@@ -63,7 +63,7 @@ final class PostgresStore: RelayStore {
         do {
             try await connected(within: Self.startTimeout)
             try await PostgresSchema.migrate(pool, logger: logger)
-        } catch StoreFailure.unavailable {
+        } catch let failure as StoreFailure where failure.isTemporary {
             throw PostgresSchema.Refusal(description: "lost the database at \(location) while migrating it (the log says why)")
         } catch let error as PSQLError {
             // PSQLError's own description is generic on purpose; the server's message carries no secret.

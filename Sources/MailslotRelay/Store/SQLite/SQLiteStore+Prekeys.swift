@@ -43,8 +43,9 @@ extension SQLiteStore {
         }
     }
 
-    /// Takes and erases `uid`'s prekey of the lowest id, unless `uid` has blocked `claimer`.
-    func claimPrekey(uid: String, claimer: String) async throws -> StoredPrekey? {
+    /// Takes and erases `uid`'s prekey of the lowest id, unless `uid` has blocked `claimer`; with
+    /// the number left, counted in the same transaction.
+    func claimPrekey(uid: String, claimer: String) async throws -> ClaimedPrekey? {
         try await write("claim_prekey") { db in
             if try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM blocked WHERE owner = ? AND author = ?"),
                                  arguments: [uid, claimer]) != nil {
@@ -53,7 +54,9 @@ extension SQLiteStore {
             let row = try Row.fetchOne(db.cachedStatement(sql: """
                 DELETE FROM prekeys WHERE uid = ? AND id = (SELECT min(id) FROM prekeys WHERE uid = ?) RETURNING id, key
                 """), arguments: [uid, uid])
-            return row.map { StoredPrekey(id: UInt32($0["id"] as Int64), key: $0["key"]) }
+            guard let row else { return nil }
+            return ClaimedPrekey(prekey: StoredPrekey(id: UInt32(row["id"] as Int64), key: row["key"]),
+                                 remaining: try Self.prekeyCount(db, uid: uid))
         }
     }
 }
