@@ -20,8 +20,7 @@ import Testing
             let alice = try liar.client("alice")
             try await alice.signIn()
             let made = try await oneTimePrekeys(alice)
-            try await liar.upstream.send(try await liar.upstream.signIn("bob").session, to: "alice", id: messageID(1),
-                                         envelope: try await sealedByBob(to: alice, liar.upstream, id: messageID(1)))
+            try await liar.sendFromBob(to: alice, 1...1, text: { _ in "from bob" })
             liar.lie("GET", "/v1/users/alice/prekeys", .replace { _ in .json(#"{"count":\#(count)}"#) })
             liar.lie("POST", "/v1/users/alice/prekeys", .rewrite { _, _ in .json(#"{"count":\#(count)}"#) })
             let started = ContinuousClock.now
@@ -58,8 +57,7 @@ import Testing
         try await withLyingRelay { liar in
             let alice = try liar.client("alice")
             try await alice.signIn()
-            let bob = try await liar.upstream.signIn("bob").session
-            try await liar.upstream.send(bob, to: "alice", id: messageID(3), envelope: try await sealedByBob(to: alice, liar.upstream, id: messageID(3)))
+            try await liar.sendFromBob(to: alice, 3...3, text: { _ in "from bob" })
             let lies: [(String, String)] = [
                 (#""size":512"#, #""size":-1"#), (#""size":512"#, #""size":9223372036854775807"#), (#""size":512"#, #""size":513"#),
                 (#""seq":"#, #""seq":-"#), (messageID(3), "../../sessions/current"), (#""author":"bob""#, #""author":"a/b""#),
@@ -92,10 +90,7 @@ import Testing
         try await withLyingRelay { liar in
             let alice = try liar.client("alice")
             try await alice.signIn()
-            let bob = try await liar.upstream.signIn("bob").session
-            for n in 11...13 {
-                try await liar.upstream.send(bob, to: "alice", id: messageID(n), envelope: try await sealedByBob(to: alice, liar.upstream, id: messageID(n), text: "m\(n)"))
-            }
+            try await liar.sendFromBob(to: alice, 11...13)
             // The second acknowledgement fails (the relay does not erase the message), with a
             // retry_after no relay sends as well: a bad answer is a failure like a 500.
             liar.lie("DELETE", "/v1/users/alice/messages/\(messageID(12))", times: 1, .replace { _ in .problem(.internalError) })
@@ -121,10 +116,7 @@ import Testing
         try await withLyingRelay { liar in
             let alice = try liar.client("alice")
             try await alice.signIn()
-            let bob = try await liar.upstream.signIn("bob").session
-            for n in 21...22 {
-                try await liar.upstream.send(bob, to: "alice", id: messageID(n), envelope: try await sealedByBob(to: alice, liar.upstream, id: messageID(n), text: "m\(n)"))
-            }
+            try await liar.sendFromBob(to: alice, 21...22)
             liar.lie("DELETE", "/v1/users/alice/messages/", times: 2, .replace { _ in .problem(.notFound) })
             #expect(try await alice.receive().map(\.message.payload.text) == ["m21", "m22"], "gone already: done, and the run goes on")
         }
@@ -255,7 +247,6 @@ import Testing
                     "nothing sealed to the forged key reached the relay")
         }
     }
-    }
 }
 
 // MARK: Helpers
@@ -267,6 +258,19 @@ extension LyingRelay {
         let upstream = upstream
         return try MailslotClient(relay: direct ? upstream.url : url, databasePath: "\(upstream.folder)/\(uid)/client.sqlite") {
             try upstream.token(uid)
+        }
+    }
+}
+
+extension LyingRelay {
+    /// Stores on the real relay, for `recipient`, a readable message from bob under each id
+    /// `messageID(n)` of `numbers`, with the text `text(n)` ("m" and the number by default).
+    func sendFromBob(to recipient: MailslotClient, _ numbers: ClosedRange<Int>,
+                     text: (Int) -> String = { "m\($0)" }) async throws {
+        let bob = try await upstream.signIn("bob").session, owner = try await recipient.identity().uid
+        for n in numbers {
+            let envelope = try await sealedByBob(to: recipient, upstream, id: messageID(n), text: text(n))
+            try await upstream.send(bob, to: owner, id: messageID(n), envelope: envelope)
         }
     }
 }

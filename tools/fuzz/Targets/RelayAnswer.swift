@@ -66,6 +66,8 @@ public func relayAnswerOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         case .ready(let pending, let prekeys):
             expect(pending >= 0, "a ready frame with \(pending) pending decoded")
             if let prekeys { checkPrekeyCount(prekeys) }
+        case .prekeys(let count):
+            checkPrekeyCount(count)
         case .message(let record), .sent(_, _, let record):
             checkRecord(record)
         case .acked(let id):
@@ -204,6 +206,8 @@ func fuzzSeeds(root: String) -> [(name: String, bytes: [UInt8])] {
         decodes: false)
     add("frame-ready-min", 6, text: #"{"type":"ready","pending":0,"prekeys":-9223372036854775808}"#, decodes: false)
     add("frame-ready-pending", 6, text: #"{"type":"ready","pending":-1,"prekeys":10}"#, decodes: false)
+    add("frame-prekeys", 6, text: #"{"type":"prekeys","prekeys":24}"#, decodes: true)
+    add("frame-prekeys-min", 6, text: #"{"type":"prekeys","prekeys":-9223372036854775808}"#, decodes: false)
     add("frame-unknown", 6, text: #"{"type":"later","count":-1}"#, decodes: true)
     return seeds
 }
