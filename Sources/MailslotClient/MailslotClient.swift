@@ -28,6 +28,10 @@ public actor MailslotClient {
     var upgradeChecks: Set<String> = []
     /// When expired skipped keys were last dropped from sessions that receive nothing.
     var lastSkippedKeyPrune: Double = 0
+    /// Whether a one-time prekey top-up is running (``replenishPrekeys(remaining:)``).
+    var toppingUpPrekeys = false
+    /// How many one-time prekeys may still be made, whatever the relay says it holds.
+    var prekeyBudget = PrekeyBudget()
 
     /// A client of the relay at `relay`, keeping its state in the SQLite file at `databasePath`.
     /// `tokenProvider` returns a fresh custom token; it is called to sign in, and again whenever
@@ -113,7 +117,8 @@ public actor MailslotClient {
     public func contact(_ uid: String) async throws -> Contact {
         guard Identifier.isValidUID(uid) else { throw ClientError.invalidUID(uid) }
         if let known = try await store.contact(uid) {
-            guard known.trust != .changed else { throw ClientError.keyChanged(uid) }
+            // A changed key waits for the user; so does a key whose comparison failed.
+            guard known.trust != .changed, known.trust != .disputed else { throw ClientError.keyChanged(uid) }
             return known
         }
         let bundle = try await fetchBundle(uid)
@@ -132,7 +137,7 @@ public actor MailslotClient {
             return try await contact(uid)
         }
         if bundle.identityKey != known.identityKey {
-            try await store.markChanged(uid, offered: bundle)
+            try await store.markChanged(uid, offered: bundle, replacing: known.identityKey)
             throw ClientError.keyChanged(uid)
         }
         // The relay serves the pinned identity again: a change it showed before is withdrawn.

@@ -256,7 +256,7 @@ struct Rejected: AsyncParsableCommand {
 struct Contacts: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List contacts and how far their keys are trusted.",
-        discussion: "Trust: pinned (first use, not compared), verified (`mailslot trust`), changed (a new identity key waits to be compared and trusted).\n\n--json prints one object per contact: uid, trust.")
+        discussion: "Trust: pinned (first use, not compared), verified (`mailslot trust`), changed (a new identity key waits to be compared and trusted), disputed (a comparison did not match: nothing is sent to or accepted from them until one does).\n\n--json prints one object per contact: uid, trust.")
     @OptionGroup var options: GlobalOptions
 
     func run() async throws {
@@ -283,7 +283,8 @@ struct Fingerprint: AsyncParsableCommand {
             --json prints one object: uid, safety_number (the 60 digits in groups of five, on one line), key_changed (true \
             while UID's new identity key is not trusted: safety_number is the new key's), previous_safety_number (the old \
             key's number while key_changed, otherwise null), fingerprint (UID's 30 digits for the key safety_number is for), \
-            key_id (the keys `trust` installs), trust (pinned, verified or changed).
+            key_id (the keys `trust` installs), trust (pinned, verified, changed, or disputed: a comparison did not \
+            match, and nothing is sent to or accepted from UID until one does).
             """)
     @OptionGroup var options: GlobalOptions
     @Argument(help: "The contact's uid.") var uid: String
@@ -297,7 +298,13 @@ struct Fingerprint: AsyncParsableCommand {
                 "fingerprint": check.fingerprint, "key_id": check.keyID, "trust": check.trust.rawValue,
             ]
             guard check.isNewKey, let previous = check.previousSafetyNumber else {
-                Output(json: options.json).emit(fields, text: check.safetyNumber)
+                let disputed = check.trust == .disputed ? """
+
+                    A comparison with \(uid) did not match this number: nothing is sent to or accepted from \(uid) until \
+                    one does (`mailslot trust \(uid) --safety-number DIGITS`). If \(uid) reads out another number, someone \
+                    may be substituting keys.
+                    """ : ""
+                Output(json: options.json).emit(fields, text: check.safetyNumber + disputed)
                 return
             }
             Output(json: options.json).emit(fields, text: """
@@ -348,7 +355,8 @@ struct Trust: AsyncParsableCommand {
         }
         FileHandle.standardError.write(Data("The safety number you compared with \(uid) (60 digits, as `mailslot fingerprint \(uid)` prints it): ".utf8))
         var typed = ""
-        while typed.count(where: \.isNumber) < 60, let line = readLine(strippingNewline: true), !line.isEmpty { typed += line + " " }
+        // ASCII digits only, as `trust` counts them: other numerals would end the prompt early.
+        while typed.utf8.count(where: { (0x30...0x39).contains($0) }) < 60, let line = readLine(strippingNewline: true), !line.isEmpty { typed += line + " " }
         return typed
     }
 }

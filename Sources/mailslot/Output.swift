@@ -42,7 +42,11 @@ enum CLIError: Error, CustomStringConvertible {
         case ClientError.noKeys(let uid): self = .refused("\(uid) has published no keys yet (they must log in once)")
         case ClientError.invalidKeys(let uid, let code): self = .refused("the keys the relay serves for \(uid) are invalid (\(code))")
         case ClientError.keyChanged(let uid):
-            self = .refused("\(uid)'s identity key changed. Compare the NEW safety number (`mailslot fingerprint \(uid)`) with them, then `mailslot trust \(uid) --safety-number DIGITS`")
+            self = .refused("""
+                \(uid)'s identity key changed (or a safety-number comparison with \(uid) did not match). Compare the safety \
+                number `mailslot fingerprint \(uid)` shows (the NEW one after a change) with them, then `mailslot trust \(uid) \
+                --safety-number DIGITS`
+                """)
         case ClientError.invalidSafetyNumber:
             self = .usage("a safety number is 60 digits, as `mailslot fingerprint UID` prints it (spaces and line breaks are ignored)")
         case ClientError.safetyNumberMismatch(let uid):

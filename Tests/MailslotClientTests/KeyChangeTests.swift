@@ -126,8 +126,9 @@ import Testing
         }
     }
 
-    /// At first contact too, trusting takes the number of the pinned key, and only that one.
-    @Test func aPinnedContactIsTrustedOnlyWithItsNumber() async throws {
+    /// At first contact too, trusting takes the number of the pinned key, and only that one; a
+    /// number that did not match leaves the key disputed: nothing is sealed to it until one does.
+    @Test func aPinnedContactIsTrustedOnlyWithItsNumberAndAMismatchHoldsSending() async throws {
         try await withTestRelay { relay in
             let alice = try relay.client("alice"), bob = try relay.client("bob")
             try await alice.signIn()
@@ -135,10 +136,55 @@ import Testing
             let check = try await alice.safetyNumberCheck(with: "bob")  // pins bob on first use
             #expect(!check.isNewKey && check.previousSafetyNumber == nil && check.trust == .pinned)
             #expect(check.keyID == (try await alice.contact("bob").keyID))
+            // The number bob read out is not the pinned key's (keys substituted at first contact).
             let wrong = String(repeating: "12345 ", count: 12)
             await #expect(throws: ClientError.safetyNumberMismatch("bob")) { try await alice.trust("bob", safetyNumber: wrong) }
-            #expect(try await alice.contact("bob").trust == .pinned)
+            #expect(try await alice.contacts().first { $0.uid == "bob" }?.trust == .disputed)
+            #expect(try await alice.safetyNumberCheck(with: "bob").trust == .disputed)
+            await #expect(throws: ClientError.keyChanged("bob")) { try await alice.send(text: "held while disputed", to: "bob") }
+            #expect(try await alice.outgoing().last?.state == .held)
+            #expect(try await relay.pending("bob") == 0, "nothing sealed to the disputed key")
+
+            // The comparison matches after all: verified, and the held message goes.
             #expect(try await alice.trust("bob", safetyNumber: try await bob.safetyNumber(with: "alice")).trust == .verified)
+            #expect(try await bob.receive().map(\.message.payload.text) == ["held while disputed"])
+        }
+    }
+
+    /// A change whose offered keys are not kept (a store from an older version) shows no number
+    /// of the old key as if nothing changed: the keys are fetched again and the new one is shown.
+    @Test func aChangeWithoutAnOfferFetchesTheKeysAgainBeforeShowingANumber() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            _ = try await alice.contact("bob")
+            let newBob = try relay.client("bob", profile: "bob-2")
+            try await newBob.signIn()
+            await #expect(throws: ClientError.keyChanged("bob")) { try await alice.refreshKeys(of: "bob") }
+            try await alice.store.pool.write { db in try db.execute(sql: "UPDATE contacts SET offered_bundle = NULL WHERE uid = 'bob'") }
+            let shown = try await alice.safetyNumberCheck(with: "bob")
+            let newBobReadsOut = try await newBob.safetyNumber(with: "alice")
+            #expect(shown.isNewKey)
+            #expect(shown.safetyNumber == newBobReadsOut)
+            try await alice.trust("bob", safetyNumber: shown.safetyNumber)
+            #expect(try await alice.contact("bob").identityKey == (try await newBob.identity().signing.publicKey))
+        }
+    }
+
+    /// A comparison made against a key trusted meanwhile (in another process) does not mark the
+    /// newly trusted key as changed.
+    @Test func aStaleComparisonDoesNotMarkAKeyTrustedMeanwhile() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            let pinned = try await alice.contact("bob")
+            let other = KeyBundle(uid: "bob", identity: IdentityKeyPair(), mailboxKey: MailboxKeyPair().publicKey)
+            try await alice.store.markChanged("bob", offered: other, replacing: IdentityKeyPair().publicKey)
+            #expect(try await alice.contact("bob").trust == .pinned, "compared with a key bob no longer has: nothing marked")
+            try await alice.store.markChanged("bob", offered: other, replacing: pinned.identityKey)
+            #expect(try await alice.contacts().first { $0.uid == "bob" }?.trust == .changed)
         }
     }
 

@@ -13,6 +13,10 @@ public struct Contact: Sendable, Equatable {
         /// The relay now serves another identity key: sending and receiving are refused until the
         /// user trusts the new key.
         case changed
+        /// The user compared the safety number of the pinned key and it did not match (the relay,
+        /// or whoever holds the issuer key, may have substituted keys at first contact): sending
+        /// and receiving are refused, as for a changed key, until a comparison matches.
+        case disputed
     }
     /// The contact's uid.
     public let uid: String
@@ -80,11 +84,13 @@ extension ClientStore {
         }
     }
 
-    /// Marks the contact as changed and keeps the new bundle on offer until the user trusts it.
-    func markChanged(_ uid: String, offered bundle: KeyBundle?) async throws {
+    /// Marks the contact as changed and keeps the new bundle on offer until the user trusts it —
+    /// if the contact still holds `pinned`, the identity key the bundle was compared with: a key
+    /// trusted meanwhile (by another process) is not marked changed by a stale comparison.
+    func markChanged(_ uid: String, offered bundle: KeyBundle, replacing pinned: IdentityPublicKey) async throws {
         try await pool.write { db in
-            try db.execute(sql: "UPDATE contacts SET trust = 'changed', offered_bundle = COALESCE(?, offered_bundle), updated_at = ? WHERE uid = ?",
-                           arguments: [bundle.map { Data($0.encoded()) }, Date().timeIntervalSince1970, uid])
+            try db.execute(sql: "UPDATE contacts SET trust = 'changed', offered_bundle = ?, updated_at = ? WHERE uid = ? AND identity_key = ?",
+                           arguments: [Data(bundle.encoded()), Date().timeIntervalSince1970, uid, Data(pinned.bytes)])
         }
     }
 
@@ -104,6 +110,9 @@ extension ClientStore {
         let pinned: Contact
         /// The offered bundle while the contact changed; nil when trusting keeps the pinned keys.
         let offered: KeyBundle?
+        /// The contact changed but no offered bundle is kept that verifies (a store written by an
+        /// older version, or damaged): there is nothing to compare until the keys are fetched again.
+        var offerMissing: Bool { pinned.trust == .changed && offered == nil }
         var identityKey: IdentityPublicKey { offered?.identityKey ?? pinned.identityKey }
         var keyID: String { offered?.keyID ?? pinned.keyID }
     }
@@ -122,14 +131,19 @@ extension ClientStore {
     /// Trusts the contact if `expected` (60 ASCII digits) is the safety number of `me` and the
     /// identity key trusting installs: a changed contact takes its offered keys; the contact
     /// becomes verified. Checked and installed in one transaction, so the bundle compared is the
-    /// bundle installed (a relay cannot swap the offer between the two). Nil for an unknown contact;
-    /// ``ClientError/safetyNumberMismatch(_:)`` and nothing changed when the number differs.
-    func trust(_ uid: String, expecting expected: [UInt8], as me: Identity) async throws -> Contact? {
+    /// bundle installed (a relay cannot swap the offer between the two). When the number differs
+    /// nothing is trusted, and a contact pinned on first use becomes ``Contact/Trust/disputed``
+    /// in the same transaction, so that nothing more is sealed to a key the user found wrong.
+    func trust(_ uid: String, expecting expected: [UInt8], as me: Identity) async throws -> TrustOutcome {
         try await pool.write { db in
-            guard let candidate = try Self.trustCandidate(uid, db) else { return nil }
+            guard let candidate = try Self.trustCandidate(uid, db) else { return .unknown }
+            guard !candidate.offerMissing else { return .offerMissing }
             // Not a secret, but compared whole and in constant time all the same: all 60 digits.
             guard constantTimeEquals(SafetyNumberCheck.digits(me, uid, candidate.identityKey), expected) else {
-                throw ClientError.safetyNumberMismatch(uid)
+                // A first-contact key whose comparison failed is not used until one matches.
+                try db.execute(sql: "UPDATE contacts SET trust = 'disputed', updated_at = ? WHERE uid = ? AND trust = 'pinned'",
+                               arguments: [Date().timeIntervalSince1970, uid])
+                return .mismatch
             }
             if let bundle = candidate.offered {
                 // A new identity: new keys, and the sessions with the old one are over.
@@ -144,6 +158,19 @@ extension ClientStore {
             try db.execute(sql: "UPDATE contacts SET trust = 'verified', offered_bundle = NULL, updated_at = ? WHERE uid = ?",
                            arguments: [Date().timeIntervalSince1970, uid])
             return try Row.fetchOne(db, sql: "SELECT * FROM contacts WHERE uid = ?", arguments: [uid]).flatMap(Self.contact(from:))
+                .map(TrustOutcome.trusted) ?? .unknown
         }
+    }
+
+    /// What ``trust(_:expecting:as:)`` did.
+    enum TrustOutcome: Sendable {
+        /// The contact is verified, with the keys whose number matched.
+        case trusted(Contact)
+        /// No such contact.
+        case unknown
+        /// The number did not match: nothing was trusted (a pinned contact is now disputed).
+        case mismatch
+        /// The contact changed but no offer is kept to compare: fetch the keys again first.
+        case offerMissing
     }
 }

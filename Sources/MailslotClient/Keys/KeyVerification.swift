@@ -53,7 +53,14 @@ extension MailslotClient {
         guard Identifier.isValidUID(uid) else { throw ClientError.invalidUID(uid) }
         let me = try await identity()
         if try await store.contact(uid) == nil { _ = try await contact(uid) }
-        guard let candidate = try await store.trustCandidate(uid) else { throw ClientError.noKeys(uid) }
+        guard var candidate = try await store.trustCandidate(uid) else { throw ClientError.noKeys(uid) }
+        if candidate.offerMissing {
+            // Changed, with no offer kept to show: the relay's keys are fetched again, which puts
+            // a new identity key on offer (or withdraws the change when it serves the pinned one).
+            _ = try? await refreshKeys(of: uid)
+            guard let fetched = try await store.trustCandidate(uid), !fetched.offerMissing else { throw ClientError.keyChanged(uid) }
+            candidate = fetched
+        }
         let shown = SafetyNumber.of((me.uid, me.signing.publicKey), (uid, candidate.identityKey))
         let isNewKey = candidate.identityKey != candidate.pinned.identityKey
         return SafetyNumberCheck(
@@ -75,7 +82,9 @@ extension MailslotClient {
     /// `safetyNumber` is the number the user compared (60 digits; spaces and line breaks are
     /// ignored): it must be the number of the identity key that trusting installs — a changed
     /// contact's offered key, otherwise the pinned one — or nothing changes and
-    /// ``ClientError/safetyNumberMismatch(_:)`` is thrown. The check and the install are one
+    /// ``ClientError/safetyNumberMismatch(_:)`` is thrown — and a contact pinned on first use
+    /// becomes ``Contact/Trust/disputed``: nothing more is sealed to it, nor accepted from it,
+    /// until a comparison matches. The check and the install are one
     /// store transaction, so a bundle the relay offers in between is never trusted unseen.
     /// Messages held for the change are then sealed to the trusted keys and sent (or queued,
     /// when the relay cannot be reached). There is no way to trust without a number.
@@ -85,7 +94,14 @@ extension MailslotClient {
         guard let expected = SafetyNumberCheck.digits(of: safetyNumber) else { throw ClientError.invalidSafetyNumber }
         let me = try await identity()
         if try await store.contact(uid) == nil { _ = try await contact(uid) }
-        guard let trusted = try await store.trust(uid, expecting: expected, as: me) else { throw ClientError.noKeys(uid) }
+        let trusted: Contact
+        switch try await store.trust(uid, expecting: expected, as: me) {
+        case .trusted(let contact): trusted = contact
+        case .unknown: throw ClientError.noKeys(uid)
+        case .mismatch: throw ClientError.safetyNumberMismatch(uid)
+        // Nothing was shown for a change whose offer is gone: `safetyNumberCheck` fetches it.
+        case .offerMissing: throw ClientError.keyChanged(uid)
+        }
         for id in try await store.outgoingIDs(to: uid, state: .held) { _ = try? await resend(id) }
         return trusted
     }

@@ -111,7 +111,12 @@ extension MailslotClient {
     /// Tops the relay's supply of this device's one-time prekeys up to ``prekeySupply`` when fewer
     /// than ``prekeyLowWater`` are left (`remaining`, from a `ready` frame; asked when nil). Best
     /// effort: a sender who finds none starts the session with the signed prekey alone.
+    /// One top-up at a time (frames may come while one runs), and never more prekeys than
+    /// ``PrekeyBudget`` allows, whatever counts the relay sends.
     func replenishPrekeys(remaining: Int? = nil) async {
+        guard !toppingUpPrekeys else { return }
+        toppingUpPrekeys = true
+        defer { toppingUpPrekeys = false }
         do {
             let me = try await identity()
             var count = remaining
@@ -119,7 +124,12 @@ extension MailslotClient {
             guard let count, count < Self.prekeyLowWater else { return }
             // The count was range-checked when decoded (0 … 2³²−1); what is made is clamped all
             // the same, so that no number from the relay makes more than the supply.
-            let made = try await store.makeOneTimePrekeys(Self.prekeysToMake(remaining: count))
+            let allowed = prekeyBudget.take(Self.prekeysToMake(remaining: count), at: .now)
+            guard allowed > 0 else {
+                logger.info("not topping up the one-time prekeys: the relay asked for more than an honest one can use")
+                return
+            }
+            let made = try await store.makeOneTimePrekeys(allowed)
             for batch in stride(from: 0, to: made.count, by: PrekeyUpload.maximumBatch) {
                 let prekeys = made[batch..<min(made.count, batch + PrekeyUpload.maximumBatch)].map { Prekey(id: $0.id, key: $0.key) }
                 _ = try await authorized { try await api.uploadPrekeys(prekeys, owner: me.uid, session: $0) }
