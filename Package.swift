@@ -144,6 +144,8 @@ let package = Package(
                 "MailslotRelay", "MailslotTestSupport", "MailslotAudit",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
+                // Servers that refuse or never answer, for S3ClientTests.
+                .product(name: "NIOPosix", package: "swift-nio"),
                 // A fresh database per PostgreSQL test (TestDatabase.swift).
                 .product(name: "PostgresNIO", package: "postgres-nio"),
             ],

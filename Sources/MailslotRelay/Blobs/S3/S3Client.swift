@@ -141,7 +141,9 @@ package final class S3Client: Service, Sendable {
     /// CreateMultipartUpload (`POST /key?uploads`): a new upload of `key`; returns its upload id.
     package func createMultipartUpload(key: String) async throws(S3Error) -> String {
         let answer = try await xmlCall(.POST, key: key, query: [SigV4.QueryItem("uploads")], body: nil)
-        guard S3XML.rootName(answer) == "InitiateMultipartUploadResult", let id = S3XML.text(of: "UploadId", in: answer), !id.isEmpty
+        // AWS's root is InitiateMultipartUploadResult, rclone's InitiateMultipartUpload: the id is what matters
+        // (an <Error> root has already been thrown by xmlCall).
+        guard let id = S3XML.text(of: "UploadId", in: answer), !id.isEmpty
         else { throw .badResponse("CreateMultipartUpload answered without an UploadId") }
         return id
     }
@@ -189,8 +191,9 @@ package final class S3Client: Service, Sendable {
         xml += "</CompleteMultipartUpload>"
         let answer = try await xmlCall(.POST, key: key, query: [SigV4.QueryItem("uploadId", uploadID)],
                                        body: ByteBuffer(string: xml), contentType: "application/xml")
-        guard S3XML.rootName(answer) == "CompleteMultipartUploadResult" else {
-            throw .badResponse("CompleteMultipartUpload answered without a CompleteMultipartUploadResult")
+        // A 200 whose root is <Error> has been thrown by xmlCall; anything but an XML document is not an answer.
+        guard S3XML.rootName(answer) != nil else {
+            throw .badResponse("CompleteMultipartUpload answered without an XML document")
         }
     }
 

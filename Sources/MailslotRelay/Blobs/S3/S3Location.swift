@@ -83,17 +83,10 @@ package struct S3Location: Sendable, Equatable, CustomStringConvertible {
         }
 
         guard let endpoint = parameters["endpoint"], !endpoint.isEmpty else { throw .missingEndpoint }
-        guard let components = URLComponents(string: endpoint), let scheme = components.scheme?.lowercased(),
-              scheme == "http" || scheme == "https" else { throw .invalidEndpoint(.scheme) }
-        guard components.user == nil, components.password == nil, !endpoint.contains("@") else { throw .credentialsInURL }
-        guard var host = components.host, !host.isEmpty else { throw .invalidEndpoint(.host) }
-        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        guard components.path.isEmpty || components.path == "/" else { throw .invalidEndpoint(.path) }
-        guard components.query == nil, components.fragment == nil else { throw .invalidEndpoint(.path) }
-        if let port = components.port, !(1...65_535).contains(port) { throw .invalidEndpoint(.port) }
-        self.scheme = scheme
-        self.host = host.lowercased()
-        self.port = components.port
+        let endpointParts = try Self.parseEndpoint(endpoint)
+        self.scheme = endpointParts.scheme
+        self.host = endpointParts.host
+        self.port = endpointParts.port
 
         let region = parameters["region"] ?? "us-east-1"
         guard !region.isEmpty, region.utf8.count <= 64,
@@ -161,6 +154,51 @@ package struct S3Location: Sendable, Equatable, CustomStringConvertible {
 
     // MARK: Grammar
 
+    /// `http[s]://HOST[:PORT][/]`, by hand: no user information, path, query or fragment; a
+    /// host of letters, digits, `.` and `-` (or an IPv6 address in brackets); a port 1…65535.
+    static func parseEndpoint(_ text: String) throws(S3LocationError) -> (scheme: String, host: String, port: Int?) {
+        let lowered = text.lowercased()
+        let scheme: String
+        if lowered.hasPrefix("http://") { scheme = "http" } else if lowered.hasPrefix("https://") { scheme = "https" } else {
+            throw .invalidEndpoint(.scheme)
+        }
+        let rest = text.dropFirst(scheme.count + 3)
+        let authorityEnd = rest.firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? rest.endIndex
+        let authority = rest[..<authorityEnd]
+        guard !authority.contains("@") else { throw .credentialsInURL }
+        guard rest[authorityEnd...].isEmpty || rest[authorityEnd...] == "/" else { throw .invalidEndpoint(.path) }
+        var host: Substring
+        var portText: Substring?
+        if authority.hasPrefix("[") {
+            guard let close = authority.firstIndex(of: "]") else { throw .invalidEndpoint(.host) }
+            host = authority[authority.index(after: authority.startIndex)..<close]
+            let after = authority[authority.index(after: close)...]
+            if !after.isEmpty {
+                guard after.hasPrefix(":") else { throw .invalidEndpoint(.host) }
+                portText = after.dropFirst()
+            }
+            guard !host.isEmpty, host.allSatisfy({ $0.isHexDigit || $0 == ":" || $0 == "." }) else { throw .invalidEndpoint(.host) }
+        } else {
+            if let colon = authority.lastIndex(of: ":") {
+                host = authority[..<colon]
+                portText = authority[authority.index(after: colon)...]
+            } else {
+                host = authority
+            }
+            guard !host.isEmpty, host.utf8.allSatisfy({ byte in
+                (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z")) || (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z"))
+                    || (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")) || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "-")
+            }) else { throw .invalidEndpoint(.host) }
+        }
+        var port: Int?
+        if let portText {
+            guard !portText.isEmpty, portText.count <= 5, portText.allSatisfy(\.isASCII), let number = Int(portText), (1...65_535).contains(number)
+            else { throw .invalidEndpoint(.port) }
+            port = number
+        }
+        return (scheme, host.lowercased(), port)
+    }
+
     /// S3's bucket naming rules (general purpose buckets).
     static func isValidBucket(_ name: String) -> Bool {
         let bytes = Array(name.utf8)
@@ -198,7 +236,7 @@ package enum S3LocationError: Error, Sendable, Equatable, CustomStringConvertibl
     package enum EndpointProblem: Sendable, Equatable {
         /// Not `http://` or `https://`.
         case scheme
-        /// No host.
+        /// No host, or one with characters a host name cannot have.
         case host
         /// A path, query or fragment after the host.
         case path
@@ -258,7 +296,7 @@ package enum S3LocationError: Error, Sendable, Equatable, CustomStringConvertibl
         case .repeatedParameter(let name): "the blob store setting gives '\(name)' more than once"
         case .missingEndpoint: "the blob store setting needs endpoint=URL (e.g. endpoint=https://s3.eu-west-1.amazonaws.com): \(Self.form)"
         case .invalidEndpoint(.scheme): "the blob store endpoint must start with http:// or https://"
-        case .invalidEndpoint(.host): "the blob store endpoint names no host"
+        case .invalidEndpoint(.host): "the blob store endpoint names no valid host (letters, digits, '.' and '-', or [IPv6])"
         case .invalidEndpoint(.path): "the blob store endpoint must be scheme://host[:port] only (no path, query or fragment)"
         case .invalidEndpoint(.port): "the blob store endpoint's port must be 1-65535"
         case .invalidRegion(let region): "the blob store region '\(region)' is not valid (lowercase letters, digits and '-', e.g. us-east-1)"

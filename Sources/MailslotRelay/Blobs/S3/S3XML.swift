@@ -34,6 +34,7 @@ enum S3XML {
     /// The decoded text of the first `<name>…</name>` (attributes allowed on the start tag), or nil
     /// when there is none. An empty element (`<name/>` or `<name></name>`) gives "".
     static func text(of name: String, in document: [UInt8]) -> String? {
+        let document = withoutComments(document)
         let open = Array("<\(name)".utf8)
         var index = 0
         while let start = find(open, in: document, from: index) {
@@ -63,6 +64,23 @@ enum S3XML {
             }
         }
         return output
+    }
+
+    /// The document with its `<!-- … -->` comments cut out (an unclosed one: to the end).
+    private static func withoutComments(_ document: [UInt8]) -> [UInt8] {
+        let open = Array("<!--".utf8), close = Array("-->".utf8)
+        guard var start = find(open, in: document, from: 0) else { return document }
+        var output = Array(document[..<start])
+        while true {
+            guard let end = find(close, in: document, from: start + open.count) else { return output }
+            let resume = end + close.count
+            guard let next = find(open, in: document, from: resume) else {
+                output += document[resume...]
+                return output
+            }
+            output += document[resume..<next]
+            start = next
+        }
     }
 
     private static func isNameEnd(_ byte: UInt8) -> Bool {
