@@ -144,8 +144,10 @@ let package = Package(
                 "MailslotRelay", "MailslotTestSupport", "MailslotAudit",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
-                // Servers that refuse or never answer, for S3ClientTests.
+                // A fake S3 endpoint, and servers that refuse or never answer (S3ClientAnswerTests).
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 // A fresh database per PostgreSQL test (TestDatabase.swift).
                 .product(name: "PostgresNIO", package: "postgres-nio"),
             ],

@@ -3,14 +3,13 @@ import Logging
 import MailslotCrypto
 import MailslotTestSupport
 import NIOCore
-import NIOPosix
 import Testing
 @testable import MailslotRelay
 
 /// The S3 client against a real S3 server: `rclone serve s3`, started by `tools/s3 run` (as
 /// tools/test runs this suite), which sets MAILSLOT_TEST_S3_URL and the credentials. Without it the
-/// server cases report themselves skipped, with the reason; the transport cases (refused
-/// connection, a server that never answers) need no server and always run.
+/// cases report themselves skipped, with the reason. (S3ClientAnswerTests checks the client against
+/// a fake endpoint's misbehaviour, without a server.)
 @Suite struct S3ClientTests {
     static let skipReason = "MAILSLOT_TEST_S3_URL is not set: run the tests under tools/s3 run"
     static let environment = ProcessInfo.processInfo.environment
@@ -183,45 +182,6 @@ import Testing
             #expect(largest <= 1024 * 1024, "largest buffer \(largest) bytes")
             #expect(calls >= 64, "\(calls) buffers for 64 MiB")
             try await client.deleteObject(key: key)
-        }
-    }
-
-    // MARK: Transport failures (no server needed)
-
-    /// Nothing listening: a retryable `unavailable(.connectionFailed)`.
-    @Test func refusedConnectionIsUnavailable() async throws {
-        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: 0).get()
-        let port = try #require(channel.localAddress?.port)
-        try await channel.close()
-        let location = try S3Location("s3://mailslot-test?endpoint=http://127.0.0.1:\(port)&path_style=true")
-        // The HTTP client retries refused connections until the connect timeout: keep it short.
-        var timeouts = S3Client.Timeouts()
-        timeouts.connect = .seconds(1)
-        let client = S3Client(location: location, credentials: SigV4.Credentials(accessKeyID: "a", secretAccessKey: "b"),
-                              timeouts: timeouts, logger: TestRelay.logger)
-        try await Self.withClient(client) { client in
-            let failure = await #expect(throws: S3Error.self) { try await client.headObject(key: "k") }
-            #expect(failure == .unavailable(.connectionFailed))
-            #expect(failure?.isRetryable == true)
-        }
-    }
-
-    /// A server that accepts and never answers: the call's deadline ends it, typed and retryable.
-    @Test func silentServerTimesOut() async throws {
-        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .childChannelInitializer { child in child.eventLoop.makeSucceededVoidFuture() }
-            .bind(host: "127.0.0.1", port: 0).get()
-        defer { channel.close(promise: nil) }
-        let port = try #require(channel.localAddress?.port)
-        let location = try S3Location("s3://mailslot-test?endpoint=http://127.0.0.1:\(port)&path_style=true")
-        var timeouts = S3Client.Timeouts()
-        timeouts.call = .milliseconds(500)
-        timeouts.read = .seconds(5)
-        let client = S3Client(location: location, credentials: SigV4.Credentials(accessKeyID: "a", secretAccessKey: "b"),
-                              timeouts: timeouts, logger: TestRelay.logger)
-        try await Self.withClient(client) { client in
-            await #expect(throws: S3Error.unavailable(.timedOut)) { try await client.createMultipartUpload(key: "k") }
-            await #expect(throws: S3Error.unavailable(.timedOut)) { try await client.deleteObject(key: "k") }
         }
     }
 }

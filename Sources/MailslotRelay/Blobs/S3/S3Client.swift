@@ -19,8 +19,9 @@ import _NIOFileSystem
 /// stream into a callback, so memory per call is a few socket reads, whatever the size. Failures
 /// are ``S3Error``s. Redirects are not followed (a signed request is for one host).
 ///
-/// Lifecycle: the client owns an `HTTPClient`; run it as a `Service` (it shuts the HTTP client down
-/// on graceful shutdown) or call ``shutdown()`` when done.
+/// Lifecycle: the client owns an `HTTPClient`, which must be shut down before the client is let go
+/// (AsyncHTTPClient checks it): run the client as a `Service` (it shuts the HTTP client down on
+/// graceful shutdown) or call ``shutdown()`` when done.
 package final class S3Client: Service, Sendable {
     /// The time bounds of a call.
     package struct Timeouts: Sendable {
@@ -167,7 +168,7 @@ package final class S3Client: Service, Sendable {
             guard let etag, !etag.isEmpty else { throw S3Error.badResponse("UploadPart answered without an ETag") }
             return etag
         }
-        return try await mapped {
+        return try await mapped(sendsCallerBody: true) {
             switch body.source {
             case .stream(let stream):
                 return try await upload(stream)
@@ -370,17 +371,19 @@ package final class S3Client: Service, Sendable {
         .now() + timeouts.call + .seconds(max(0, length) / max(1, timeouts.minimumRate))
     }
 
-    /// Runs `body`, turning every failure into an ``S3Error``.
-    private func mapped<T>(_ body: () async throws -> T) async throws(S3Error) -> T {
+    /// Runs `body`, turning every failure into an ``S3Error``. `sendsCallerBody`: the request's
+    /// body comes from the caller (a part), so a failure that is not the network's is the body's.
+    private func mapped<T>(sendsCallerBody: Bool = false, _ body: () async throws -> T) async throws(S3Error) -> T {
         do {
             return try await body()
         } catch {
-            throw Self.map(error)
+            throw Self.map(error, sendsCallerBody: sendsCallerBody)
         }
     }
 
-    /// An S3Error for any failure of a call: its own, the HTTP client's, or the body's source.
-    static func map(_ error: any Error) -> S3Error {
+    /// An S3Error for any failure of a call: its own, the HTTP client's or NIO's (the network's),
+    /// or, when the caller supplied the body, the body source's.
+    static func map(_ error: any Error, sendsCallerBody: Bool = false) -> S3Error {
         if let error = error as? S3Error { return error }
         if let error = error as? HTTPClientError {
             switch error {
@@ -389,8 +392,11 @@ package final class S3Client: Service, Sendable {
             default: return .unavailable(.connectionFailed)
             }
         }
-        if error is ChannelError || error is IOError || error is NIOConnectionError { return .unavailable(.connectionFailed) }
-        // Not the network's: the part body's own source (a spool file gone or shorter than said).
+        if error is FileSystemError { return .bodyUnreadable }
+        if error is ChannelError || error is IOError || error is NIOConnectionError || error is HTTPParserError || !sendsCallerBody {
+            return .unavailable(.connectionFailed)
+        }
+        // Not the network's: the part body's own source (a buffer sequence that failed).
         return .bodyUnreadable
     }
 
