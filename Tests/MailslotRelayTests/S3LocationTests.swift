@@ -31,6 +31,12 @@ import Testing
         #expect(try S3Location("s3://b-1?endpoint=http://minio.internal:80/&path_style=true").hostHeader == "minio.internal")
         #expect(try S3Location("s3://b-1?endpoint=http://[::1]:9000&path_style=true").hostHeader == "[::1]:9000")
         #expect(try S3Location("s3://b-1/?endpoint=http%3A%2F%2Fexample.com&region=auto").prefix == "")
+        // Plain HTTP is for the loopback; anything else crosses a network in the clear.
+        #expect(!location.sendsInTheClear)
+        #expect(try !S3Location("s3://b-1?endpoint=http://localhost:9000").sendsInTheClear)
+        #expect(try !S3Location("s3://b-1?endpoint=http://[::1]:9000").sendsInTheClear)
+        #expect(try S3Location("s3://b-1?endpoint=http://minio.internal:9000").sendsInTheClear)
+        #expect(try !S3Location("s3://b-1?endpoint=https://minio.internal:9000").sendsInTheClear)
     }
 
     @Test(arguments: [

@@ -173,7 +173,9 @@ import Testing
         #expect(signed.canonicalRequest.contains("\nx-amz-security-token:token-value\n"))
         #expect(signed.authorization.contains("SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-security-token,"))
         #expect(signed.stringToSign.contains("19700101/auto/s3/aws4_request"))
-        for text in [credentials.description, credentials.debugDescription, String(describing: credentials), String(reflecting: credentials)] {
+        var dumped = ""
+        dump(credentials, to: &dumped)
+        for text in [credentials.description, credentials.debugDescription, String(describing: credentials), String(reflecting: credentials), dumped] {
             #expect(!text.contains("very-secret-key") && !text.contains("token-value") && !text.contains("AKIDEXAMPLE"), "\(text)")
         }
         #expect(SigV4.Credentials(accessKeyID: "a", secretAccessKey: "b", sessionToken: "").sessionToken == nil)

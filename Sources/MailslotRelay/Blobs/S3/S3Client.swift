@@ -102,9 +102,11 @@ package final class S3Client: Service, Sendable {
     private let now: @Sendable () -> Int64
     private let logger: Logger
 
-    /// A client for `location` signing with `credentials`. `now` gives the signing time (seconds
-    /// since 1970 UTC); tests may inject it.
-    package init(location: S3Location, credentials: SigV4.Credentials, timeouts: Timeouts = Timeouts(),
+    /// A client for `location` signing with `credentials`. `connectionsPerHost`: connections kept
+    /// to the store (calls beyond wait for one, and their deadline runs while they wait; the
+    /// blob store's own limits keep it below). `now` gives the signing time (seconds since 1970
+    /// UTC); tests may inject it.
+    package init(location: S3Location, credentials: SigV4.Credentials, timeouts: Timeouts = Timeouts(), connectionsPerHost: Int = 32,
                  eventLoopGroup: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton, logger: Logger,
                  now: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970) }) {
         self.location = location
@@ -116,7 +118,8 @@ package final class S3Client: Service, Sendable {
             redirectConfiguration: .disallow,
             timeout: HTTPClient.Configuration.Timeout(connect: timeouts.connect, read: timeouts.read),
             decompression: .disabled)
-        configuration.connectionPool = HTTPClient.Configuration.ConnectionPool(idleTimeout: .seconds(60))
+        configuration.connectionPool = HTTPClient.Configuration.ConnectionPool(
+            idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: connectionsPerHost)
         self.http = HTTPClient(eventLoopGroupProvider: .shared(eventLoopGroup), configuration: configuration,
                                backgroundActivityLogger: logger)
     }

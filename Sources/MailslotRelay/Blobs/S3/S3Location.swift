@@ -124,6 +124,13 @@ package struct S3Location: Sendable, Equatable, CustomStringConvertible {
         return "s3://\(bucket)\(path)?endpoint=\(endpoint)&region=\(region)&path_style=\(pathStyle)&payload=\(payloadSigning.rawValue)"
     }
 
+    /// Whether requests would cross a network in the clear: `http://` to a host other than the
+    /// loopback (`localhost`, `127.x.x.x`, `::1`). The relay's configuration check warns about it.
+    package var sendsInTheClear: Bool {
+        guard scheme == "http" else { return false }
+        return !(host == "localhost" || host == "::1" || host.hasPrefix("127."))
+    }
+
     // MARK: Requests
 
     /// The `Host` header for requests to the bucket: the endpoint's host (with the bucket in front

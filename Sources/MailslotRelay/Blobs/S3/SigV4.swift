@@ -11,7 +11,7 @@ import MailslotCrypto
 package struct SigV4: Sendable {
     /// The key pair (and, for temporary credentials, the session token) requests are signed with.
     /// Its descriptions never show the secret or the token: it may end up in a log by accident.
-    package struct Credentials: Sendable, CustomStringConvertible, CustomDebugStringConvertible {
+    package struct Credentials: Sendable, CustomStringConvertible, CustomDebugStringConvertible, CustomReflectable {
         /// The access key id (`AKIA…`), sent in every `Authorization` header.
         package let accessKeyID: String
         /// The secret access key. Never sent, never shown.
@@ -31,8 +31,11 @@ package struct SigV4: Sendable {
             "S3 credentials (access key id, secret access key\(sessionToken == nil ? "" : ", session token"): redacted)"
         }
 
-        /// The same as ``description``: `dump` and `debugPrint` must not show the secret either.
+        /// The same as ``description``: `debugPrint` must not show the secret either.
         package var debugDescription: String { description }
+
+        /// No children: `dump` and debuggers' reflection must not list the fields.
+        package var customMirror: Mirror { Mirror(self, children: [], displayStyle: .struct) }
     }
 
     /// One request to sign. Header names may have any case; values are sent as given and signed
