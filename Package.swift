@@ -28,6 +28,7 @@ let package = Package(
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", from: "0.1.0"),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.0.0"),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.0"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
     ],
     targets: [
         // libsodium, found through pkg-config. Every byte of cryptography goes through it.
@@ -60,6 +61,11 @@ let package = Package(
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 // The PostgreSQL store (Store/PostgreSQL/), for several relays sharing one database.
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                // The S3 object-store client (Blobs/S3/), for blobs several relays share.
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                // Part bodies stream from spool files (Blobs/S3/S3Client.swift).
+                .product(name: "_NIOFileSystem", package: "swift-nio"),
             ]
         ),
         .target(
@@ -138,9 +144,15 @@ let package = Package(
                 "MailslotRelay", "MailslotTestSupport", "MailslotAudit",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
+                // A fake S3 endpoint, and servers that refuse or never answer (S3ClientAnswerTests).
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 // A fresh database per PostgreSQL test (TestDatabase.swift).
                 .product(name: "PostgresNIO", package: "postgres-nio"),
-            ]
+            ],
+            // The AWS SigV4 test suite's case files, read from disk by SigV4Tests.
+            exclude: ["Fixtures"]
         ),
         .testTarget(name: "MailslotClientTests", dependencies: [
             "MailslotClient", "MailslotRelay", "MailslotTestSupport",

@@ -15,18 +15,9 @@ func hmacSHA256(key: SecretBytes, _ message: [UInt8]) -> [UInt8] {
 }
 
 private func hmacSHA256(keyBytes: UnsafeRawBufferPointer, _ message: [UInt8]) -> [UInt8] {
-    Sodium.ready()
-    var state = crypto_auth_hmacsha256_state()
-    var mac = [UInt8](repeating: 0, count: Int(crypto_auth_hmacsha256_BYTES))
-    let empty: [UInt8] = [0]  // an empty key still needs a pointer; its length says 0
-    empty.withUnsafeBufferPointer { fallback in
-        _ = crypto_auth_hmacsha256_init(&state, keyBytes.baseAddress?.assumingMemoryBound(to: UInt8.self) ?? fallback.baseAddress!,
-                                        keyBytes.count)
-    }
-    _ = crypto_auth_hmacsha256_update(&state, message, UInt64(message.count))
-    _ = crypto_auth_hmacsha256_final(&state, &mac)
-    withUnsafeMutableBytes(of: &state) { sodium_memzero($0.baseAddress!, $0.count) }  // it holds the padded key
-    return mac
+    let mac = HMACSHA256(key: keyBytes)  // wipes its state (it holds the padded key) in finalize
+    mac.update(message)
+    return mac.finalize()
 }
 
 /// HKDF-SHA-256 (RFC 5869): extract with `salt` (32 zero bytes when empty, as §2.2 says), then
