@@ -1,6 +1,7 @@
 import Foundation
 import MailslotTestSupport
 import Testing
+import MailslotCrypto
 @testable import MailslotRelay
 import MailslotWire
 
@@ -97,5 +98,86 @@ import MailslotWire
         let shorter = Base64URL.encode([UInt8](repeating: 7, count: Envelope.minimumSize - 1))
         #expect(shorter.utf8.count == documented - 1)
         #expect(throws: Problem.self) { try validation.checkContent(envelope: shorter, ttlSeconds: nil, keyID: nil) }
+    }
+
+    /// The frame kinds of ``RelayFrame`` the relay sends. No `default`: a new kind does not compile
+    /// until it is numbered here, and ``everyFrameTheRelaySendsMatchesTheRelayFrameSchema()`` then
+    /// wants a sample of it.
+    static func kind(_ frame: RelayFrame) -> Int {
+        switch frame {
+        case .ready: 0
+        case .message: 1
+        case .acked: 2
+        case .sent: 3
+        case .error: 4
+        case .prekeys: 5
+        case .unknown: -1  // a newer relay's frame, never sent by this one
+        }
+    }
+    static let kinds = 6
+
+    /// Frames of every kind, as the relay writes them (``SubscriptionSession/text(_:)``), with the
+    /// numbers at their ends: the largest prekey count, a problem's longest `retry_after`.
+    static func sampleFrames() -> [RelayFrame] {
+        let envelope = Base64URL.encode([UInt8](repeating: 7, count: Envelope.minimumSize))
+        let stored = StoredMessage(seq: 42, recipient: "bob", id: "message-0000000001", author: "alice", createdAt: 1_800_000_000_000,
+                                   expiresAt: 1_800_003_600_000, envelope: envelope, size: Envelope.minimumSize)
+        let leased = StoredMessage(seq: Int64.max, recipient: "bob", id: "message-0000000002", author: "bob", createdAt: 1_800_000_000_000,
+                                   expiresAt: 1_800_003_600_000, envelope: envelope, size: Envelope.minimumSize,
+                                   leaseUntil: 1_800_000_060_000, leaseHolder: "worker-1")
+        return [
+            .ready(pending: 0, prekeys: 0),
+            .ready(pending: 3, prekeys: RelayAnswers.maxPrekeyCount),
+            .ready(pending: 3),
+            .message(stored.record(forOwner: true)),
+            .message(leased.record(forOwner: true)),
+            .acked(id: "message-0000000001"),
+            .sent(ref: "r1", created: true, message: stored.record(forOwner: false)),
+            .sent(ref: "r2", created: false, message: leased.record(forOwner: true)),
+            .error(Problem(.invalidMessageID, "not a message id"), id: "message-0000000001"),
+            .error(Problem(.rateLimited, "too many messages; slow down", retryAfter: 1), ref: "r3"),
+            .error(Problem.unavailable),
+            .error(Problem(.prekeyClaimsLimited, "too many prekey claims; slow down",
+                           retryAfter: RateLimiter.retryAfter(seconds: .greatestFiniteMagnitude))),
+            .prekeys(PrekeyCount.lowWater - 1),
+            .prekeys(0),
+        ]
+    }
+
+    /// Every kind of frame the relay sends, as it writes it, matches spec/openapi.yaml's
+    /// `RelayFrame` (exactly one of its `oneOf`), checked as a validating client would
+    /// (``OpenAPISchema``). A frame the schema does not describe — the `prekeys` frame before it
+    /// was added — fails here.
+    @Test func everyFrameTheRelaySendsMatchesTheRelayFrameSchema() throws {
+        let schema = try OpenAPISchema(document: try String(contentsOf: Self.document, encoding: .utf8))
+        let frames = Self.sampleFrames()
+        #expect(Set(frames.map(Self.kind)) == Set(0..<Self.kinds), "a sample of every kind")
+        for frame in frames {
+            let text = SubscriptionSession.text(frame)
+            let value = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
+            let violations = try schema.violations(of: value, schema: "RelayFrame")
+            #expect(violations.isEmpty, "\(text): \(violations)")
+        }
+        // The checker refuses what the schema refuses: numbers out of their range, a missing member, an unknown type.
+        for text in [#"{"type":"prekeys","prekeys":-1}"#, #"{"type":"prekeys","prekeys":4294967296}"#, #"{"type":"prekeys"}"#,
+                     #"{"pending":0,"prekeys":4294967296,"type":"ready"}"#, #"{"type":"novel"}"#,
+                     #"{"problem":{"code":"unavailable","retry_after":2147483648,"status":503,"title":"unavailable"},"type":"error"}"#] {
+            let value = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
+            #expect(try !schema.violations(of: value, schema: "RelayFrame").isEmpty, "\(text) is refused")
+        }
+    }
+
+    /// The answers' numbers the client checks (spec/protocol.md §4) have the same bounds in the
+    /// schemas: a prekey count 0 … 2³²−1, `retry_after` 0 … 2³¹−1.
+    @Test func answerNumbersHaveTheBoundsTheClientChecks() throws {
+        let schema = try OpenAPISchema(document: try String(contentsOf: Self.document, encoding: .utf8))
+        func valid(_ text: String, _ name: String) throws -> Bool {
+            try schema.violations(of: try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8)), schema: name).isEmpty
+        }
+        #expect(try valid(#"{"count":0}"#, "PrekeyCount") && valid(#"{"count":4294967295}"#, "PrekeyCount"))
+        #expect(try !valid(#"{"count":4294967296}"#, "PrekeyCount") && !valid(#"{"count":-1}"#, "PrekeyCount"))
+        let problem = #"{"code":"prekey_claims_limited","status":429,"title":"prekey claims limited","retry_after":"#
+        #expect(try valid(problem + "0}", "Problem") && valid(problem + "\(RelayAnswers.maxRetryAfter)}", "Problem"))
+        #expect(try !valid(problem + "-1}", "Problem") && !valid(problem + "\(RelayAnswers.maxRetryAfter + 1)}", "Problem"))
     }
 }

@@ -43,4 +43,21 @@ import Testing
         let alone = PrekeyClaimLimiter(claimerRate: 1, claimerBurst: 1, ownerRate: 1, ownerBurst: 1, relays: 4)
         #expect(alone.take(claimer: "a", owner: "bob", now: 0), "a burst shared out is at least 1")
     }
+
+    /// The slowest buckets the settings allow (the lowest rates over 1000 relays) and the largest
+    /// bursts start and answer without a trap: `Retry-After` saturates at the longest a client
+    /// takes (2³¹−1 s), and so does a bucket's refill time.
+    @Test func extremeSettingsSaturateRatherThanTrap() {
+        let slowest = PrekeyClaimLimiter(claimerRate: 0.01, claimerBurst: 1, ownerRate: 0.01, ownerBurst: 1, relays: RelayConfiguration.maxRelays)
+        #expect((200_000...200_001).contains(slowest.retryAfter), "one token of a pair's bucket: 1 / (0.01 / 1000 × 0.5) s, give or take rounding")
+        #expect(slowest.take(claimer: "a", owner: "bob", now: 0) && !slowest.take(claimer: "a", owner: "bob", now: 1))
+        #expect(RateLimiter.retryAfter(seconds: 1e300) == Int(Int32.max))
+        #expect(RateLimiter.retryAfter(seconds: 1e-9) == 1 && RateLimiter.retryAfter(seconds: 2.1) == 3)
+        let huge = PrekeyClaimLimiter(claimerRate: 1e-300, claimerBurst: 1e300, ownerRate: 1e-300, ownerBurst: 1e300, relays: 1)
+        #expect(huge.retryAfter == Int(Int32.max))
+        #expect(huge.take(claimer: "a", owner: "bob", now: 20_000), "a first take prunes: the refill time saturates")
+        let bucket = RateLimiter(rate: 1e-300, burst: 1)
+        #expect(bucket.refillMilliseconds == .max)
+        #expect(bucket.take("a", now: 20_000) == nil && bucket.take("a", now: 20_001) == Int(Int32.max))
+    }
 }

@@ -37,15 +37,24 @@ import Testing
         withExtendedLifetime(bystander) { #expect(limiter.total == 1, "every read is counted out when its permit goes") }
     }
 
-    /// A wait for a connection given up while other uses got connections is load (`busy`); one
-    /// given up while none did, or a lost connection, is an outage; anything else is the use's.
-    @Test func aGivenUpWaitIsAnOutageOnlyWhenNoUseGotAConnection() {
+    /// A wait for a connection given up while other uses got connections, or finished their work
+    /// on one, is load (`busy`); one given up while none did either, or a lost connection, is an
+    /// outage; anything else is the use's.
+    @Test func aGivenUpWaitIsAnOutageOnlyWhenNoUseGotOrReturnedAConnection() {
         struct StatementFailed: Error {}
-        #expect(PostgresPool.outcome(gaveUp: true, error: CancellationError(), waitedSince: 1_000, lastLeased: 2_000) == .busy)
-        #expect(PostgresPool.outcome(gaveUp: true, error: CancellationError(), waitedSince: 1_000, lastLeased: 1_000) == .busy)
-        #expect(PostgresPool.outcome(gaveUp: true, error: CancellationError(), waitedSince: 1_000, lastLeased: 999) == .unreachable)
-        #expect(PostgresPool.outcome(gaveUp: true, error: CancellationError(), waitedSince: 1_000, lastLeased: .min) == .unreachable)
-        #expect(PostgresPool.outcome(gaveUp: false, error: StoreFailure.unavailable, waitedSince: 1_000, lastLeased: 2_000) == .unreachable)
-        #expect(PostgresPool.outcome(gaveUp: false, error: StatementFailed(), waitedSince: 1_000, lastLeased: 2_000) == .own)
+        func outcome(gaveUp: Bool = true, _ error: any Error = CancellationError(), leased: Int64, returned: Int64 = .min) -> PostgresPool.Outcome {
+            PostgresPool.outcome(gaveUp: gaveUp, error: error, waitedSince: 1_000, lastLeased: leased, lastReturned: returned)
+        }
+        #expect(outcome(leased: 2_000) == .busy)
+        #expect(outcome(leased: 1_000) == .busy)
+        #expect(outcome(leased: 999) == .unreachable)
+        #expect(outcome(leased: .min) == .unreachable)
+        // Every connection held by slow statements for the whole wait: none was leased meanwhile,
+        // but one finished — the server answers, so this is load, not an outage.
+        #expect(outcome(leased: 500, returned: 2_000) == .busy)
+        #expect(outcome(leased: .min, returned: 1_000) == .busy)
+        #expect(outcome(leased: 500, returned: 999) == .unreachable, "finished before the wait began: no proof of life")
+        #expect(outcome(gaveUp: false, StoreFailure.unavailable, leased: 2_000, returned: 2_000) == .unreachable)
+        #expect(outcome(gaveUp: false, StatementFailed(), leased: 2_000) == .own)
     }
 }

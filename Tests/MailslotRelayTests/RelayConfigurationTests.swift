@@ -80,6 +80,9 @@ import Testing
             (["message-ttl": "7200", "max-message-ttl": "3600"], "the default message lifetime (7200 s) is longer than the maximum (3600 s)"),
             (["max-message-ttl": "2592001"], "the longest message lifetime (2592001 s) is over 2592000 s (30 days)"),
             (["max-envelope-bytes": "1048576", "max-author-bytes": "65536"], "must be at least the largest envelope"),
+            (["relays": "0"], "--relays (MAILSLOT_RELAYS) must be from 1 to 1000, not '0'"),
+            (["relays": "1001"], "--relays (MAILSLOT_RELAYS) must be from 1 to 1000, not '1001'"),
+            (["relays": "9223372036854775807"], "--relays (MAILSLOT_RELAYS) must be from 1 to 1000"),
         ]
         for (flags, sentence) in refused {
             let refusal = refusal(flags)
@@ -87,6 +90,10 @@ import Testing
         }
         #expect(refusal(["max-pending": "5"], environment: ["MAILSLOT_MAX_PENDING": "none"]) == nil, "the flag wins: the variable is not read")
         #expect(refusal([:], environment: ["MAILSLOT_WINDOW": "0"])?.contains("MAILSLOT_WINDOW") == true, "a variable is checked as its flag is")
+        #expect(refusal(["relays": "1000"]) == nil, "1000 relays is the most")
+        var inCode = RelayConfiguration()
+        inCode.relays = Int.max
+        #expect(inCode.problems.contains("the number of relays must be from 1 to 1000, not \(Int.max)."), "made in code: \(inCode.problems)")
     }
 
     /// A relay built from a configuration made in code refuses it just the same: tests and

@@ -557,6 +557,34 @@ import Testing
         }
     }
 
+    /// Claims at once that straddle the low-water mark, from two stores (two relays, on
+    /// PostgreSQL): every claim counts exactly what it left — no two claims count the same
+    /// number — so exactly one of them crosses the mark and the owner gets its frame. Counted
+    /// each under its own snapshot, two claims from 26 would both count 25 and neither would
+    /// cross (spec/protocol.md §4.14). Rounds repeat the race; each starts at the mark + 1.
+    @Test(arguments: Backend.available)
+    func concurrentClaimsStraddlingTheLowWaterMarkCrossItOnce(_ backend: Backend) async throws {
+        try await backend.withStores(2) { stores in
+            let mark = PrekeyCount.lowWater, claims = 8
+            for round in 0..<8 {
+                let owner = "bob\(round)"
+                _ = try await stores[0].addPrekeys(uid: owner, (1...UInt32(mark + 1)).map { Self.prekey($0, UInt8($0)) },
+                                                   limit: 200, now: Self.now)
+                let claimed = try await withThrowingTaskGroup(of: ClaimedPrekey?.self) { group in
+                    for claim in 0..<claims {
+                        group.addTask { try await stores[claim % 2].claimPrekey(uid: owner, claimer: "claimer\(claim)") }
+                    }
+                    var claimed: [ClaimedPrekey] = []
+                    for try await prekey in group { if let prekey { claimed.append(prekey) } }
+                    return claimed
+                }
+                #expect(claimed.count == claims)
+                #expect(claimed.map(\.remaining).sorted() == Array((mark + 1 - claims)...mark), "round \(round): each claim counts what it left")
+                #expect(claimed.filter(\.crossedLowWater).count == 1, "round \(round): the mark is crossed exactly once")
+            }
+        }
+    }
+
     @Test(arguments: Backend.available)
     func prekeysGoWithTheirBundleAndIdentity(_ backend: Backend) async throws {
         try await backend.withStore { store in

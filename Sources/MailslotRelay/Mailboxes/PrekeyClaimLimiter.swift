@@ -10,10 +10,17 @@
 /// however a claimer's requests spread over the relays, all of them together allow what one
 /// relay alone would (docs/operations.md, "Limits, sweeps and metrics on several relays").
 ///
-/// Memory: a bucket is forgotten once idle long enough to be full again (``RateLimiter``), and a
-/// pair bucket is made only by a claim its claimer's bucket let through — so at most (claimer
-/// burst + claimer rate × a pair bucket's refill time) pairs per recently active claimer, 210 with
-/// the defaults.
+/// Memory: a pair bucket is made only by a claim its claimer's bucket let through, and forgotten
+/// by the first prune after it is full again (``RateLimiter``); prunes run at most once per
+/// refill time, so a bucket may outlive its last claim by up to two refill times (2 × 15 / 0.1 s
+/// = 300 s by default). So at most (claimer burst + claimer rate × 2 × a pair bucket's refill
+/// time) pairs per recently active claimer: 60 + 1 × 300 = 360 with the defaults (per relay,
+/// 1/N of that with `--relays N`, as long as the shared-out bursts are not raised to 1).
+///
+/// The half share holds while a pair's burst is at least 1 of its own: once the owner's burst
+/// over `relays` is below 2, the pair's burst is raised to 1 (``init(claimerRate:claimerBurst:ownerRate:ownerBurst:relays:)``),
+/// more than half, and below 1 the owner's is raised to 1 too — one claimer may then take the
+/// whole of an owner's bucket on that relay (docs/operations.md).
 ///
 /// A refusal does not tell the claimer which bucket was empty: the answer is the same, and its
 /// `Retry-After` is the longest a single token can take in any bucket (a bucket never owes
@@ -38,7 +45,7 @@ struct PrekeyClaimLimiter: Sendable {
         claimers = RateLimiter(rate: claimerRate, burst: claimerBurst)
         owners = RateLimiter(rate: ownerRate, burst: ownerBurst)
         pairs = RateLimiter(rate: pairRate, burst: pairBurst)
-        retryAfter = max(1, Int((1 / min(claimerRate, pairRate)).rounded(.up)))
+        retryAfter = RateLimiter.retryAfter(seconds: 1 / min(claimerRate, pairRate))
     }
 
     /// Takes a token from `claimer`'s bucket, then one from the pair's, then one from `owner`'s;

@@ -1,3 +1,4 @@
+import MailslotWire
 import Synchronization
 
 /// Token buckets per key (an author's creates; a claimer's or an owner's prekey claims,
@@ -29,9 +30,7 @@ final class RateLimiter: Sendable {
             bucket.tokens = min(burst, bucket.tokens + Double(max(0, now - bucket.updatedAt)) / 1000 * rate)
             bucket.updatedAt = now
             defer { state.buckets[author] = bucket }
-            guard bucket.tokens >= 1 else {
-                return max(1, Int(((1 - bucket.tokens) / rate).rounded(.up)))
-            }
+            guard bucket.tokens >= 1 else { return Self.retryAfter(seconds: (1 - bucket.tokens) / rate) }
             bucket.tokens -= 1
             return nil
         }
@@ -46,8 +45,24 @@ final class RateLimiter: Sendable {
         }
     }
 
+    /// `seconds` as a `Retry-After`: whole seconds, rounded up, from 1 to the longest a client
+    /// takes (``RelayAnswers/maxRetryAfter``). Saturating: a tiny rate (a large `--relays`
+    /// dividing a small one) gives the longest wait, never a trap converting it to `Int`.
+    static func retryAfter(seconds: Double) -> Int {
+        let rounded = seconds.rounded(.up)
+        guard rounded < Double(RelayAnswers.maxRetryAfter) else { return RelayAnswers.maxRetryAfter }
+        return rounded >= 1 ? Int(rounded) : 1
+    }
+
+    /// How long an emptied bucket takes to fill, in ms; saturating, as ``retryAfter(seconds:)``
+    /// (a huge burst over a small rate is longer than `Int64` holds).
+    var refillMilliseconds: Int64 {
+        let refill = (burst / rate * 1000).rounded(.up)
+        return refill < Double(Int64.max) ? Int64(refill) : .max
+    }
+
     private func prune(_ state: inout (buckets: [String: Bucket], lastPrune: Int64), now: Int64) {
-        let refill = Int64(burst / rate * 1000)
+        let refill = refillMilliseconds
         guard now - state.lastPrune > max(refill, 10_000) else { return }
         state.lastPrune = now
         state.buckets = state.buckets.filter { now - $0.value.updatedAt < refill }

@@ -75,9 +75,13 @@ public struct RelayConfiguration: Sendable {
     /// Reads in progress on this relay at once, all mailboxes together; half of them are kept for
     /// mailboxes with no read in progress (``ReadLimiter``).
     public var maxReads = 64
-    /// The relays sharing the database (1 for one relay): the prekey claim rates and bursts are
-    /// for all of them together, each relay counting its share (``PrekeyClaimLimiter``).
+    /// The relays sharing the database (1 for one relay, at most ``maxRelays``): the prekey claim
+    /// rates and bursts are for all of them together, each relay counting its share
+    /// (``PrekeyClaimLimiter``).
     public var relays = 1
+    /// The most relays ``relays`` may name. Far more than one database serves; a bound, so that a
+    /// mistyped number cannot divide the claim rates into buckets that never refill.
+    public static let maxRelays = 1000
     /// Creates are refused (`507 storage_full`) while the data folder's file system has less
     /// free space than this, in bytes; acks, unsends, sweeps and sign-ins go on.
     public var minFreeBytes: Int64 = 256 * 1024 * 1024
@@ -150,9 +154,10 @@ public struct RelayConfiguration: Sendable {
                               ("connection limit", maxConnections), ("JSON depth", maxJSONDepth), ("frame fragments", maxFrameFragments),
                               ("sign-ins per user", maxSessionFamilies), ("block list", maxBlockedPerOwner), ("prekeys per user", maxPrekeys),
                               ("page size", maxPageBytes), ("concurrent reads", maxConcurrentReads), ("reads per relay", maxReads),
-                              ("number of relays", relays), ("sweep batch", sweepBatch)] {
+                              ("sweep batch", sweepBatch)] {
             require(value >= 1, "the \(name) must be at least 1, not \(value).")
         }
+        require((1...Self.maxRelays).contains(relays), "the number of relays must be from 1 to \(Self.maxRelays), not \(relays).")
         require(maxDocumentBytes >= 2, "the largest document must be at least 2 bytes ({}), not \(maxDocumentBytes).")
         for (name, value) in [("header timeout", headerTimeout), ("idle timeout", idleTimeout),
                               ("session check interval", sessionCheckInterval), ("sweep interval", sweepInterval)] {

@@ -22,14 +22,20 @@ public struct RelaySetting: Sendable {
         self.apply = apply
     }
 
-    /// A number kept in `keyPath`, at least `minimum`.
+    /// A number kept in `keyPath`, at least `minimum` and, when given, at most `maximum`.
     static func number<T: LosslessStringConvertible & Comparable & Sendable>(
-        _ flag: String, _ variable: String, _ keyPath: WritableKeyPath<RelayConfiguration, T> & Sendable, atLeast minimum: T
+        _ flag: String, _ variable: String, _ keyPath: WritableKeyPath<RelayConfiguration, T> & Sendable, atLeast minimum: T,
+        atMost maximum: T? = nil
     ) -> RelaySetting {
         RelaySetting(flag, variable, value: { written($0[keyPath: keyPath]) }) { configuration, text in
             // Double reads "inf" and "nan" too; neither is a number of seconds or a rate.
             guard let value = T(text), (value as? Double)?.isFinite ?? true else {
                 throw RelayConfigurationError("--\(flag) (\(variable)) takes a number, not '\(text)'")
+            }
+            if let maximum {
+                guard value >= minimum, value <= maximum else {
+                    throw RelayConfigurationError("--\(flag) (\(variable)) must be from \(written(minimum)) to \(written(maximum)), not '\(text)'")
+                }
             }
             guard value >= minimum else { throw RelayConfigurationError("--\(flag) (\(variable)) must be at least \(written(minimum))") }
             configuration[keyPath: keyPath] = value
@@ -97,7 +103,7 @@ extension RelayConfiguration {
         .number("prekey-claim-burst", "MAILSLOT_PREKEY_CLAIM_BURST", \.prekeyClaimBurst, atLeast: 1),
         .number("prekey-mailbox-rate", "MAILSLOT_PREKEY_MAILBOX_RATE", \.prekeyMailboxRate, atLeast: 0.01),
         .number("prekey-mailbox-burst", "MAILSLOT_PREKEY_MAILBOX_BURST", \.prekeyMailboxBurst, atLeast: 1),
-        .number("relays", "MAILSLOT_RELAYS", \.relays, atLeast: 1),
+        .number("relays", "MAILSLOT_RELAYS", \.relays, atLeast: 1, atMost: RelayConfiguration.maxRelays),
         .number("max-reads", "MAILSLOT_MAX_READS", \.maxReads, atLeast: 2),
         .number("window", "MAILSLOT_WINDOW", \.deliveryWindow, atLeast: 1),
         .number("max-connections", "MAILSLOT_MAX_CONNECTIONS", \.maxConnections, atLeast: 1),

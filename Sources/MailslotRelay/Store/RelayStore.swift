@@ -83,9 +83,10 @@ struct ClaimedPrekey: Sendable, Equatable {
     let remaining: Int
 
     /// Whether this claim took the owner's supply below ``PrekeyCount/lowWater``: it left one
-    /// fewer than the mark. Claims take one prekey each, so every drain below the mark has
-    /// exactly one such claim, and further claims below it have none until an upload lifts the
-    /// supply to the mark again.
+    /// fewer than the mark. Claims take one prekey each and every store runs an owner's claims
+    /// one after another, each counting what the ones before it left (``RelayStore/claimPrekey(uid:claimer:)``),
+    /// so every drain below the mark has exactly one such claim, and further claims below it
+    /// have none until an upload lifts the supply to the mark again.
     var crossedLowWater: Bool { remaining == PrekeyCount.lowWater - 1 }
 }
 
@@ -216,7 +217,9 @@ protocol RelayStore: Sendable {
     /// Erases all of `uid`'s prekeys.
     func deletePrekeys(uid: String) async throws
     /// Takes `uid`'s prekey of the lowest id for `claimer` and erases it, atomically: concurrent
-    /// claims, from any relay, never get the same one. Nil when none is left; refused
+    /// claims, from any relay, never get the same one, and run one after another for one owner
+    /// (with its uploads), so that ``ClaimedPrekey/remaining`` counts every earlier claim and
+    /// exactly one claim crosses the low-water mark. Nil when none is left; refused
     /// (``StoreRefusal/blocked``) when `uid` has blocked `claimer`. A store shared by several
     /// relays also tells the others when the claim crossed the low-water mark
     /// (``ClusterEvent/prekeysLow(mailbox:count:)``), at its commit.

@@ -14,9 +14,11 @@ import Synchronization
 ///
 /// A wait given up is not always an outage: under load every connection may be busy for longer
 /// than ``leaseTimeout`` while the server answers them all. A wait given up while some other use
-/// got a connection since it began (``Outcome/busy``) fails that one use with
-/// ``StoreFailure/busy`` and nothing else; only one during which no use got a connection
-/// (``Outcome/unreachable``) means the server is out of reach, and starts the fail-fast interval.
+/// got a connection, or finished its work on one, since it began (``Outcome/busy``) fails that
+/// one use with ``StoreFailure/busy`` and nothing else; only one during which no use got a
+/// connection and none finished (``Outcome/unreachable``) means the server is out of reach, and
+/// starts the fail-fast interval. (Every connection held for the whole wait by a statement still
+/// running is the one case of load that still reads as an outage: nothing then tells the two apart.)
 ///
 /// One watchdog task per pool gives up the waits that last too long, rather than a timer per use:
 /// a use is two or three per message, and a timer task costs its start, its sleep and its
@@ -29,7 +31,7 @@ final class PostgresPool: Sendable {
     private let watchdog: Task<Void, Never>
     /// When the last failure to reach the server happened, if it is recent.
     private let lastFailure = Mutex<ContinuousClock.Instant?>(nil)
-    /// When a use last got a connection (``Leases``).
+    /// When a use last got a connection, and when one last finished with it (``Leases``).
     private let leases = Leases()
     /// The uses under way, by number: the watchdog gives up those still without a connection
     /// after ``leaseTimeout``.
@@ -98,7 +100,10 @@ final class PostgresPool: Sendable {
             try await client.withConnection { (connection: PostgresConnection) async throws -> T in
                 lease.leased.store(true, ordering: .sequentiallyConsistent)
                 leases.last.store(leases.now, ordering: .relaxed)
-                return try await body(connection)
+                let value = try await body(connection)
+                // The server answered all of `body`: proof of life for the uses waiting meanwhile.
+                leases.returned.store(leases.now, ordering: .relaxed)
+                return value
             }
         }
         // Only the wait for a connection is given up (by the watchdog): a transaction under way is
@@ -113,7 +118,8 @@ final class PostgresPool: Sendable {
             // The caller's cancellation reaches `body` as if it ran in the caller's task.
             return try await withTaskCancellationHandler { try await work.value } onCancel: { work.cancel() }
         } catch where Self.outcome(gaveUp: lease.gaveUp.load(ordering: .sequentiallyConsistent), error: error, waitedSince: since,
-                                   lastLeased: leases.last.load(ordering: .relaxed)) == .busy {
+                                   lastLeased: leases.last.load(ordering: .relaxed),
+                                   lastReturned: leases.returned.load(ordering: .relaxed)) == .busy {
             throw StoreFailure.busy
         } catch where lease.gaveUp.load(ordering: .sequentiallyConsistent) || Self.isUnreachable(error) {
             let first = lastFailure.withLock { last in defer { last = .now }; return last == nil }
@@ -138,19 +144,23 @@ final class PostgresPool: Sendable {
         case own
     }
 
-    /// Classifies a use's failure: a wait for a connection given up (`gaveUp`) while another use
-    /// got one after this one began to wait (`lastLeased` ≥ `waitedSince`, both nanoseconds on
-    /// one clock) is load; a wait given up otherwise, or an error that says the server could not
-    /// be reached (``isUnreachable(_:)``), is an outage; anything else is the use's own.
-    static func outcome(gaveUp: Bool, error: any Error, waitedSince: Int64, lastLeased: Int64) -> Outcome {
-        if gaveUp { return lastLeased >= waitedSince ? .busy : .unreachable }
+    /// Classifies a use's failure, a pure function of the pool's stamps: a wait for a connection
+    /// given up (`gaveUp`) while another use got one, or finished its work on one, after this one
+    /// began to wait (`lastLeased` or `lastReturned` ≥ `waitedSince`, all nanoseconds on one
+    /// clock) is load — the server answers; a wait given up otherwise, or an error that says the
+    /// server could not be reached (``isUnreachable(_:)``), is an outage; anything else is the
+    /// use's own.
+    static func outcome(gaveUp: Bool, error: any Error, waitedSince: Int64, lastLeased: Int64, lastReturned: Int64) -> Outcome {
+        if gaveUp { return max(lastLeased, lastReturned) >= waitedSince ? .busy : .unreachable }
         return isUnreachable(error) ? .unreachable : .own
     }
 
-    /// When a use last got a connection, in nanoseconds after the pool began (`Int64.min`:
-    /// never). An atomic, not a lock: every use writes it.
+    /// When a use last got a connection (`last`) and when one last finished its work on one
+    /// (`returned`), in nanoseconds after the pool began (`Int64.min`: never). Atomics, not a
+    /// lock: every use writes them.
     private final class Leases: Sendable {
         let last = Atomic<Int64>(.min)
+        let returned = Atomic<Int64>(.min)
         private let origin = ContinuousClock.now
 
         /// Now, in nanoseconds after the pool began.

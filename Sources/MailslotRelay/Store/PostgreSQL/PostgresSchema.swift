@@ -245,9 +245,10 @@ enum PostgresSchema {
             """,
         ]),
         // SQLite's v7. A prekey is no message: it changes no size, so its writes do not take the
-        // write lock. An upload holds the owner's advisory lock (prekeys) while it counts; a
-        // claim deletes the lowest row no other claim has locked (SKIP LOCKED), so concurrent
-        // claims, on any node, each get another key or none.
+        // write lock. Uploads and claims hold the owner's advisory lock (prekeys) while they
+        // count, so the counts are exact (PostgresStore.claimPrekey); a claim deletes the lowest
+        // row no other claim has locked (SKIP LOCKED), so concurrent claims, on any node, each
+        // get another key or none.
         Migration(version: 3, name: "one-time prekeys, identity keys", sql: [
             """
             CREATE TABLE prekeys (

@@ -54,14 +54,19 @@ extension PostgresStore {
     }
 
     /// Takes and erases `uid`'s prekey of the lowest id, unless `uid` has blocked `claimer`. The
-    /// row is chosen and locked by one sub-select that skips rows other claims hold locked, and
-    /// deleted by the same statement: a concurrent claim takes the next row, or none. The rows
-    /// left are counted in the same transaction; a claim that crossed the low-water mark notifies
-    /// the other relays (delivered at the commit), whose hub may hold the owner's subscription.
-    /// Two claims committing at once may both count the mark crossed (each sees its own delete,
-    /// not yet the other's): the owner then gets two frames, never none.
+    /// claim first takes the owner's prekey lock (an advisory lock for the transaction, the one
+    /// uploads and bundle changes take), so that the claims and uploads of one owner, on every
+    /// relay, run one after another. That is what makes the count exact: under READ COMMITTED,
+    /// two claims at once from 26 would each see its own delete and not the other's, both count
+    /// 25, and neither would cross the low-water mark — no frame at all, and none until an
+    /// upload, which a claimer could aim for. Serialised, each statement after the lock sees
+    /// every earlier claim committed, so exactly one claim leaves 24. The row is deleted by one
+    /// statement that picks the lowest id (SKIP LOCKED stays as a guard: no two claims take one
+    /// row even without the lock). A claim that crossed the mark notifies the other relays
+    /// (delivered at the commit), whose hub may hold the owner's subscription.
     func claimPrekey(uid: String, claimer: String) async throws -> ClaimedPrekey? {
         try await write("claim_prekey") { [notifications] connection, logger in
+            try await Self.lock(connection, logger, space: .prekeys, key: uid)
             if try await Self.first(connection, "SELECT 1 FROM blocked WHERE owner = \(uid) AND author = \(claimer)", logger) != nil {
                 throw StoreRefusal.blocked
             }
