@@ -15,19 +15,20 @@ import MailslotWire
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("mailslot-disk-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        guard run("/bin/mount", "-t", "tmpfs", "-o", "size=\(megabytes)m,mode=0700", "tmpfs", folder) else { return nil }
-        defer { _ = run("/bin/umount", "-l", folder) }
-        return try await body(folder)
+        guard try await run("/bin/mount", "-t", "tmpfs", "-o", "size=\(megabytes)m,mode=0700", "tmpfs", folder) else { return nil }
+        do {
+            let result = try await body(folder)
+            _ = try await run("/bin/umount", "-l", folder)
+            return result
+        } catch {
+            _ = try? await run("/bin/umount", "-l", folder)
+            throw error
+        }
     }
 
-    private static func run(_ arguments: String...) -> Bool {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: arguments[0])
-        process.arguments = Array(arguments.dropFirst())
-        process.standardError = FileHandle.nullDevice
-        guard (try? process.run()) != nil else { return false }
-        process.waitUntilExit()
-        return process.terminationStatus == 0
+    /// Through ``ProcessRunner`` (posix_spawn), as every test that starts a process.
+    private static func run(_ arguments: String...) async throws -> Bool {
+        try await ProcessRunner.run(URL(fileURLWithPath: arguments[0]), Array(arguments.dropFirst())).status == 0
     }
 
     /// Writes zeros to `path` until the disk refuses more.
