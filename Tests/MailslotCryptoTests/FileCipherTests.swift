@@ -129,12 +129,23 @@ import Testing
             let source = folder.appendingPathComponent("plain-\(size)"), sealed = folder.appendingPathComponent("sealed-\(size)")
             let opened = folder.appendingPathComponent("opened-\(size)")
             try Data(Self.plaintext(size)).write(to: source)
-            let file = try FileCipher.encryptFile(at: source, to: sealed)
+            var reports: [FileProgress] = []
+            let file = try FileCipher.encryptFile(at: source, to: sealed) { reports.append($0) }
+            #expect(reports.last == (size == 0 ? nil : FileProgress(stage: .encrypting, done: Int64(size), total: Int64(size))))
+            #expect(reports.count == (size + 65_535) / 65_536, "one report per chunk read")
             let attributes = try FileManager.default.attributesOfItem(atPath: sealed.path)
             #expect(file.plainSize == Int64(size) && attributes[.size] as? Int == Int(file.size))
             #expect(attributes[.posixPermissions] as? Int == 0o600)
-            try FileCipher.decryptFile(at: sealed, file, to: opened)
+            reports = []
+            try FileCipher.decryptFile(at: sealed, file, to: opened) { reports.append($0) }
             #expect(try Data(contentsOf: opened) == Data(Self.plaintext(size)))
+            #expect(reports.filter { $0.stage == .verifying }.last?.done == file.size)
+            #expect(reports.last == FileProgress(stage: .decrypting, done: file.size, total: file.size))
+            for stage in [FileProgress.Stage.verifying, .decrypting] {
+                let done = reports.filter { $0.stage == stage }.map(\.done)
+                #expect(done == done.sorted() && Set(done).count == done.count, "\(stage): growing")
+            }
+            #expect(reports.firstIndex { $0.stage == .decrypting }! > reports.lastIndex { $0.stage == .verifying }!, "verified before decrypting")
         }
         #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).allSatisfy { !$0.hasPrefix(".") }, "no temporary file left")
     }

@@ -18,14 +18,16 @@ extension FileCipher {
     ///
     /// The file must not change while it is read: one that grows or shrinks is refused with
     /// ``FileError/sourceChanged``. On any failure `destination` is removed. Returns what the
-    /// reference carries: key, digest, ciphertext size and plain size.
-    public static func encryptFile(at source: URL, to destination: URL, key: FileKey = FileKey()) throws(FileError) -> SealedFile {
+    /// reference carries: key, digest, ciphertext size and plain size. `progress` is called as
+    /// the file is read (stage ``FileProgress/Stage/encrypting``, at most once per 64 KiB).
+    public static func encryptFile(at source: URL, to destination: URL, key: FileKey = FileKey(),
+                                   progress: ((FileProgress) -> Void)? = nil) throws(FileError) -> SealedFile {
         let input = try FileDescriptor(opening: source, flags: O_RDONLY)
         let plainSize = try input.regularFileSize()
         let output = try FileDescriptor(opening: destination, flags: O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, mode: 0o600)
         var written = false
         defer { if !written { unlink(destination.path) } }
-        var reader = FileDescriptorSource(input)
+        var reader = FileDescriptorSource(input, progress: progress.map { report in { report(FileProgress(stage: .encrypting, done: $0, total: plainSize)) } })
         var writer = FileDescriptorSink(output)
         let file = try encrypt(from: &reader, plainSize: plainSize, key: key, to: &writer)
         try output.sync()
@@ -40,19 +42,25 @@ extension FileCipher {
     /// synced and linked to `destination` only after the last check; on any failure it is
     /// removed and `destination` does not exist. An existing `destination` is never replaced
     /// (``FileError/destinationExists``, checked first and again atomically at the end).
-    public static func decryptFile(at ciphertext: URL, _ file: SealedFile, to destination: URL) throws(FileError) {
+    ///
+    /// `progress` is called as the ciphertext is read, in each pass (stages
+    /// ``FileProgress/Stage/verifying`` then ``FileProgress/Stage/decrypting``, totals the
+    /// ciphertext's size). The ciphertext file must not change between the passes (it is the
+    /// caller's own download); were it replaced, its chunks would still have to open with the key.
+    public static func decryptFile(at ciphertext: URL, _ file: SealedFile, to destination: URL,
+                                   progress: ((FileProgress) -> Void)? = nil) throws(FileError) {
         guard size(plainSize: file.plainSize) == file.size else { throw .badLength }  // step 1, before any I/O
         guard !exists(destination) else { throw .destinationExists }
         let input = try FileDescriptor(opening: ciphertext, flags: O_RDONLY)
         let length = try input.regularFileSize()
         guard length >= file.size else { throw .truncated }                            // step 2
         guard length == file.size else { throw .badLength }
-        var reader = FileDescriptorSource(input)
+        var reader = FileDescriptorSource(input, progress: progress.map { report in { report(FileProgress(stage: .verifying, done: $0, total: file.size)) } })
         try verify(&reader, file)                                                       // steps 1–3
         try input.rewind()
         let (temporary, temporaryPath) = try FileDescriptor.temporary(beside: destination)
         defer { unlink(temporaryPath) }  // after the link, only the temporary name goes
-        reader = FileDescriptorSource(input)
+        reader = FileDescriptorSource(input, progress: progress.map { report in { report(FileProgress(stage: .decrypting, done: $0, total: file.size)) } })
         var writer = FileDescriptorSink(temporary)
         try decrypt(&reader, file, to: &writer)                                         // steps 4–5
         try temporary.sync()
@@ -128,16 +136,45 @@ final class FileDescriptor {
     }
 }
 
-/// Reads a file descriptor from where it stands.
+/// How far ``FileCipher/encryptFile(at:to:key:progress:)`` or
+/// ``FileCipher/decryptFile(at:_:to:progress:)`` is: `done` of `total` bytes in the current stage.
+public struct FileProgress: Sendable, Equatable {
+    /// What is being done.
+    public enum Stage: Sendable, Equatable {
+        /// Reading the file and writing its ciphertext; totals are the file's size.
+        case encrypting
+        /// The first pass over a ciphertext: its length and digest (§2 checks 1–3).
+        case verifying
+        /// The second pass: decrypting into the temporary file.
+        case decrypting
+    }
+    /// The stage.
+    public let stage: Stage
+    /// Bytes read so far in this stage.
+    public let done: Int64
+    /// Bytes this stage reads in all.
+    public let total: Int64
+}
+
+/// Reads a file descriptor from where it stands, reporting the bytes read so far.
 struct FileDescriptorSource: FileChunkSource {
     let file: FileDescriptor
+    let progress: ((Int64) -> Void)?
+    private var done: Int64 = 0
 
-    init(_ file: FileDescriptor) { self.file = file }
+    init(_ file: FileDescriptor, progress: ((Int64) -> Void)? = nil) {
+        self.file = file
+        self.progress = progress
+    }
 
     mutating func read(into buffer: UnsafeMutableRawBufferPointer) throws(FileError) -> Int {
         guard let base = buffer.baseAddress, buffer.count > 0 else { return 0 }
         while true {
             let got = systemRead(file.fd, base, buffer.count)
+            if got > 0, let progress {
+                done += Int64(got)
+                progress(done)
+            }
             if got >= 0 { return got }
             if errno != EINTR { throw .io("cannot read \(file.path)", errno: errno) }
         }
