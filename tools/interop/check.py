@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Independent implementation of Mailslot's formats, written from spec/ alone.
 
-Reads only spec/tokens.md, spec/envelope.md, spec/sessions.md and spec/vectors/*.json (no Swift source), with
+Reads only spec/tokens.md, spec/envelope.md, spec/sessions.md, spec/attachments.md and spec/vectors/*.json (no Swift source), with
 PyNaCl (libsodium) and pyseto (PASETO). It checks the project's vectors, cross-checks the
 `mailslot-relay` binary (tokens minted by each side, verified by the other), and with
 --write-independent writes spec/vectors/independent/{envelopes,tokens,sessions}.json from this code.
@@ -50,6 +50,11 @@ RULES = dict.fromkeys([
     "unknown_one_time_prekey", "ciphertext_min_length", "stale_retired_keys", "stale_old_number", "skip_to_previous_chain_length",
     "max_skip", "skipped_key_lifetime", "max_skipped_keys", "retired_key_bound", "max_message_number", "missing_chain_key",
     "prekeys_before_session_id",
+    # spec/attachments.md: opening an encrypted file (§2) and the reference in the chat message (§3)
+    "file_size_formula", "file_shorter", "file_longer", "file_digest", "file_early_final", "file_other_tag",
+    "file_final_required", "file_padding", "file_padding_after_decrypt",
+    "ref_files_count", "ref_type_file", "ref_blob_id", "ref_key_length", "ref_digest_length", "ref_size_formula",
+    "ref_plain_size_range", "ref_media_type", "ref_name_length", "ref_preview_length", "ref_preview_media_type",
 ], True)
 
 
@@ -362,7 +367,7 @@ class Int64(int):
     """The one number §3.4 writes as an integer whatever its size: `timestamp`."""
 
 
-_TOP, _PAYLOAD = ("timestamp", "type", "sender", "payload"), ("text", "attachments", "location", "receipt", "typing")
+_TOP, _PAYLOAD = ("timestamp", "type", "sender", "payload"), ("text", "attachments", "files", "location", "receipt", "typing")
 
 
 def reencode_body(msg):
@@ -380,6 +385,14 @@ def reencode_body(msg):
     p.update(known(pl, ("text",)))
     if pl.get("attachments") is not None:
         p["attachments"] = [known(a, ("data", "media_type", "name")) for a in pl["attachments"]]
+    if pl.get("files") is not None:  # attachments.md §3: unknown members of a reference are dropped
+        p["files"] = []
+        for f in pl["files"]:
+            ref = known(f, ("blob", "key", "digest", "media_type", "name"))
+            ref.update(size=Int64(f["size"]), plain_size=Int64(f["plain_size"]))
+            if f.get("preview") is not None:
+                ref["preview"] = known(f["preview"], ("media_type", "data"))
+            p["files"].append(ref)
     for k, keys in (("location", ("latitude", "longitude")), ("receipt", ("kind", "message_ids")), ("typing", ("active",))):
         if pl.get(k) is not None:
             p[k] = known(pl[k], keys)
@@ -684,6 +697,62 @@ def _attachment_ok(a):
     return True
 
 
+_MEDIA_NAME = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
+_MEDIA_TYPE = re.compile(_MEDIA_NAME + "/" + _MEDIA_NAME)
+
+
+def _media_type_ok(t):
+    """attachments.md §3: type/subtype, RFC 6838 restricted names (so at most 255 bytes)."""
+    return isinstance(t, str) and (_MEDIA_TYPE.fullmatch(t) is not None or not RULES["ref_media_type"]) and 0 < len(t)
+
+
+def _b64_len(s, n):
+    try:
+        return len(b64d(s)) == n
+    except ValueError:
+        return False
+
+
+def _reference_ok(f):
+    """attachments.md §3: one file reference; members it does not know are ignored."""
+    if not isinstance(f, dict):
+        return False
+    opt = lambda k: f.get(k) is not None  # noqa: E731
+    if not all(isinstance(f.get(k), str) for k in ("blob", "key", "digest", "media_type")):
+        return False
+    if not (is_int(f.get("size")) and is_int(f.get("plain_size"))):
+        return False
+    if not valid_message_id(f["blob"]) and RULES["ref_blob_id"]:  # the message id's grammar
+        return False
+    try:
+        key, digest = b64d(f["key"]), b64d(f["digest"])
+    except ValueError:
+        return False
+    if (len(key) != 32 and RULES["ref_key_length"]) or (len(digest) != 32 and RULES["ref_digest_length"]):
+        return False
+    if not 0 <= f["plain_size"] <= 1 << 40 and RULES["ref_plain_size_range"]:
+        return False
+    if file_size(min(max(f["plain_size"], 0), 1 << 40)) != f["size"] and RULES["ref_size_formula"]:
+        return False
+    if not _media_type_ok(f["media_type"]):
+        return False
+    if opt("name") and not (isinstance(f["name"], str) and (1 <= len(f["name"].encode()) <= 255 or not RULES["ref_name_length"])):
+        return False
+    if opt("preview"):
+        pv = f["preview"]
+        if not (isinstance(pv, dict) and isinstance(pv.get("media_type"), str) and isinstance(pv.get("data"), str)):
+            return False
+        if not _media_type_ok(pv["media_type"]) and RULES["ref_preview_media_type"]:
+            return False
+        try:
+            data = b64d(pv["data"])
+        except ValueError:
+            return False
+        if not 1 <= len(data) <= 4096 and RULES["ref_preview_length"]:
+            return False
+    return True
+
+
 def validate_body(body):
     """§3.1 shapes, then §3.3 validate(); returns the decoded object or raises
     envelope_invalid_body. JSON null for an optional member is treated as absent."""
@@ -709,6 +778,11 @@ def validate_body(body):
         raise bad
     if opt(pl, "attachments") and not (isinstance(pl["attachments"], list) and all(map(_attachment_ok, pl["attachments"]))):
         raise bad
+    if opt(pl, "files"):  # attachments.md §3: whatever the type
+        if not (isinstance(pl["files"], list) and all(map(_reference_ok, pl["files"]))):
+            raise bad
+        if not 1 <= len(pl["files"]) <= 32 and RULES["ref_files_count"]:
+            raise bad
     if opt(pl, "location"):
         loc = pl["location"]
         if not (isinstance(loc, dict) and is_num(loc.get("latitude")) and is_num(loc.get("longitude"))):
@@ -734,6 +808,8 @@ def validate_body(body):
         raise bad
     if typ == "picture" and not (opt(pl, "attachments") and pl["attachments"]
                                  and all(a["media_type"].startswith("image/") for a in pl["attachments"])):
+        raise bad
+    if typ == "file" and not opt(pl, "files") and RULES["ref_type_file"]:
         raise bad
     if typ == "location" and not (opt(pl, "location") and -90 <= pl["location"]["latitude"] <= 90
                                   and -180 <= pl["location"]["longitude"] <= 180):
@@ -2032,6 +2108,144 @@ def check_binary_refusals(binary):
     check("binary with an empty audience refuses aud \"\" (§7 step 13)", rc == 65 and "token_wrong_audience" in err, f"exit {rc} {err!r}")
 
 
+# ---------------------------------------------------------------- encrypted files (attachments.md §1-§2)
+
+CHUNK, SEALED_CHUNK, HEADER = 65536, 65553, 24
+TAG_MESSAGE, TAG_FINAL = 0, 3
+
+
+def file_padded_size(plain):
+    """§1.1: the size class of a file of `plain` bytes; None outside 0…2^40."""
+    if not 0 <= plain <= 1 << 40:
+        return None
+    n = max(plain, 1)
+    if n <= CHUNK:
+        return CHUNK
+    if n <= 1 << 20:
+        return 1 << (n - 1).bit_length()
+    step = 1 << ((n - 1).bit_length() - 1 - 4)
+    return -(-n // step) * step
+
+
+def file_size(plain):
+    p = file_padded_size(plain)
+    return None if p is None else HEADER + p + 17 * (p // CHUNK)
+
+
+def file_valid_size(size):
+    if size <= HEADER or (size - HEADER) % SEALED_CHUNK:
+        return False
+    p = (size - HEADER) // SEALED_CHUNK * CHUNK
+    return file_padded_size(p) == p
+
+
+def file_ad(plain):
+    return b"mailslot-file-v1" + (plain % (1 << 64)).to_bytes(8, "big")
+
+
+def file_plaintext(n):
+    return bytes(i % 251 for i in range(n))
+
+
+def seal_file(plain, key, header):
+    """§1.2, from a chosen header: init_pull gives the state init_push makes for that header."""
+    st = nacl.bindings.crypto_secretstream_xchacha20poly1305_state()
+    nacl.bindings.crypto_secretstream_xchacha20poly1305_init_pull(st, header, key)
+    padded = plain + bytes(file_padded_size(len(plain)) - len(plain))
+    n = len(padded) // CHUNK
+    out = [header]
+    for i in range(n):
+        out.append(nacl.bindings.crypto_secretstream_xchacha20poly1305_push(
+            st, padded[i * CHUNK:(i + 1) * CHUNK], file_ad(len(plain)), TAG_FINAL if i == n - 1 else TAG_MESSAGE))
+    return b"".join(out)
+
+
+def open_file(ct, key, digest, size, plain):
+    """§2: the opening steps in order; returns the file or raises FormatError(file_*)."""
+    if file_size(plain) != size and RULES["file_size_formula"]:                      # 1
+        raise FormatError("file_bad_length")
+    if len(ct) < size and RULES["file_shorter"]:                                     # 2
+        raise FormatError("file_truncated")
+    if len(ct) > size and RULES["file_longer"]:
+        raise FormatError("file_bad_length")
+    if not hmac.compare_digest(hashlib.blake2b(ct, digest_size=32).digest(), digest) and RULES["file_digest"]:  # 3
+        raise FormatError("file_digest_mismatch")
+    if len(ct) < HEADER:
+        raise FormatError("file_truncated")
+    st = nacl.bindings.crypto_secretstream_xchacha20poly1305_state()                 # 4
+    nacl.bindings.crypto_secretstream_xchacha20poly1305_init_pull(st, ct[:HEADER], key)
+    n = max(size - HEADER, 0) // SEALED_CHUNK
+    out, dirty = [], False
+    for i in range(n):
+        c = ct[HEADER + i * SEALED_CHUNK:HEADER + (i + 1) * SEALED_CHUNK]
+        if len(c) < SEALED_CHUNK:
+            raise FormatError("file_truncated")
+        try:
+            m, tag = nacl.bindings.crypto_secretstream_xchacha20poly1305_pull(st, c, file_ad(plain))
+        except nacl.exceptions.CryptoError:
+            raise FormatError("file_cannot_decrypt")
+        last = i == n - 1
+        if tag == TAG_FINAL and not last and RULES["file_early_final"]:
+            raise FormatError("file_bad_tag")
+        if tag not in (TAG_MESSAGE, TAG_FINAL) and RULES["file_other_tag"]:
+            raise FormatError("file_bad_tag")
+        if tag == TAG_MESSAGE and last and RULES["file_final_required"]:
+            raise FormatError("file_truncated")
+        keep = max(0, min(CHUNK, plain - i * CHUNK))
+        if any(m[keep:]) and RULES["file_padding"]:                                 # 5, after every chunk
+            if not RULES["file_padding_after_decrypt"]:
+                raise FormatError("file_bad_padding")
+            dirty = True
+        out.append(m[:keep])
+    if dirty:
+        raise FormatError("file_bad_padding")
+    return b"".join(out)
+
+
+def check_file_vectors(path):
+    """attachments.md §5 files.json: sizes, deterministic sealing, opening cases, references."""
+    v = json.load(open(path))
+    for e in v["sizes"]:
+        check(f"files size class of {e['plain_size']}", (file_padded_size(e["plain_size"]), file_size(e["plain_size"])) ==
+              (e["padded_size"], e["size"]), f"{file_padded_size(e['plain_size'])}, {file_size(e['plain_size'])}")
+    for e in v["valid_sizes"]:
+        check(f"files isValidSize({e['size']}) = {e['valid']}", file_valid_size(e["size"]) == e["valid"], "differs")
+    for e in v["sealed"]:
+        plain = file_plaintext(e["plain_size"])
+        ct = seal_file(plain, b64d(e["key"]), b64d(e["header"]))
+        check(f"files sealed {e['plain_size']}: size and digest", (len(ct), b64e(hashlib.blake2b(ct, digest_size=32).digest())) ==
+              (e["size"], e["digest"]), f"{len(ct)}")
+        check(f"files sealed {e['plain_size']}: opens", open_file(ct, b64d(e["key"]), b64d(e["digest"]), e["size"], e["plain_size"]) == plain, "")
+    streams = v["streams"]
+    for name in ("one", "two"):
+        s = streams[name]
+        check(f"files stream '{name}' is what §1 seals", seal_file(file_plaintext(s["plain_size"]), b64d(s["key"]), b64d(s["header"])) ==
+              b64d(s["ciphertext"]), "differs")
+    for c in v["cases"]:
+        ct = bytearray(b64d(streams[c["stream"]]["ciphertext"]))
+        if "truncate_to" in c:
+            del ct[c["truncate_to"]:]
+        if "append" in c:
+            ct += b64d(c["append"])
+        if "flip_byte" in c:
+            ct[c["flip_byte"]] ^= 1
+        try:
+            got = open_file(bytes(ct), b64d(c["key"]), b64d(c["digest"]), c["size"], c["plain_size"])
+            got = "ok" if got == file_plaintext(c["plain_size"]) else "wrong plaintext"
+        except FormatError as e:
+            got = e.code
+        expect_outcome(f"files open '{c['name']}' → {c['expect']}", got, c["expect"])
+    for c in v["references"]:
+        try:
+            msg = validate_body(c["body"].encode())
+            got = "ok"
+        except FormatError as e:
+            got = e.code
+        if expect_outcome(f"files reference '{c['name']}' → {c['expect']}", got, c["expect"]) and c.get("canonical"):
+            again = reencode_body(msg)
+            check(f"files reference '{c['name']}' re-encodes to itself", again == c["body"].encode(), again[:120])
+
+
 # ---------------------------------------------------------------- main
 
 def self_checks():
@@ -2125,6 +2339,7 @@ def main():
     check_safety_vectors(os.path.join(VECTORS, "safety-numbers.json"))
     check_key_id_vectors(os.path.join(VECTORS, "key-ids.json"))
     check_session_vectors(os.path.join(VECTORS, "sessions.json"))
+    check_file_vectors(os.path.join(VECTORS, "files.json"))
     check_openapi_bundles()
     if os.path.exists(os.path.join(ind, "tokens.json")):
         check_token_vectors(os.path.join(ind, "tokens.json"), "independent tokens")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Shows that the spec vectors can fail: for each rule of check.RULES (a MUST of spec/tokens.md,
-spec/envelope.md or spec/sessions.md), turns the rule off in check.py's reader and requires at least one case of
-spec/vectors/{tokens,envelopes,bundles,sessions}.json to fail then. A rule no vector notices is a gap in the
+spec/envelope.md, spec/sessions.md or spec/attachments.md), turns the rule off in check.py's reader and requires at
+least one case of spec/vectors/{tokens,envelopes,bundles,sessions,files}.json to fail then. A rule no vector notices is a gap in the
 vectors, reported as a failure.
 
     mutations.py        (python with PyNaCl and pyseto, as check.py)
@@ -23,6 +23,7 @@ def failures():
         check.check_envelope_vectors(os.path.join(check.VECTORS, "envelopes.json"), "envelopes")
         check.check_bundle_vectors(os.path.join(check.VECTORS, "bundles.json"))
         check.check_session_vectors(os.path.join(check.VECTORS, "sessions.json"))
+        check.check_file_vectors(os.path.join(check.VECTORS, "files.json"))
     return [line for line in out.getvalue().splitlines() if line.startswith("FAIL")]
 
 

@@ -1,7 +1,7 @@
 import Foundation
 
 /// The chat message carried inside an envelope (its signed body), in the layout chat apps know:
-/// `timestamp`, `type`, `sender {id, name, profile_image}`, `payload {text, attachments, …}`.
+/// `timestamp`, `type`, `sender {id, name, profile_image}`, `payload {text, attachments, files, …}`.
 ///
 /// Fields and types this version does not know are kept and written back unchanged, so clients
 /// of different versions can talk. spec/envelope.md §Body defines every field.
@@ -66,7 +66,9 @@ public struct ChatMessage: Sendable, Equatable, Codable {
             throw .invalidBody("the body is not strict JSON (RFC 8259, unique member names, depth ≤ \(maxJSONDepth))")
         }
         let message: ChatMessage
-        do { message = try JSONDecoder().decode(ChatMessage.self, from: Data(body)) } catch {
+        do { message = try JSONDecoder().decode(ChatMessage.self, from: Data(body)) } catch let error as EnvelopeError {
+            throw error  // a member's own check (a file reference) says what is wrong
+        } catch {
             throw .invalidBody("the body is not a chat message in JSON")
         }
         try message.validate()
@@ -77,6 +79,10 @@ public struct ChatMessage: Sendable, Equatable, Codable {
     public func validate() throws(EnvelopeError) {
         guard Identifier.isValidUID(sender.id) else { throw .invalidBody("sender.id is not a valid uid") }
         guard !type.rawValue.isEmpty, type.rawValue.utf8.count <= 64 else { throw .invalidBody("type must be 1 to 64 bytes") }
+        // Whatever the type: each reference checked itself when it was made or decoded.
+        if let files = payload.files, !(1...FileReference.maxPerMessage).contains(files.count) {
+            throw .invalidBody("payload.files must hold 1 to \(FileReference.maxPerMessage) references")
+        }
         switch type {
         case .text:
             guard let text = payload.text, !text.isEmpty else { throw .invalidBody("a text message needs payload.text") }
@@ -87,6 +93,8 @@ public struct ChatMessage: Sendable, Equatable, Codable {
             for attachment in attachments where !attachment.mediaType.hasPrefix("image/") {
                 throw .invalidBody("a picture's attachments must have an image/* media_type")
             }
+        case .file:
+            guard payload.files != nil else { throw .invalidBody("a file message needs payload.files") }
         case .location:
             guard let location = payload.location, (-90...90).contains(location.latitude),
                   (-180...180).contains(location.longitude) else {
@@ -125,6 +133,9 @@ public struct MessageType: RawRepresentable, Sendable, Hashable, Codable, Expres
     public static let text: MessageType = "text"
     /// One or more images inline in `payload.attachments`, an optional caption in `payload.text`.
     public static let picture: MessageType = "picture"
+    /// One or more files sent as blobs, referenced in `payload.files` (spec/attachments.md §3), an
+    /// optional caption in `payload.text`.
+    public static let file: MessageType = "file"
     /// A point in `payload.location`.
     public static let location: MessageType = "location"
     /// A delivery or read receipt for earlier messages, in `payload.receipt`.
@@ -161,6 +172,8 @@ public struct Payload: Sendable, Equatable, Codable {
     public var text: String?
     /// Inline files (pictures).
     public var attachments: [Attachment]?
+    /// Files sent as blobs: 1…32 references (spec/attachments.md §3).
+    public var files: [FileReference]?
     /// A point on the map.
     public var location: Location?
     /// A receipt for earlier messages.
@@ -171,22 +184,24 @@ public struct Payload: Sendable, Equatable, Codable {
     public var unknownFields: [String: JSONValue] = [:]
 
     /// A payload with the given fields.
-    public init(text: String? = nil, attachments: [Attachment]? = nil, location: Location? = nil,
+    public init(text: String? = nil, attachments: [Attachment]? = nil, files: [FileReference]? = nil, location: Location? = nil,
                 receipt: Receipt? = nil, typing: Typing? = nil) {
         self.text = text
         self.attachments = attachments
+        self.files = files
         self.location = location
         self.receipt = receipt
         self.typing = typing
     }
 
-    private static let known: Set<String> = ["text", "attachments", "location", "receipt", "typing"]
+    private static let known: Set<String> = ["text", "attachments", "files", "location", "receipt", "typing"]
 
     /// Decodes a payload, keeping unknown fields.
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: AnyCodingKey.self)
         text = try container.decodeIfPresent(String.self, forKey: AnyCodingKey("text"))
         attachments = try container.decodeIfPresent([Attachment].self, forKey: AnyCodingKey("attachments"))
+        files = try container.decodeIfPresent([FileReference].self, forKey: AnyCodingKey("files"))
         location = try container.decodeIfPresent(Location.self, forKey: AnyCodingKey("location"))
         receipt = try container.decodeIfPresent(Receipt.self, forKey: AnyCodingKey("receipt"))
         typing = try container.decodeIfPresent(Typing.self, forKey: AnyCodingKey("typing"))
@@ -198,6 +213,7 @@ public struct Payload: Sendable, Equatable, Codable {
         var container = encoder.container(keyedBy: AnyCodingKey.self)
         try container.encodeIfPresent(text, forKey: AnyCodingKey("text"))
         try container.encodeIfPresent(attachments, forKey: AnyCodingKey("attachments"))
+        try container.encodeIfPresent(files, forKey: AnyCodingKey("files"))
         try container.encodeIfPresent(location, forKey: AnyCodingKey("location"))
         try container.encodeIfPresent(receipt, forKey: AnyCodingKey("receipt"))
         try container.encodeIfPresent(typing, forKey: AnyCodingKey("typing"))

@@ -14,6 +14,10 @@ public enum Identifier {
         return (16...64).contains(bytes.count) && bytes.allSatisfy { isAlphanumeric($0) || $0 == underscore || $0 == hyphen }
     }
 
+    /// A blob id (a file on the relay, spec/attachments.md §3): 16 to 64 characters from
+    /// `A-Z a-z 0-9 _ -`, the message id's grammar; writers use 22 (16 random bytes in base64url).
+    public static func isValidBlobID(_ id: String) -> Bool { isValidMessageID(id) }
+
     private static let dot = UInt8(ascii: "."), underscore = UInt8(ascii: "_"), hyphen = UInt8(ascii: "-")
 
     private static func isAlphanumeric(_ byte: UInt8) -> Bool {
