@@ -254,22 +254,11 @@ package struct SigV4: Sendable {
         return String(decoding: output, as: UTF8.self)
     }
 
-    /// `YYYYMMDDTHHMMSSZ` for `time` seconds since 1970 UTC (civil date from days, Howard
-    /// Hinnant's algorithm: no calendar or formatter objects, no locale).
+    /// `YYYYMMDDTHHMMSSZ` for `time` seconds since 1970 UTC: RFC 3339's form
+    /// (``Timestamp/format(_:)``, the one calendar the project has) without its separators and
+    /// offset, for S3's years 0000–9999.
     package static func timestamp(_ time: Int64) -> String {
-        let days = time >= 0 ? time / 86_400 : (time - 86_399) / 86_400
-        let seconds = time - days * 86_400
-        let z = days + 719_468
-        let era = (z >= 0 ? z : z - 146_096) / 146_097
-        let dayOfEra = z - era * 146_097
-        let yearOfEra = (dayOfEra - dayOfEra / 1_460 + dayOfEra / 36_524 - dayOfEra / 146_096) / 365
-        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
-        let monthIndex = (5 * dayOfYear + 2) / 153
-        let day = dayOfYear - (153 * monthIndex + 2) / 5 + 1
-        let month = monthIndex < 10 ? monthIndex + 3 : monthIndex - 9
-        let year = yearOfEra + era * 400 + (month <= 2 ? 1 : 0)
-        func two(_ value: Int64) -> String { value < 10 ? "0\(value)" : "\(value)" }
-        let yearText = String(repeating: "0", count: max(0, 4 - String(year).count)) + String(year)
-        return "\(yearText)\(two(month))\(two(day))T\(two(seconds / 3_600))\(two(seconds % 3_600 / 60))\(two(seconds % 60))Z"
+        let rfc3339 = Timestamp.format(time)  // YYYY-MM-DDTHH:MM:SS+00:00
+        return String(rfc3339.prefix(19).filter { $0 != "-" && $0 != ":" }) + "Z"
     }
 }
