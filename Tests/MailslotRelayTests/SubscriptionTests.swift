@@ -267,8 +267,9 @@ import MailslotWire
     }
 
     @Test func anExpiringSessionEndsAnIdleSubscription() async throws {
-        // Long enough to open the socket on a busy machine, short enough to end during the test.
-        try await withTestRelay(configure: { $0.sessionLifetime = 4; $0.sessionCheckInterval = 0.5 }) { relay in
+        // Long enough to open the socket on a machine loaded by the parallel suites, short enough
+        // to end within the wait for the close.
+        try await withTestRelay(configure: { $0.sessionLifetime = 12; $0.sessionCheckInterval = 0.5 }) { relay in
             let socket = TestSocket.open(relay, "bob", session: try await relay.signIn("bob").session)
             #expect(try await socket.next()?.type == "ready")
             #expect(await socket.closeCode(timeout: .seconds(30)) == CloseCode.sessionEnded)
