@@ -29,4 +29,21 @@ public enum Defaults {
     public static let maxPageSize = 500
     /// The most blocked authors one page of the block list returns.
     public static let maxBlockPageSize = 1000
+    /// The largest file a relay takes when none is configured, in plaintext bytes (100 MiB); a
+    /// blob's ciphertext may be ``FileCipher/size(plainSize:)`` of it.
+    public static let maxFileBytes: Int64 = 100 * 1024 * 1024
+    /// The bytes per part of a blob upload (8 MiB): every part but the last has this length.
+    public static let blobPartSize: Int64 = 8 * 1024 * 1024
+    /// The most recipients one blob may name.
+    public static let maxBlobRecipients = 1000
+    /// How long an unfinished upload is kept, in seconds (24 hours).
+    public static let blobUploadTTL: Int64 = 24 * 3600
+    /// The most blob bytes, finished and unfinished, one author may hold (2 GiB).
+    public static let maxAuthorBlobBytes: Int64 = 2 * 1024 * 1024 * 1024
+    /// The most unfinished uploads one author may have.
+    public static let maxUploadsInProgress = 8
+    /// The most part uploads and downloads running at once for one uid on one relay.
+    public static let maxTransfersPerUID = 16
+    /// The most blobs one list request returns.
+    public static let maxBlobPageSize = 500
 }

@@ -17,6 +17,22 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
     /// A prekey upload with an entry that is not a usable X25519 key under an id 1…4294967295,
     /// ids repeated, or no entries or too many.
     case invalidPrekey = "invalid_prekey"
+    /// A blob id outside its grammar (16–64 of `A-Z a-z 0-9 _ -`).
+    case invalidBlobID = "invalid_blob_id"
+    /// A blob `size` that no file ciphertext has (spec/attachments.md §1).
+    case invalidBlobSize = "invalid_blob_size"
+    /// A blob's recipient list that is empty, too long, repeats a uid or names an invalid one.
+    case invalidRecipients = "invalid_recipients"
+    /// A part number outside 1 … the blob's parts (a part beyond the declared size).
+    case invalidPart = "invalid_part"
+    /// A part whose `Content-Length` is not that part's length.
+    case invalidPartLength = "invalid_part_length"
+    /// A `Mailslot-Digest` header missing or not 32 bytes of unpadded base64url.
+    case invalidDigest = "invalid_digest"
+    /// The part's bytes do not hash to its `Mailslot-Digest`: nothing was recorded.
+    case partDigestMismatch = "part_digest_mismatch"
+    /// A `Range` header the relay does not serve: several ranges, or none within the blob.
+    case invalidRange = "invalid_range"
     // 401: who is asking is unknown.
     case unauthenticated = "unauthenticated"
     case sessionExpired = "session_expired"
@@ -37,10 +53,26 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
     case prekeyConflict = "prekey_conflict"
     /// A prekey upload would leave more prekeys stored than the relay keeps for one owner.
     case tooManyPrekeys = "too_many_prekeys"
+    /// The part is stored already with another digest.
+    case partConflict = "part_conflict"
+    /// The blob is complete: its parts no longer change.
+    case blobComplete = "blob_complete"
+    /// The blob is still uploading: it cannot be downloaded yet.
+    case blobIncomplete = "blob_incomplete"
+    // 410: an upload that is gone.
+    /// The unfinished upload passed its expiry: start over with a new blob.
+    case uploadExpired = "upload_expired"
+    /// The object store lost the unfinished upload: the blob is erased, start over.
+    case uploadLost = "upload_lost"
+    // 411.
+    /// A part upload without `Content-Length` (chunked bodies are refused).
+    case lengthRequired = "length_required"
     // 413, 415, 429: limits. (Oversized headers close the connection; connections over the
     // limit wait to be accepted: neither has a request to answer.)
     case bodyTooLarge = "body_too_large"
     case envelopeTooLarge = "envelope_too_large"
+    /// A blob larger than the relay's largest file allows.
+    case blobTooLarge = "blob_too_large"
     case unsupportedMediaType = "unsupported_media_type"
     case rateLimited = "rate_limited"
     case mailboxFull = "mailbox_full"
@@ -50,6 +82,12 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
     case tooManyReads = "too_many_reads"
     /// Prekey claims come too fast: from this claimer, or for this owner (the answer does not say which).
     case prekeyClaimsLimited = "prekey_claims_limited"
+    /// The author's blobs, finished and unfinished, would hold more bytes than allowed.
+    case blobQuota = "blob_quota"
+    /// The author has the most unfinished uploads allowed.
+    case tooManyUploads = "too_many_uploads"
+    /// The most part uploads and downloads for this uid are running on this relay.
+    case tooManyTransfers = "too_many_transfers"
     // 5xx.
     case internalError = "internal"
     /// The relay's disk is (nearly) full: it takes no new messages until space is freed.
@@ -63,14 +101,19 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
     public var status: Int {
         switch self {
         case .badRequest, .invalidJSON, .invalidUID, .invalidMessageID, .invalidEnvelope, .invalidTTL,
-             .invalidCursor, .invalidKeyBundle, .invalidDocument, .invalidLease, .invalidKeyID, .invalidPrekey: 400
+             .invalidCursor, .invalidKeyBundle, .invalidDocument, .invalidLease, .invalidKeyID, .invalidPrekey,
+             .invalidBlobID, .invalidBlobSize, .invalidRecipients, .invalidPart, .invalidPartLength, .invalidDigest,
+             .partDigestMismatch: 400
         case .unauthenticated, .sessionExpired, .invalidToken, .refreshInvalid, .refreshReused: 401
         case .forbidden, .blocked: 403
         case .notFound: 404
-        case .conflict, .blockListFull, .staleKeys, .prekeyConflict, .tooManyPrekeys: 409
-        case .bodyTooLarge, .envelopeTooLarge: 413
+        case .conflict, .blockListFull, .staleKeys, .prekeyConflict, .tooManyPrekeys, .partConflict, .blobComplete, .blobIncomplete: 409
+        case .uploadExpired, .uploadLost: 410
+        case .lengthRequired: 411
+        case .bodyTooLarge, .envelopeTooLarge, .blobTooLarge: 413
         case .unsupportedMediaType: 415
-        case .rateLimited, .mailboxFull, .authorQuota, .tooManyReads, .prekeyClaimsLimited: 429
+        case .invalidRange: 416
+        case .rateLimited, .mailboxFull, .authorQuota, .tooManyReads, .prekeyClaimsLimited, .blobQuota, .tooManyUploads, .tooManyTransfers: 429
         case .internalError: 500
         case .storageFull: 507
         case .unavailable: 503

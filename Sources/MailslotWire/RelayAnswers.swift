@@ -125,6 +125,7 @@ extension KeyedDecodingContainer {
 enum Grammar {
     static let uid = "a uid"
     static let messageID = "a message id"
+    static let blobID = "a blob id"
     static let time = "an RFC 3339 time"
     static let cursor = "a cursor (decimal, within int64)"
     static func isTime(_ text: String) -> Bool { Timestamp.parse(text) != nil }

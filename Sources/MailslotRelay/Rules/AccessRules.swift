@@ -3,15 +3,20 @@ import MailslotWire
 // The one access-rule table of the relay. Every route and every WebSocket frame asks it; nothing
 // else decides who may do what. Deny by default: a pair missing from the table allows no one.
 //
-// | resource                      | create    | read      | update | delete         | claim     |
-// |-------------------------------|-----------|-----------|--------|----------------|-----------|
-// | /users/{uid}                  | owner     | owner     | owner  | owner          | —         |
-// | /users/{uid}/keys             | owner     | signed-in | owner  | owner          | —         |
-// | /users/{uid}/messages/{id}    | signed-in | owner     | owner  | owner, author  | —         |
-// | /users/{uid}/messages (list,  |           | owner     |        |                | —         |
-// |   subscribe)                  |           |           |        |                |           |
-// | /users/{uid}/blocked/{author} | owner     | owner     | —      | owner          | —         |
-// | /users/{uid}/prekeys          | owner     | owner     | —      | owner          | signed-in |
+// | resource                      | create    | read              | update | delete        | claim     | acknowledge |
+// |-------------------------------|-----------|-------------------|--------|---------------|-----------|-------------|
+// | /users/{uid}                  | owner     | owner             | owner  | owner         | —         | —           |
+// | /users/{uid}/keys             | owner     | signed-in         | owner  | owner         | —         | —           |
+// | /users/{uid}/messages/{id}    | signed-in | owner             | owner  | owner, author | —         | —           |
+// | /users/{uid}/messages (list,  |           | owner             |        |               | —         | —           |
+// |   subscribe)                  |           |                   |        |               |           |             |
+// | /users/{uid}/blocked/{author} | owner     | owner             | —      | owner         | —         | —           |
+// | /users/{uid}/prekeys          | owner     | owner             | —      | owner         | signed-in | —           |
+// | /blobs/{id}                   | signed-in | author, recipient | author | author        | —         | recipient   |
+// | /users/{uid}/blobs (list)     | —         | owner             | —      | —             | —         | —           |
+//
+// A blob has no owner in its path: its parties are its author and its recipients, and anyone
+// else is answered as if it did not exist (404, spec/protocol.md §2).
 
 /// The things the rules protect.
 public enum Resource: String, Sendable, CaseIterable {
@@ -27,6 +32,10 @@ public enum Resource: String, Sendable, CaseIterable {
     case blockEntry
     /// The owner's one-time prekeys, `/users/{uid}/prekeys` (and `…/prekeys/claim`).
     case prekeys
+    /// One encrypted file held for its recipients, `/blobs/{id}` (and its parts and content).
+    case blob
+    /// The blobs a uid uploaded or may read, `/users/{uid}/blobs`.
+    case blobList
 }
 
 /// What is done to a resource.
@@ -34,6 +43,8 @@ public enum Operation: String, Sendable, CaseIterable {
     case create, read, update, delete
     /// Taking one item for oneself, which removes it (a one-time prekey).
     case claim
+    /// Saying one has received an item, which ends one's access to it (a blob).
+    case acknowledge
 }
 
 /// How the signed-in principal relates to the resource.
@@ -44,6 +55,8 @@ public enum Role: Sendable, Hashable {
     case author
     /// Anyone with a valid session.
     case signedIn
+    /// One of a blob's recipients that has not acknowledged it yet.
+    case recipient
 }
 
 /// The access rules. Ask ``AccessRules/allows(_:_:principal:owner:author:)`` of ``standard``.
@@ -59,13 +72,18 @@ public struct AccessRules: Sendable {
         .mailbox: [.read: [.owner]],
         .blockEntry: [.create: [.owner], .read: [.owner], .delete: [.owner]],
         .prekeys: [.create: [.owner], .read: [.owner], .delete: [.owner], .claim: [.signedIn]],
+        .blob: [.create: [.signedIn], .read: [.author, .recipient], .update: [.author], .delete: [.author],
+                .acknowledge: [.recipient]],
+        .blobList: [.read: [.owner]],
     ])
 
-    /// The roles `principal` holds toward a resource of `owner`, and of a message's `author`.
-    static func roles(principal: String, owner: String, author: String?) -> Set<Role> {
+    /// The roles `principal` holds toward a resource of `owner` (nil for a blob: no one owns
+    /// one), of a message's or blob's `author`, and of a blob's unacknowledged `recipients`.
+    static func roles(principal: String, owner: String?, author: String?, recipients: Set<String>) -> Set<Role> {
         var roles: Set<Role> = [.signedIn]
-        if principal == owner { roles.insert(.owner) }
+        if let owner, principal == owner { roles.insert(.owner) }
         if let author, principal == author { roles.insert(.author) }
+        if recipients.contains(principal) { roles.insert(.recipient) }
         return roles
     }
 
@@ -73,8 +91,24 @@ public struct AccessRules: Sendable {
     /// space. `author` is the stamped author of the message concerned, when it exists.
     public func allows(_ operation: Operation, _ resource: Resource, principal: String, owner: String,
                        author: String? = nil) -> Bool {
+        allows(operation, resource, roles: Self.roles(principal: principal, owner: owner, author: author, recipients: []))
+    }
+
+    /// Whether the signed-in `principal` may perform `operation` on a blob of `author` that
+    /// `recipients` (those that have not acknowledged it) may read.
+    public func allows(_ operation: Operation, blobOf author: String, recipients: Set<String>, principal: String) -> Bool {
+        allows(operation, .blob, roles: Self.roles(principal: principal, owner: nil, author: author, recipients: recipients))
+    }
+
+    /// Whether `principal` may know that a blob exists: those who may read it. Everyone else
+    /// gets the answer of a blob that does not exist (404), whatever they asked to do.
+    public func isParty(toBlobOf author: String, recipients: Set<String>, principal: String) -> Bool {
+        allows(.read, blobOf: author, recipients: recipients, principal: principal)
+    }
+
+    private func allows(_ operation: Operation, _ resource: Resource, roles: Set<Role>) -> Bool {
         guard let allowed = table[resource]?[operation] else { return false }
-        return !allowed.isDisjoint(with: Self.roles(principal: principal, owner: owner, author: author))
+        return !allowed.isDisjoint(with: roles)
     }
 
     /// A copy that also lets `role` perform `operation` on `resource`: for tests that need a
