@@ -54,6 +54,8 @@ final class S3BlobStorage: BlobStorage, Service {
         self.logger = logger
         try FileManager.default.createDirectory(atPath: spoolDirectory, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
+        // Also when it existed already: the spool holds ciphertext the relay has not checked yet.
+        try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: spoolDirectory)
         // Only this relay writes here, and nothing in flight survives a restart.
         for name in (try? FileManager.default.contentsOfDirectory(atPath: spoolDirectory)) ?? [] where Self.isSpoolName(name) {
             unlink((spoolDirectory as NSString).appendingPathComponent(name))
