@@ -286,6 +286,19 @@ import Testing
         #expect((attributes[.posixPermissions] as? Int).map { $0 & 0o077 } == 0, "the spool is private")
     }
 
+    /// A storage let go without a shutdown (a relay made but never run) closes its client itself:
+    /// AsyncHTTPClient would stop a debug build at the release of a client still running.
+    @Test func storageLetGoWithoutShutdown() async throws {
+        let data = FileManager.default.temporaryDirectory.appendingPathComponent("s3blob-\(UUID().uuidString)").path
+        defer { try? FileManager.default.removeItem(atPath: data) }
+        let environment = ["AWS_ACCESS_KEY_ID": "AKIDTEST", "AWS_SECRET_ACCESS_KEY": "not-a-real-secret"]
+        for _ in 0..<3 {
+            _ = try S3BlobStorage.make(location: try S3Location("s3://bucket?endpoint=http://127.0.0.1:9"), environment: environment,
+                                       dataDirectory: data, minFreeBytes: 0, logger: TestRelay.logger)
+        }
+        try await Task.sleep(for: .milliseconds(100))  // the background shutdowns finish
+    }
+
     /// Credentials come from the environment only: without them the storage is not made.
     @Test func credentialsOnlyFromTheEnvironment() throws {
         #expect(throws: S3LocationError.self) {

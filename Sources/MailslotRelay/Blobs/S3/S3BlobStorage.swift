@@ -67,16 +67,11 @@ final class S3BlobStorage: BlobStorage, Service {
     /// Throws ``S3LocationError`` for missing credentials; the caller runs it as a `Service`
     /// (which shuts its HTTP client down).
     static func make(location: S3Location, environment: [String: String], dataDirectory: String, minFreeBytes: Int64,
-                     logger: Logger) throws -> S3BlobStorage {
+                     probe: @escaping DiskSpace.Probe = DiskSpace.available, logger: Logger) throws -> S3BlobStorage {
         let credentials = try S3Location.credentials(from: environment)
+        // A client never handed over is shut down when it is released (S3Client's deinit).
         let client = S3Client(location: location, credentials: credentials, logger: logger)
-        do {
-            return try S3BlobStorage(client: client, dataDirectory: dataDirectory, minFreeBytes: minFreeBytes, logger: logger)
-        } catch {
-            // The client was never handed over: shut it down here (AsyncHTTPClient checks).
-            Task { try? await client.shutdown() }
-            throw error
-        }
+        return try S3BlobStorage(client: client, dataDirectory: dataDirectory, minFreeBytes: minFreeBytes, probe: probe, logger: logger)
     }
 
     /// As a `Service`: until graceful shutdown, then closes the store's connections.

@@ -129,6 +129,13 @@ package final class S3Client: Service, Sendable {
                                backgroundActivityLogger: httpLogger)
     }
 
+    /// A client released without ``shutdown()`` (a relay made but never run, a start that
+    /// failed) closes its connections now rather than leak them (AsyncHTTPClient would stop a
+    /// debug build at its own release). Without waiting: the shutdown finishes in the background.
+    deinit {
+        _ = http.shutdown()
+    }
+
     /// As a `Service`: waits for graceful shutdown, then shuts the HTTP client down.
     package func run() async throws {
         try? await gracefulShutdown()
