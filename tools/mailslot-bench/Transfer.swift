@@ -132,7 +132,7 @@ struct TransferRun {
             ("relay_rss_before_bytes", .int(rssBefore)), ("relay_rss_peak_sampled_bytes", .int(rssPeakSampled)), ("relay_rss_growth_bytes", .int(growth)),
             ("relay_hwm_growth_bytes", .int(hwmGrowth)),
             ("alongside_rate", .number(s.alongsideRate)), ("p99_ms_alone", .number(baselineP99)), ("p99_ms_beside", .number(alongsideP99)),
-            ("problems", .array(problems.map(JSON.string))),
+            ("ok", .bool(problems.isEmpty)), ("problems", .array(problems.map(JSON.string))),
         ])
         return RunReport(summary: lines.joined(separator: "\n"), json: json, problems: problems)
     }
