@@ -127,6 +127,8 @@ let package = Package(
                 .product(name: "NIOWebSocket", package: "swift-nio"),
                 // Commits per second of the database several relay nodes share (DatabaseProbe).
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                // Blob parts and downloads (`transfer`), streamed without copies.
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ],
             path: "tools/mailslot-bench"
         ),

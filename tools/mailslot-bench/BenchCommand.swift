@@ -13,7 +13,7 @@ struct MailslotBench: AsyncParsableCommand {
             (lost, duplicated, refused or left-over messages; the crash test's FAIL); 64 bad flags; \
             69 the relay cannot be reached or started; 70 the run could not proceed.
             """,
-        subcommands: [RunCommand.self, CrashCommand.self],
+        subcommands: [RunCommand.self, TransferCommand.self, CrashCommand.self],
         defaultSubcommand: RunCommand.self
     )
 }

@@ -25,6 +25,9 @@ struct RunReport {
     let summary: String
     let json: JSON
     let problems: [String]
+    /// The send → delivery latency's 99th percentile, in milliseconds (what `transfer
+    /// --alongside-rate` compares with and without transfers).
+    var deliveryP99: Double = 0
 }
 
 /// One measured run against one relay, or several nodes on one database (each client on the
@@ -475,6 +478,6 @@ struct Benchmark {
             ("problems", .array(problems.map(JSON.string))),
         ]
         let json = JSON.object(members)
-        return RunReport(summary: lines.joined(separator: "\n"), json: json, problems: problems)
+        return RunReport(summary: lines.joined(separator: "\n"), json: json, problems: problems, deliveryP99: receiveSummary.p99)
     }
 }

@@ -150,10 +150,12 @@ final class RelayTarget: Sendable {
     func idleHTTP(_ index: Int) -> RelayHTTP { nodes[placement.idleNode(index, nodes: nodes.count)].http }
 
     /// Starts (or reaches) the relays and waits until each answers `/healthz`.
-    static func start(_ options: TargetOptions, maxEnvelopeBytes: Int?) async throws -> RelayTarget {
+    /// `extraArguments` go to spawned relays' `serve` (e.g. a larger `--max-file-bytes`).
+    static func start(_ options: TargetOptions, maxEnvelopeBytes: Int?, extraArguments: [String] = []) async throws -> RelayTarget {
         if options.spawn {
             return try await spawn(binary: options.relayBinary, durability: options.durability, audience: options.audience,
-                                   maxEnvelopeBytes: maxEnvelopeBytes, cluster: options.cluster, pgdata: options.pgdata)
+                                   maxEnvelopeBytes: maxEnvelopeBytes, cluster: options.cluster, pgdata: options.pgdata,
+                                   extraArguments: extraArguments)
         }
         let key = try readIssuerKey(options.issuerSecretKey ?? "")
         let nodes = options.relay.map { RelayNode(http: RelayHTTP(base: $0), spawned: nil, metricsToken: options.metricsToken) }
@@ -171,7 +173,7 @@ final class RelayTarget: Sendable {
     /// Starts relays of its own (``SpawnedRelay``), one after the other (the first migrates a
     /// new database), with one fresh issuer key; with `cluster`'s database, or its own cluster.
     static func spawn(binary: String?, durability: String?, audience: String, maxEnvelopeBytes: Int?,
-                      cluster: ClusterOptions, pgdata: String? = nil) async throws -> RelayTarget {
+                      cluster: ClusterOptions, pgdata: String? = nil, extraArguments: [String] = []) async throws -> RelayTarget {
         let executable = try SpawnedRelay.locateBinary(binary)
         let script = cluster.postgres ? try ThrowawayPostgres.locateScript(cluster.postgresScript) : nil
         var postgres: ThrowawayPostgres?
@@ -182,7 +184,8 @@ final class RelayTarget: Sendable {
         do {
             for _ in 0..<cluster.nodes {
                 let relay = try SpawnedRelay(binary: executable, issuerPublicKey: key.publicKey.paserk, audience: audience,
-                                             durability: durability, maxEnvelopeBytes: maxEnvelopeBytes, databaseURL: databaseURL)
+                                             durability: durability, maxEnvelopeBytes: maxEnvelopeBytes, databaseURL: databaseURL,
+                                             extraArguments: extraArguments)
                 nodes.append(RelayNode(http: RelayHTTP(base: "http://127.0.0.1:\(relay.port)"), spawned: relay, metricsToken: nil))
                 try relay.start()
                 try await relay.waitHealthy(nodes[nodes.count - 1].http, timeout: databaseURL == nil ? 20 : 60)

@@ -48,7 +48,7 @@ final class SpawnedRelay: Sendable {
     /// Prepares a relay (folder, port, arguments) without starting it; with `databaseURL`, on that
     /// PostgreSQL database instead of SQLite in its folder.
     init(binary: URL, issuerPublicKey: String, audience: String, durability: String?, maxEnvelopeBytes: Int?,
-         databaseURL: String? = nil) throws {
+         databaseURL: String? = nil, extraArguments: [String] = []) throws {
         self.binary = binary
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("mailslot-bench-\(UUID().uuidString.prefix(8))")
         let process = Locked<Process?>(nil)
@@ -78,7 +78,7 @@ final class SpawnedRelay: Sendable {
         ]
         if let durability { arguments += ["--durability", durability] }
         if let maxEnvelopeBytes { arguments += ["--max-envelope-bytes", "\(maxEnvelopeBytes)"] }
-        self.arguments = arguments
+        self.arguments = arguments + extraArguments
         // The bench's own MAILSLOT_DATABASE_URL never leaks in: SQLite unless a database is given.
         var environment = ProcessInfo.processInfo.environment
         environment["MAILSLOT_DATABASE_URL"] = databaseURL
