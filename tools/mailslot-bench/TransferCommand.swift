@@ -72,7 +72,12 @@ struct TransferCommand: AsyncParsableCommand {
                                         quiet: output.quiet)
         var relayArguments: [String] = []
         let limit = maxFileBytes.flatMap(Self.bytes) ?? max(plainSize, Defaults.maxFileBytes)
-        if limit != Defaults.maxFileBytes { relayArguments += ["--max-file-bytes", "\(limit)"] }
+        if limit != Defaults.maxFileBytes {
+            relayArguments += ["--max-file-bytes", "\(limit)"]
+            // The relay refuses a largest file that one author's blob quota could not hold.
+            let sealed = FileCipher.size(plainSize: limit) ?? limit
+            if sealed > Defaults.maxAuthorBlobBytes { relayArguments += ["--max-author-blob-bytes", "\(sealed)"] }
+        }
         let report: RunReport
         do {
             let relay = try await RelayTarget.start(target, maxEnvelopeBytes: nil, extraArguments: target.spawn ? relayArguments : [])
