@@ -36,7 +36,7 @@ enum BlobChecks {
     static func create(_ context: AuditContext, _ user: AuditUser?, id: String = BlobLayout.newID(), size: Int64,
                        recipients: [String], extra: [String: Any] = [:]) async throws -> AuditHTTP.Answer {
         var body: [String: Any] = ["id": id, "size": size, "recipients": recipients]
-        body.merge(extra) { new, _ in new }
+        body.merge(extra) { _, new in new }
         return try await context.http.call("POST", "/v1/blobs", session: user?.session, body: body)
     }
 
@@ -72,7 +72,7 @@ enum BlobChecks {
                     digest: String? = nil, headers: [String: String] = [:]) async throws -> AuditHTTP.Answer {
         let bytes = body ?? (1...blob.parts).contains(number).then { blob.part(number) } ?? Data(randomBytes(16))
         var fields = ["Content-Type": "application/octet-stream", BlobLayout.digestHeader: digest ?? Self.digest(bytes)]
-        fields.merge(headers) { new, _ in new }
+        fields.merge(headers) { _, new in new }
         return try await context.http.call("PUT", "/v1/blobs/\(blob.id)/parts/\(number)", session: user?.session, body: bytes, headers: fields)
     }
 
