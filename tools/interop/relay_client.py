@@ -2010,6 +2010,17 @@ def blob_record_shape(j, bid, author, size, state, author_view):
     return "; ".join(p)
 
 
+def openapi_validator(name):
+    """spec/openapi.yaml's schema `name` (JSON Schema 2020-12), as a validating client reads it."""
+    import jsonschema, yaml
+    spec = yaml.safe_load(open(os.path.join(fmt.ROOT, "spec", "openapi.yaml"), encoding="utf-8"))
+    return jsonschema.Draft202012Validator({"$ref": f"#/components/schemas/{name}", "components": spec["components"]})
+
+
+def schema_errors(name, value):
+    return "; ".join(e.message for e in openapi_validator(name).iter_errors(value))[:300]
+
+
 def blob_files(c):
     """Regular files under the relay's blob folder (the default file store, §7.4)."""
     root = os.path.join(c.relay.data, "blobs")
@@ -2037,6 +2048,12 @@ def scenario_blobs(c):
        f"{r!r} {blob_record_shape(r.json, bid, a.uid, size, 'uploading', True)}")
     parts = r.json["parts"] if r.status == 201 else -(-size // BLOB_PART)
     ok("a 2.5 MB file is 3 parts of 1 MiB (the relay's --blob-part-bytes)", parts == 3, f"{parts}")
+    ok("openapi.yaml: the create body matches BlobCreateRequest, the answer BlobRecord",
+       not schema_errors("BlobCreateRequest", create) and not schema_errors("BlobRecord", r.json),
+       schema_errors("BlobCreateRequest", create) + schema_errors("BlobRecord", r.json))
+    ok("openapi.yaml: BlobCreateRequest refuses a size below the smallest file's and no recipients",
+       schema_errors("BlobCreateRequest", {"id": bid, "size": 65576, "recipients": [b.uid]}) != ""
+       and schema_errors("BlobCreateRequest", {"id": bid, "size": size, "recipients": []}) != "", "matched")
     again = request(rel, "POST", "/v1/blobs", {"id": bid, "size": size, "recipients": [b.uid]}, a.session)
     ok("the same create again → 200, the same record (§4.15)", again.status == 200 and again.json == r.json, repr(again))
     expect("the same id by another author → 409 conflict", request(rel, "POST", "/v1/blobs", create, carol.session), 409, "conflict")
@@ -2078,6 +2095,8 @@ def scenario_blobs(c):
            put_part(rel, a.session, bid, 2, os.urandom(len(part(2)))), 409, "part_conflict")
     r3 = put_part(rel, a.session, bid, 3, part(3))
     r1 = put_part(rel, a.session, bid, 1, part(1))
+    ok("openapi.yaml: a complete blob's record matches BlobRecord", not schema_errors("BlobRecord", r1.json),
+       schema_errors("BlobRecord", r1.json))
     ok("parts in any order; the last one completes the blob (§4.17)",
        r3.status == 200 and r1.status == 200 and not blob_record_shape(r1.json, bid, a.uid, size, "complete", True),
        f"{r3!r} {r1!r} {blob_record_shape(r1.json, bid, a.uid, size, 'complete', True)}")
@@ -2102,6 +2121,9 @@ def scenario_blobs(c):
     ok("the recipient's list names the blob, in a recipient's view, next null (§4.21)",
        lst.status == 200 and lst.json.get("next") is None and [x.get("id") for x in lst.json.get("blobs", [])] == [bid]
        and not blob_record_shape(lst.json["blobs"][0], bid, a.uid, size, "complete", False), repr(lst))
+    ok("openapi.yaml: the page matches BlobPage, a problem Problem", not schema_errors("BlobPage", lst.json)
+       and not schema_errors("Problem", request(rel, "GET", f"/v1/blobs/{rnd}", session=carol.session).json),
+       schema_errors("BlobPage", lst.json))
     expect("role=owner → 400 bad_request", request(rel, "GET", f"/v1/users/{b.uid}/blobs?role=owner", session=b.session), 400, "bad_request")
 
     # the reference travels in a sealed chat message (attachments.md §3), version 1 envelope
