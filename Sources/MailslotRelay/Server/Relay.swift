@@ -49,8 +49,8 @@ public struct Relay: Sendable {
                                                                     relays: configuration.relays),
                                    readLimiter: ReadLimiter(limit: configuration.maxConcurrentReads, relayLimit: configuration.maxReads),
                                    erasure: erasure, metrics: metrics)
-        guard let records = store as? any BlobRecords else { throw RelayConfigurationError("this store keeps no blobs") }
         let storage = try Self.openBlobStorage(configuration: configuration)
+        guard let records = store as? any BlobRecords else { throw RelayConfigurationError("this store keeps no blobs") }
         blobEraser = BlobEraser(records: records, storage: storage, erasure: erasure, metrics: metrics, clock: configuration.clock,
                                 interval: configuration.sweepInterval)
         blobs = BlobService(records: records, storage: storage, configuration: configuration, rateLimiter: mailboxes.rateLimiter,
