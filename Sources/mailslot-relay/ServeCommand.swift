@@ -146,6 +146,7 @@ struct ServeCommand: AsyncParsableCommand {
         guard problems.isEmpty else {
             throw ValidationError("refusing to start:\n" + problems.map { "  - " + $0 }.joined(separator: "\n"))
         }
+        for warning in ConfigurationCheck.warnings(configuration) { logger.warning("\(warning)") }
 
         let relay: Relay
         do { relay = try Relay(configuration: configuration, logger: logger) } catch let error as RelayConfigurationError {

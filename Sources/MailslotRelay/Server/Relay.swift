@@ -19,6 +19,8 @@ public struct Relay: Sendable {
     /// Blobs: the service of their routes, and the eraser of their bytes.
     let blobs: BlobService
     let blobEraser: BlobEraser
+    /// The object store's connections, run (and shut down) with the application; nil for files.
+    let blobStorageService: (any Service)?
     let logger: Logger
     /// The subscriptions' tasks: waited for before the final checkpoint.
     let subscriberTasks = SubscriberTasks()
@@ -49,7 +51,8 @@ public struct Relay: Sendable {
                                                                     relays: configuration.relays),
                                    readLimiter: ReadLimiter(limit: configuration.maxConcurrentReads, relayLimit: configuration.maxReads),
                                    erasure: erasure, metrics: metrics)
-        let storage = try Self.openBlobStorage(configuration: configuration)
+        let storage = try Self.openBlobStorage(configuration: configuration, logger: logger)
+        blobStorageService = storage as? S3BlobStorage
         guard let records = store as? any BlobRecords else { throw RelayConfigurationError("this store keeps no blobs") }
         blobEraser = BlobEraser(records: records, storage: storage, erasure: erasure, metrics: metrics, clock: configuration.clock,
                                 interval: configuration.sweepInterval)
@@ -58,20 +61,26 @@ public struct Relay: Sendable {
                             logger: logger)
     }
 
-    /// The blob storage the configuration names: files under the data folder, or (once built
-    /// in) an S3-compatible object store.
-    private static func openBlobStorage(configuration: RelayConfiguration) throws -> any BlobStorage {
+    /// The blob storage the configuration names: files under the data folder, or an
+    /// S3-compatible object store, whose credentials come from the process's environment only
+    /// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`; docs/operations.md).
+    private static func openBlobStorage(configuration: RelayConfiguration, logger: Logger) throws -> any BlobStorage {
         switch configuration.blobStore {
         case .files:
             return try FileBlobStorage(directory: (configuration.dataDirectory as NSString).appendingPathComponent("blobs"),
                                        probe: configuration.diskSpaceProbe)
-        case .s3:
-            throw RelayConfigurationError(s3NotBuilt)
+        case .s3(let text):
+            do {
+                try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true,
+                                                        attributes: [.posixPermissions: 0o700])
+                return try S3BlobStorage.make(location: try S3Location(text), environment: configuration.credentialEnvironment(),
+                                              dataDirectory: configuration.dataDirectory, minFreeBytes: configuration.minFreeBytes,
+                                              probe: configuration.diskSpaceProbe, logger: logger)
+            } catch let error as S3LocationError {
+                throw RelayConfigurationError("--blob-store (MAILSLOT_BLOB_STORE): \(error)")
+            }
         }
     }
-
-    /// Why a relay with `--blob-store s3://…` does not start yet.
-    static let s3NotBuilt = "S3 blob store not built into this relay yet; use --blob-store files"
 
     /// The store the configuration names — the one place the relay chooses a backend.
     private static func openStore(configuration: RelayConfiguration, metrics: RelayMetrics, logger: Logger) throws -> any RelayStore {
@@ -111,7 +120,7 @@ public struct Relay: Sendable {
             services: [Sweeper(store: store, erasure: erasure, metrics: metrics, interval: configuration.sweepInterval,
                                batch: configuration.sweepBatch, logger: logger),
                        ErasureService(erasure: erasure, logger: logger), BlobEraserService(eraser: blobEraser, logger: logger),
-                       SubscriberShutdown(tasks: subscriberTasks)],
+                       SubscriberShutdown(tasks: subscriberTasks)] + (blobStorageService.map { [$0] } ?? []),
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? 0) },
             logger: logger)
     }

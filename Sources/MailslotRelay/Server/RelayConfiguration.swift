@@ -1,3 +1,4 @@
+import Foundation
 import MailslotWire
 
 /// Everything an operator can set. `mailslot-relay serve` fills it from flags and `MAILSLOT_*`
@@ -145,6 +146,9 @@ public struct RelayConfiguration: Sendable {
     var rules = AccessRules.standard
     /// How the data folder's free space is read: statvfs outside tests (internal on purpose).
     var diskSpaceProbe: DiskSpace.Probe = DiskSpace.available
+    /// Where the object store's credentials are read: the process's environment, always, outside
+    /// tests (which inject one; internal on purpose: no flag or file ever carries a secret).
+    var credentialEnvironment: @Sendable () -> [String: String] = { ProcessInfo.processInfo.environment }
 
     /// The defaults.
     public init() {}
@@ -211,6 +215,12 @@ public struct RelayConfiguration: Sendable {
             require(maxAuthorBlobBytes >= sealed,
                     "an author's blob bytes (\(maxAuthorBlobBytes)) must be at least the largest blob (\(sealed) bytes sealed).")
         }
+        if case .s3 = blobStore {
+            // AWS (and MinIO, Ceph) refuse a part under 5 MiB but the last, at completion
+            // (EntityTooSmall): every upload of more than one part would fail at its end.
+            require(blobPartBytes >= Self.minS3PartBytes,
+                    "with an S3 blob store the part size (\(blobPartBytes) bytes) must be at least \(Self.minS3PartBytes) (5 MiB): S3 refuses smaller parts.")
+        }
         require(maxUploadsPerAuthor >= 1, "the unfinished uploads per author must be at least 1, not \(maxUploadsPerAuthor).")
         require(blobUploadTTL >= 60, "the unfinished upload lifetime must be at least 60 s, not \(blobUploadTTL).")
         require((1...Self.maxBlobRecipientsLimit).contains(maxBlobRecipients),
@@ -225,6 +235,8 @@ public struct RelayConfiguration: Sendable {
     public static let maxFileBytesLimit: Int64 = 64 << 30
     public static let minPartBytes: Int64 = 1 << 20
     public static let maxPartBytes: Int64 = 64 << 20
+    /// S3's smallest part but the last (docs.aws.amazon.com/AmazonS3/latest/userguide/qfacts.html).
+    public static let minS3PartBytes: Int64 = 5 << 20
     public static let maxBlobRecipientsLimit = 10_000
 
     /// The problem of a configuration that trusts no issuer: `serve` then adds its development key.

@@ -113,7 +113,12 @@ package final class S3Client: Service, Sendable {
         self.signer = SigV4(credentials: credentials, region: location.region, service: "s3")
         self.timeouts = timeouts
         self.now = now
-        self.logger = logger
+        // AsyncHTTPClient logs whole response heads at trace level, and some stores echo the
+        // request's `x-amz-security-token` (rclone does): its loggers stop at debug, whatever the
+        // relay's level, so that a session token never reaches the log (S3BlobStorageTests).
+        var httpLogger = logger
+        if httpLogger.logLevel < .debug { httpLogger.logLevel = .debug }
+        self.logger = httpLogger
         var configuration = HTTPClient.Configuration(
             redirectConfiguration: .disallow,
             timeout: HTTPClient.Configuration.Timeout(connect: timeouts.connect, read: timeouts.read),
@@ -121,7 +126,14 @@ package final class S3Client: Service, Sendable {
         configuration.connectionPool = HTTPClient.Configuration.ConnectionPool(
             idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: connectionsPerHost)
         self.http = HTTPClient(eventLoopGroupProvider: .shared(eventLoopGroup), configuration: configuration,
-                               backgroundActivityLogger: logger)
+                               backgroundActivityLogger: httpLogger)
+    }
+
+    /// A client released without ``shutdown()`` (a relay made but never run, a start that
+    /// failed) closes its connections now rather than leak them (AsyncHTTPClient would stop a
+    /// debug build at its own release). Without waiting: the shutdown finishes in the background.
+    deinit {
+        _ = http.shutdown()
     }
 
     /// As a `Service`: waits for graceful shutdown, then shuts the HTTP client down.
