@@ -67,4 +67,8 @@ public struct FileSend: Sendable {
     /// ``ClientError/keyChanged(_:)`` when the upload is done and the message is held for the
     /// recipient's changed key.
     public func outcome() async throws -> MailslotClient.SendOutcome { try await task.value }
+
+    /// Stops the upload between parts (the part in flight is abandoned): the send stays in the
+    /// outbox, `queued`, and ``MailslotClient/flush(now:)`` finishes it.
+    public func cancel() { task.cancel() }
 }
