@@ -78,6 +78,20 @@ struct ServeCommand: AsyncParsableCommand {
     var maxDocumentBytes: String?
     @Option(help: ArgumentHelp("Seconds between sweeps of expired messages [MAILSLOT_SWEEP_INTERVAL] (default 60).", valueName: "SECONDS"))
     var sweepInterval: String?
+    @Option(help: ArgumentHelp("Largest file in an attachment, in bytes, up to 64 GiB [MAILSLOT_MAX_FILE_BYTES] (default 104857600).", valueName: "BYTES"))
+    var maxFileBytes: String?
+    @Option(help: ArgumentHelp("Attachment bytes, finished and unfinished, one author may hold [MAILSLOT_MAX_AUTHOR_BLOB_BYTES] (default 2147483648).", valueName: "BYTES"))
+    var maxAuthorBlobBytes: String?
+    @Option(help: ArgumentHelp("Unfinished attachment uploads per author [MAILSLOT_MAX_UPLOADS_PER_AUTHOR] (default 8).", valueName: "N"))
+    var maxUploadsPerAuthor: String?
+    @Option(help: ArgumentHelp("Bytes per attachment upload part, 1 MiB to 64 MiB [MAILSLOT_BLOB_PART_BYTES] (default 8388608).", valueName: "BYTES"))
+    var blobPartBytes: String?
+    @Option(help: ArgumentHelp("Seconds an unfinished attachment upload is kept [MAILSLOT_BLOB_UPLOAD_TTL] (default 86400).", valueName: "SECONDS"))
+    var blobUploadTTL: String?
+    @Option(help: ArgumentHelp("Most recipients of one attachment [MAILSLOT_MAX_BLOB_RECIPIENTS] (default 1000).", valueName: "N"))
+    var maxBlobRecipients: String?
+    @Option(help: ArgumentHelp("Where attachments live: files (under the data folder) or s3://BUCKET[/PREFIX]?endpoint=URL; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY [MAILSLOT_BLOB_STORE] (default files).", valueName: "STORE"))
+    var blobStore: String?
     @Option(help: ArgumentHelp("Bearer token for scraping /metrics, 16+ characters [MAILSLOT_METRICS_TOKEN]; prefer the variable. Without one, /metrics answers only on a loopback address.", valueName: "TOKEN"))
     var metricsToken: String?
     @Option(help: ArgumentHelp("trace, debug, info, notice, warning, error or critical [MAILSLOT_LOG_LEVEL] (default info).", valueName: "LEVEL"))
@@ -96,7 +110,10 @@ struct ServeCommand: AsyncParsableCommand {
             ("header-timeout", headerTimeout), ("idle-timeout", idleTimeout), ("max-author-bytes", maxAuthorBytes),
             ("max-sessions-per-user", maxSessionsPerUser), ("min-free-bytes", minFreeBytes), ("disk-reserve-bytes", diskReserveBytes),
             ("session-ttl", sessionTTL), ("refresh-ttl", refreshTTL), ("message-ttl", messageTTL), ("max-message-ttl", maxMessageTTL),
-            ("max-document-bytes", maxDocumentBytes), ("sweep-interval", sweepInterval), ("metrics-token", metricsToken),
+            ("max-document-bytes", maxDocumentBytes), ("sweep-interval", sweepInterval),
+            ("max-file-bytes", maxFileBytes), ("max-author-blob-bytes", maxAuthorBlobBytes), ("max-uploads-per-author", maxUploadsPerAuthor),
+            ("blob-part-bytes", blobPartBytes), ("blob-upload-ttl", blobUploadTTL), ("max-blob-recipients", maxBlobRecipients),
+            ("blob-store", blobStore), ("metrics-token", metricsToken),
         ]
         return Dictionary(uniqueKeysWithValues: given.compactMap { flag, value in value.map { (flag, $0) } })
     }

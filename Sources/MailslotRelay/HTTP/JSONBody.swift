@@ -43,7 +43,7 @@ enum JSONBody {
     /// queue a whole page in memory first, and a client that never reads would hold it there.
     /// Writability is an atomic flag of the channel, so a short poll, only while it is full,
     /// costs nothing in the common case.
-    private static func untilWritable(_ channel: any Channel) async throws {
+    static func untilWritable(_ channel: any Channel) async throws {
         while !channel.isWritable {
             guard channel.isActive else { throw ChannelError.ioOnClosedChannel }
             try await Task.sleep(for: .milliseconds(2))

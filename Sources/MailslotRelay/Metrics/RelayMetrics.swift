@@ -36,6 +36,16 @@ final class RelayMetrics: Sendable {
     let clusterListening: CoreMetrics.Gauge
     /// Times this node re-read every live subscription (after it listened again).
     let clusterRechecks: CoreMetrics.Counter
+    /// Blobs created, acknowledged by one recipient, erased (last ack or author delete) and
+    /// expired; parts stored, parts refused for their digest; blob bytes in and out.
+    let blobsCreated: CoreMetrics.Counter
+    let blobsAcknowledged: CoreMetrics.Counter
+    let blobsErased: CoreMetrics.Counter
+    let blobsExpired: CoreMetrics.Counter
+    let blobPartsReceived: CoreMetrics.Counter
+    let blobPartsRefused: CoreMetrics.Counter
+    let blobBytesReceived: CoreMetrics.Counter
+    let blobBytesSent: CoreMetrics.Counter
     /// The store's hot operations, made once: a lookup by name in the registry costs a lock.
     private let storeTimers: [String: CoreMetrics.Timer]
 
@@ -68,6 +78,14 @@ final class RelayMetrics: Sendable {
         clusterNotificationsReceived = CoreMetrics.Counter(label: "mailslot_cluster_notifications_received_total", factory: factory)
         clusterListening = CoreMetrics.Gauge(label: "mailslot_cluster_listening", factory: factory)
         clusterRechecks = CoreMetrics.Counter(label: "mailslot_cluster_rechecks_total", factory: factory)
+        blobsCreated = CoreMetrics.Counter(label: "mailslot_blobs_created_total", factory: factory)
+        blobsAcknowledged = CoreMetrics.Counter(label: "mailslot_blobs_acknowledged_total", factory: factory)
+        blobsErased = CoreMetrics.Counter(label: "mailslot_blobs_erased_total", factory: factory)
+        blobsExpired = CoreMetrics.Counter(label: "mailslot_blobs_expired_total", factory: factory)
+        blobPartsReceived = CoreMetrics.Counter(label: "mailslot_blob_parts_received_total", factory: factory)
+        blobPartsRefused = CoreMetrics.Counter(label: "mailslot_blob_parts_refused_total", factory: factory)
+        blobBytesReceived = CoreMetrics.Counter(label: "mailslot_blob_bytes_received_total", factory: factory)
+        blobBytesSent = CoreMetrics.Counter(label: "mailslot_blob_bytes_sent_total", factory: factory)
         var timers: [String: CoreMetrics.Timer] = [:]
         for operation in ["create_message", "message", "messages", "delete_message", "session", "pending_count"] {
             timers[operation] = CoreMetrics.Timer(label: "mailslot_store_duration_seconds", dimensions: [("operation", operation)],

@@ -16,6 +16,9 @@ public struct Relay: Sendable {
     let mailboxes: MailboxService
     let erasure: ErasureScheduler
     let metrics: RelayMetrics
+    /// Blobs: the service of their routes, and the eraser of their bytes.
+    let blobs: BlobService
+    let blobEraser: BlobEraser
     let logger: Logger
     /// The subscriptions' tasks: waited for before the final checkpoint.
     let subscriberTasks = SubscriberTasks()
@@ -46,7 +49,29 @@ public struct Relay: Sendable {
                                                                     relays: configuration.relays),
                                    readLimiter: ReadLimiter(limit: configuration.maxConcurrentReads, relayLimit: configuration.maxReads),
                                    erasure: erasure, metrics: metrics)
+        guard let records = store as? any BlobRecords else { throw RelayConfigurationError("this store keeps no blobs") }
+        let storage = try Self.openBlobStorage(configuration: configuration)
+        blobEraser = BlobEraser(records: records, storage: storage, erasure: erasure, metrics: metrics, clock: configuration.clock,
+                                interval: configuration.sweepInterval)
+        blobs = BlobService(records: records, storage: storage, configuration: configuration, rateLimiter: mailboxes.rateLimiter,
+                            transfers: TransferLimiter(limit: configuration.maxTransfersPerUID), eraser: blobEraser, metrics: metrics,
+                            logger: logger)
     }
+
+    /// The blob storage the configuration names: files under the data folder, or (once built
+    /// in) an S3-compatible object store.
+    private static func openBlobStorage(configuration: RelayConfiguration) throws -> any BlobStorage {
+        switch configuration.blobStore {
+        case .files:
+            return try FileBlobStorage(directory: (configuration.dataDirectory as NSString).appendingPathComponent("blobs"),
+                                       probe: configuration.diskSpaceProbe)
+        case .s3:
+            throw RelayConfigurationError(s3NotBuilt)
+        }
+    }
+
+    /// Why a relay with `--blob-store s3://…` does not start yet.
+    static let s3NotBuilt = "S3 blob store not built into this relay yet; use --blob-store files"
 
     /// The store the configuration names — the one place the relay chooses a backend.
     private static func openStore(configuration: RelayConfiguration, metrics: RelayMetrics, logger: Logger) throws -> any RelayStore {
@@ -76,7 +101,7 @@ public struct Relay: Sendable {
                                                                                maxHeaderFieldCount: 100))
         let server = HTTPServerBuilder { responder in
             RelayChildChannel(responder: responder, http1: http1, session: subscription, headerTimeout: configuration.headerTimeout,
-                              idleTimeout: configuration.idleTimeout)
+                              idleTimeout: configuration.idleTimeout, maxRequestBodyBytes: configuration.maxRequestBodyBytes)
         }
         return Application(
             router: router,
@@ -85,7 +110,8 @@ public struct Relay: Sendable {
                                  availableConnectionsDelegate: MaximumAvailableConnections(configuration.maxConnections)),
             services: [Sweeper(store: store, erasure: erasure, metrics: metrics, interval: configuration.sweepInterval,
                                batch: configuration.sweepBatch, logger: logger),
-                       ErasureService(erasure: erasure, logger: logger), SubscriberShutdown(tasks: subscriberTasks)],
+                       ErasureService(erasure: erasure, logger: logger), BlobEraserService(eraser: blobEraser, logger: logger),
+                       SubscriberShutdown(tasks: subscriberTasks)],
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? 0) },
             logger: logger)
     }
@@ -96,6 +122,7 @@ public struct Relay: Sendable {
         router.add(middleware: AccessLogMiddleware(metrics: metrics))
         router.add(middleware: ProblemMiddleware())
         Routes(sessions: sessions, mailboxes: mailboxes, configuration: configuration).add(to: router)
+        BlobRoutes(sessions: sessions, blobs: blobs, configuration: configuration).add(to: router)
         OperationsRoutes(store: store, metrics: metrics, configuration: configuration).add(to: router)
         return router
     }

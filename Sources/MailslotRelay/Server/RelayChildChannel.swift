@@ -9,7 +9,7 @@ import NIOWebSocket
 
 /// The relay's child channel: HTTP/1.1 through Hummingbird, and the subscription WebSocket
 /// (`/v1/users/{uid}/subscribe`) upgraded in place to a ``SubscriptionHandler``, plus
-/// ``FirstRequestDeadline``, ``ParseErrorCloser`` and, next to the socket, ``FlushCoalescer`` and
+/// ``FirstRequestDeadline``, ``ParseErrorCloser``, ``RequestBodyLimit``, ``ContinueHandler`` and, next to the socket, ``FlushCoalescer`` and
 /// ``StalledReaderDeadline``.
 ///
 /// A subscription is a NIO handler, not a task: Hummingbird's WebSocket layer keeps a task (and
@@ -36,9 +36,12 @@ struct RelayChildChannel: ServerChildChannel, HTTPChannelHandler {
     /// does not read what it asked for.
     let headerTimeout: TimeAmount
     let idleTimeout: TimeAmount
+    /// The largest request body any route accepts (``RequestBodyLimit``).
+    let maxRequestBodyBytes: Int
 
     init(responder: @escaping HTTPChannelHandler.Responder, http1: HTTP1Channel.Configuration, session: SubscriptionSession,
-         headerTimeout: Double, idleTimeout: Double) {
+         headerTimeout: Double, idleTimeout: Double, maxRequestBodyBytes: Int) {
+        self.maxRequestBodyBytes = maxRequestBodyBytes
         self.responder = Self.upgradeRedirecting(responder)
         self.http1 = http1
         self.session = session
@@ -88,6 +91,8 @@ struct RelayChildChannel: ServerChildChannel, HTTPChannelHandler {
                 notUpgradingCompletionHandler: { channel in
                     channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHandler(HTTP1ToHTTPServerCodec(secure: false))
+                        try channel.pipeline.syncOperations.addHandler(RequestBodyLimit(limit: self.maxRequestBodyBytes))
+                        try channel.pipeline.syncOperations.addHandler(ContinueHandler())
                         try channel.pipeline.syncOperations.addHandlers(self.http1.additionalChannelHandlers())
                         try channel.pipeline.syncOperations.addHandler(
                             HTTPConnectionStateHandler(idleTimeout: self.http1.idleTimeout.map { .init($0) }, logger: logger))

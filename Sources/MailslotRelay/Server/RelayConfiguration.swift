@@ -100,6 +100,43 @@ public struct RelayConfiguration: Sendable {
     /// ciphertext can linger in the database files.
     public var erasureDelay: Double = 1
 
+    /// The largest file a blob may carry, in plaintext bytes (1 MiB … 64 GiB); the largest blob
+    /// is its sealed size, ``FileCipher/size(plainSize:)``.
+    public var maxFileBytes = Defaults.maxFileBytes
+    /// Bytes of blobs, finished and unfinished (declared sizes), one author may hold.
+    public var maxAuthorBlobBytes = Defaults.maxAuthorBlobBytes
+    /// Unfinished uploads one author may have at once.
+    public var maxUploadsPerAuthor = Defaults.maxUploadsInProgress
+    /// Bytes per part of a blob upload (1 MiB … 64 MiB): what one request carries, and about
+    /// what one upload costs the relay in memory.
+    public var blobPartBytes = Defaults.blobPartSize
+    /// Seconds an unfinished upload is kept before it is erased.
+    public var blobUploadTTL = Defaults.blobUploadTTL
+    /// The most recipients one blob may name.
+    public var maxBlobRecipients = Defaults.maxBlobRecipients
+    /// Where blob bytes live: files under the data folder, or an S3-compatible object store.
+    public var blobStore = BlobStore.files
+    /// The most part uploads and downloads of one uid in progress on this relay (fixed outside tests).
+    var maxTransfersPerUID = Defaults.maxTransfersPerUID
+    /// The relay's time for blobs, in milliseconds since the epoch: the wall clock outside tests,
+    /// which move it to expire blobs without waiting (internal on purpose).
+    var clock: @Sendable () -> Int64 = { Clock.now() }
+
+    /// Where blob bytes live.
+    public enum BlobStore: Sendable, Equatable {
+        /// Files under `<data>/blobs` (the default; one relay).
+        case files
+        /// An S3-compatible object store, as the operator wrote it: `s3://BUCKET[/PREFIX]?endpoint=…`.
+        case s3(String)
+    }
+
+    /// The largest request body any route accepts: a blob part, the largest JSON body (a send
+    /// with the largest envelope, a document, a blob create with the most recipients). A request
+    /// declaring more is refused before its body is read (``RequestBodyLimit``).
+    public var maxRequestBodyBytes: Int {
+        max(Int(blobPartBytes), maxBodyBytes, maxDocumentBytes, 4096 + 132 * maxBlobRecipients, 16 * 1024)
+    }
+
     /// The bearer token Prometheus sends to scrape /metrics. Without one, /metrics answers only
     /// when the relay listens on a loopback address.
     public var metricsToken: String?
@@ -164,9 +201,31 @@ public struct RelayConfiguration: Sendable {
             require(value > 0 && value.isFinite, "the \(name) must be a number of seconds above 0, not \(value).")
         }
         require(erasureDelay >= 0 && erasureDelay.isFinite, "the erasure delay must be a number of seconds, not \(erasureDelay).")
+        require((Self.minFileBytes...Self.maxFileBytesLimit).contains(maxFileBytes),
+                "the largest file (\(maxFileBytes) bytes) must be from \(Self.minFileBytes) (1 MiB) to \(Self.maxFileBytesLimit) (64 GiB).")
+        require((Self.minPartBytes...Self.maxPartBytes).contains(blobPartBytes),
+                "the blob part size (\(blobPartBytes) bytes) must be from \(Self.minPartBytes) (1 MiB) to \(Self.maxPartBytes) (64 MiB).")
+        if let sealed = FileCipher.size(plainSize: maxFileBytes), blobPartBytes > 0 {
+            require(BlobLayout(size: sealed, partSize: blobPartBytes) != nil,
+                    "the largest file (\(maxFileBytes) bytes) needs more than \(BlobLayout.maxParts) parts of \(blobPartBytes) bytes: raise the part size.")
+            require(maxAuthorBlobBytes >= sealed,
+                    "an author's blob bytes (\(maxAuthorBlobBytes)) must be at least the largest blob (\(sealed) bytes sealed).")
+        }
+        require(maxUploadsPerAuthor >= 1, "the unfinished uploads per author must be at least 1, not \(maxUploadsPerAuthor).")
+        require(blobUploadTTL >= 60, "the unfinished upload lifetime must be at least 60 s, not \(blobUploadTTL).")
+        require((1...Self.maxBlobRecipientsLimit).contains(maxBlobRecipients),
+                "the recipients per blob must be from 1 to \(Self.maxBlobRecipientsLimit), not \(maxBlobRecipients).")
+        require(maxTransfersPerUID >= 1, "the transfers per uid must be at least 1.")
         require(minFreeBytes >= 0 && reserveBytes >= 0, "the free-space watermark and the disk reserve must not be negative.")
         return problems
     }
+
+    /// Bounds of the blob settings.
+    public static let minFileBytes: Int64 = 1 << 20
+    public static let maxFileBytesLimit: Int64 = 64 << 30
+    public static let minPartBytes: Int64 = 1 << 20
+    public static let maxPartBytes: Int64 = 64 << 20
+    public static let maxBlobRecipientsLimit = 10_000
 
     /// The problem of a configuration that trusts no issuer: `serve` then adds its development key.
     static let noIssuerKey = "no issuer public key is configured."

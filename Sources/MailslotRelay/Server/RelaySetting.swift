@@ -119,6 +119,32 @@ extension RelayConfiguration {
         .number("max-message-ttl", "MAILSLOT_MAX_MESSAGE_TTL", \.maxMessageTTL, atLeast: 1),
         .number("max-document-bytes", "MAILSLOT_MAX_DOCUMENT_BYTES", \.maxDocumentBytes, atLeast: 2),
         .number("sweep-interval", "MAILSLOT_SWEEP_INTERVAL", \.sweepInterval, atLeast: 1),
+        .number("max-file-bytes", "MAILSLOT_MAX_FILE_BYTES", \.maxFileBytes, atLeast: RelayConfiguration.minFileBytes,
+                atMost: RelayConfiguration.maxFileBytesLimit),
+        .number("max-author-blob-bytes", "MAILSLOT_MAX_AUTHOR_BLOB_BYTES", \.maxAuthorBlobBytes, atLeast: 1),
+        .number("max-uploads-per-author", "MAILSLOT_MAX_UPLOADS_PER_AUTHOR", \.maxUploadsPerAuthor, atLeast: 1),
+        .number("blob-part-bytes", "MAILSLOT_BLOB_PART_BYTES", \.blobPartBytes, atLeast: RelayConfiguration.minPartBytes,
+                atMost: RelayConfiguration.maxPartBytes),
+        .number("blob-upload-ttl", "MAILSLOT_BLOB_UPLOAD_TTL", \.blobUploadTTL, atLeast: 60),
+        .number("max-blob-recipients", "MAILSLOT_MAX_BLOB_RECIPIENTS", \.maxBlobRecipients, atLeast: 1,
+                atMost: RelayConfiguration.maxBlobRecipientsLimit),
+        RelaySetting("blob-store", "MAILSLOT_BLOB_STORE", value: {
+            switch $0.blobStore {
+            case .files: "files"
+            case .s3(let text): text
+            }
+        }) { configuration, text in
+            if text == "files" {
+                configuration.blobStore = .files
+                return
+            }
+            // Read now, so that a setting the store could not use stops `serve` before anything
+            // starts; the error never echoes the text (it may hold credentials by mistake).
+            do { _ = try S3Location(text) } catch {
+                throw RelayConfigurationError("--blob-store (MAILSLOT_BLOB_STORE) is files or s3://BUCKET?endpoint=URL: \(error)")
+            }
+            configuration.blobStore = .s3(text)
+        },
         RelaySetting("metrics-token", "MAILSLOT_METRICS_TOKEN", value: { $0.metricsToken }) { $0.metricsToken = $1 },
     ]
 
