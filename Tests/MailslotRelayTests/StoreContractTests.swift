@@ -932,3 +932,399 @@ final class Shared<T: Sendable>: Sendable {
     var value: T { state.withLock { $0 } }
     func update(_ change: (inout T) -> Void) { state.withLock { change(&$0) } }
 }
+
+// MARK: Blobs (BlobRecords; docs/design/attachments.md §3.2, §3.5)
+
+extension StoreContractTests {
+    static let blobLimits = BlobLimits(maxAuthorBytes: 1 << 40, maxUploading: 8)
+
+    /// A blob to create: `size` bytes in parts of 1 024, a fresh random storage key.
+    static func newBlob(_ id: String, author: String = "alice", size: Int64 = 3000, recipients: [String] = ["bob", "carol"],
+                        ttl: Int64 = 60, uploadExpiresAt: Int64 = now + 86_400_000) -> NewBlob {
+        NewBlob(id: id, author: author, size: size, partSize: 1024, parts: Int((size + 1023) / 1024),
+                storageKey: (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined(),
+                ttlSeconds: ttl, uploadExpiresAt: uploadExpiresAt, recipients: recipients)
+    }
+
+    static func part(_ number: Int, _ byte: UInt8 = 1, etag: String? = nil) -> StoredPart {
+        StoredPart(number: number, digest: [UInt8](repeating: byte, count: 32), etag: etag)
+    }
+
+    /// Creates `blob`, which must be new.
+    @discardableResult
+    static func created(_ store: any BlobRecords, _ blob: NewBlob, limits: BlobLimits = blobLimits, now: Int64 = now) async throws -> StoredBlob {
+        guard case .created(let stored) = try await store.createBlob(blob, limits: limits, now: now) else {
+            throw Failure("\(blob.id) was not created")
+        }
+        return stored
+    }
+
+    /// Creates `blob`, records all its parts and completes it.
+    @discardableResult
+    static func completed(_ store: any BlobRecords, _ blob: NewBlob, now: Int64 = now) async throws -> StoredBlob {
+        try await created(store, blob, now: now)
+        for number in 1...blob.parts { _ = try await store.recordPart(blob: blob.id, part: part(number), now: now) }
+        guard let complete = try await store.completeBlob(id: blob.id, now: now, finish: { _ in }) else {
+            throw Failure("\(blob.id) was not completed")
+        }
+        return complete
+    }
+
+    struct Failure: Error, CustomStringConvertible {
+        let description: String
+        init(_ description: String) { self.description = description }
+    }
+
+    @Test(arguments: Backend.available)
+    func blobsAreCreatedOnceAndATakenIdIsRefused(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            let store = store as! any RelayStore & BlobRecords  // BLOBCAST
+            let blob = Self.newBlob("blob-0000000000001", recipients: ["carol", "bob"])
+            let stored = try await Self.created(store, blob)
+            #expect(stored.id == blob.id && stored.author == "alice" && stored.size == 3000 && stored.partSize == 1024 && stored.parts == 3)
+            #expect(stored.state == .uploading && stored.storageKey == blob.storageKey && stored.uploadHandle == nil)
+            #expect(stored.createdAt == Self.now && stored.uploadExpiresAt == blob.uploadExpiresAt && stored.ttlSeconds == 60)
+            #expect(stored.completedAt == nil && stored.expiresAt == nil && stored.received.isEmpty)
+            #expect(stored.recipients == ["bob", "carol"], "sorted")
+            // A retry after a lost answer: another storage key and upload expiry, the same blob.
+            #expect(try await store.createBlob(Self.newBlob(blob.id, recipients: ["bob", "carol"]), limits: Self.blobLimits, now: Self.now + 5)
+                    == .existing(stored))
+            for other in [Self.newBlob(blob.id, author: "mallory"), Self.newBlob(blob.id, size: 3001),
+                          Self.newBlob(blob.id, recipients: ["bob"]), Self.newBlob(blob.id, recipients: ["bob", "carol", "dave"]),
+                          Self.newBlob(blob.id, ttl: 61)] {
+                await #expect(throws: BlobRefusal.conflict) { try await store.createBlob(other, limits: Self.blobLimits, now: Self.now) }
+            }
+            #expect(try await store.blob(id: blob.id, now: Self.now) == .live(stored), "nothing refused changed it")
+            #expect(try await store.blob(id: "blob-0000000000002", now: Self.now) == .none)
+            #expect(try await store.blobUsage(author: "alice") == (3000, 1))
+            #expect(try await store.blobUsage(author: "mallory") == (0, 0))
+            try await store.setBlobUploadHandle(id: blob.id, handle: "upload-1")
+            guard case .live(let handled) = try await store.blob(id: blob.id, now: Self.now) else { Issue.record("gone"); return }
+            #expect(handled.uploadHandle == "upload-1")
+        }
+    }
+
+    /// Uploads in progress and bytes are counted per author, finished and unfinished, in the
+    /// create's transaction; a refusal stores nothing, and expired blobs count for nothing.
+    @Test(arguments: Backend.available)
+    func blobCreatesAreBoundedPerAuthor(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            let store = store as! any RelayStore & BlobRecords  // BLOBCAST
+            let limits = BlobLimits(maxAuthorBytes: 10_000, maxUploading: 2)
+            try await Self.completed(store, Self.newBlob("done-0000000000001", size: 4000))
+            try await Self.created(store, Self.newBlob("up-00000000000001", size: 2000), limits: limits)
+            try await Self.created(store, Self.newBlob("up-00000000000002", size: 2000, uploadExpiresAt: Self.now + 100), limits: limits)
+            #expect(try await store.blobUsage(author: "alice") == (8000, 2))
+            await #expect(throws: BlobRefusal.tooManyUploads) {
+                try await store.createBlob(Self.newBlob("up-00000000000003", size: 100), limits: limits, now: Self.now)
+            }
+            let roomy = BlobLimits(maxAuthorBytes: 10_000, maxUploading: 8)
+            await #expect(throws: BlobRefusal.quota) {
+                try await store.createBlob(Self.newBlob("up-00000000000003", size: 2001), limits: roomy, now: Self.now)
+            }
+            #expect(try await store.blob(id: "up-00000000000003", now: Self.now) == .none, "nothing refused is stored")
+            #expect(try await store.blobUsage(author: "alice") == (8000, 2))
+            #expect(try await store.blobErasures(limit: 10).isEmpty)
+            // Another author has bounds of its own; exactly at the quota is allowed.
+            try await Self.created(store, Self.newBlob("bob-0000000000001", author: "bob", size: 10_000), limits: limits)
+            // An expired upload, not yet swept, counts for nothing: erased to make room, its erasure queued.
+            let later = Self.now + 100
+            let third = try await Self.created(store, Self.newBlob("up-00000000000003", size: 4000), limits: limits, now: later)
+            #expect(third.createdAt == later)
+            #expect(try await store.blob(id: "up-00000000000002", now: later) == .none)
+            #expect(try await store.blobErasures(limit: 10).count == 1)
+            #expect(try await store.blobUsage(author: "alice") == (10_000, 2))
+        }
+    }
+
+    @Test(arguments: Backend.available)
+    func partsAreRecordedOnceWhileUploading(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            let store = store as! any RelayStore & BlobRecords  // BLOBCAST
+            let blob = Self.newBlob("blob-0000000000001", uploadExpiresAt: Self.now + 1000)
+            try await Self.created(store, blob)
+            guard case .recorded(let first) = try await store.recordPart(blob: blob.id, part: Self.part(2, etag: "\"e2\""), now: Self.now) else {
+                Issue.record("not recorded"); return
+            }
+            #expect(first.received == [Self.part(2, etag: "\"e2\"")] && first.state == .uploading)
+            #expect(try await store.recordPart(blob: blob.id, part: Self.part(2, etag: "\"e2\""), now: Self.now) == .same(first))
+            #expect(try await store.recordPart(blob: blob.id, part: Self.part(2, 9), now: Self.now) == .conflict)
+            #expect(try await store.recordPart(blob: blob.id, part: Self.part(4), now: Self.now) == .conflict, "outside the blob")
+            #expect(try await store.recordPart(blob: blob.id, part: Self.part(0), now: Self.now) == .conflict, "outside the blob")
+            guard case .recorded(let second) = try await store.recordPart(blob: blob.id, part: Self.part(1), now: Self.now) else {
+                Issue.record("not recorded"); return
+            }
+            #expect(second.received.map(\.number) == [1, 2])
+            #expect(try await store.blob(id: blob.id, now: Self.now) == .live(second))
+            // Expired upload, erased blob, unknown blob.
+            #expect(try await store.recordPart(blob: blob.id, part: Self.part(3), now: Self.now + 1000) == .gone)
+            #expect(try await store.deleteBlob(id: blob.id, author: "alice", now: Self.now))
+            #expect(try await store.recordPart(blob: blob.id, part: Self.part(3), now: Self.now) == .gone)
+            #expect(try await store.recordPart(blob: "blob-0000000000002", part: Self.part(1), now: Self.now) == .gone)
+            // A complete blob takes no more parts.
+            let complete = Self.newBlob("blob-0000000000003")
+            try await Self.completed(store, complete)
+            #expect(try await store.recordPart(blob: complete.id, part: Self.part(1), now: Self.now) == .gone)
+        }
+    }
+
+    @Test(arguments: Backend.available)
+    func completionNeedsEveryPartAndRunsFinishOnce(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            let store = store as! any RelayStore & BlobRecords  // BLOBCAST
+            let blob = Self.newBlob("blob-0000000000001", size: 2048)
+            try await Self.created(store, blob)
+            try await store.setBlobUploadHandle(id: blob.id, handle: "upload-1")
+            _ = try await store.recordPart(blob: blob.id, part: Self.part(1), now: Self.now)
+            let finished = Shared<[StoredBlob]>([])
+            let finish: @Sendable (StoredBlob) async throws -> Void = { blob in finished.update { $0.append(blob) } }
+            #expect(try await store.completeBlob(id: blob.id, now: Self.now, finish: finish) == nil, "a part is missing")
+            #expect(finished.value.isEmpty)
+            _ = try await store.recordPart(blob: blob.id, part: Self.part(2), now: Self.now)
+            // A failing finish leaves it uploading, parts and handle kept.
+            struct StorageDown: Error {}
+            await #expect(throws: StorageDown.self) {
+                try await store.completeBlob(id: blob.id, now: Self.now, finish: { _ in throw StorageDown() })
+            }
+            guard case .live(let uploading) = try await store.blob(id: blob.id, now: Self.now) else { Issue.record("gone"); return }
+            #expect(uploading.state == .uploading && uploading.received.count == 2 && uploading.uploadHandle == "upload-1")
+            let at = Self.now + 7
+            let complete = try #require(try await store.completeBlob(id: blob.id, now: at, finish: finish))
+            #expect(finished.value == [uploading], "finish saw the blob with its parts and upload handle")
+            #expect(complete.state == .complete && complete.completedAt == at && complete.expiresAt == at + 60_000)
+            #expect(complete.uploadHandle == nil && complete.received == uploading.received && complete.recipients == ["bob", "carol"])
+            #expect(try await store.completeBlob(id: blob.id, now: at + 1, finish: finish) == complete, "found complete")
+            #expect(finished.value.count == 1, "finish ran once")
+            #expect(try await store.blobUsage(author: "alice") == (2048, 0), "no longer uploading, its bytes still counted")
+            #expect(try await store.completeBlob(id: "blob-0000000000002", now: at, finish: finish) == nil)
+            // An expired upload is not completed.
+            let late = Self.newBlob("blob-0000000000003", size: 100, uploadExpiresAt: Self.now + 10)
+            try await Self.created(store, late)
+            _ = try await store.recordPart(blob: late.id, part: Self.part(1), now: Self.now)
+            #expect(try await store.completeBlob(id: late.id, now: Self.now + 10, finish: finish) == nil)
+            #expect(finished.value.count == 1)
+        }
+    }
+
+    /// Two completers at once, on two stores (two relays on PostgreSQL): finish runs once, and
+    /// both are answered with the complete blob.
+    @Test(arguments: Backend.available)
+    func concurrentCompletersRunFinishOnce(_ backend: Backend) async throws {
+        try await backend.withStores(2) { stores in
+            let stores = stores.map { $0 as! any RelayStore & BlobRecords }  // BLOBCAST
+            let blob = Self.newBlob("blob-0000000000001", size: 2048)
+            try await Self.created(stores[0], blob)
+            for number in 1...2 { _ = try await stores[0].recordPart(blob: blob.id, part: Self.part(number), now: Self.now) }
+            let finishes = Shared(0)
+            let results = try await withThrowingTaskGroup(of: StoredBlob?.self) { group in
+                for store in stores {
+                    group.addTask {
+                        try await store.completeBlob(id: blob.id, now: Self.now, finish: { _ in
+                            finishes.update { $0 += 1 }
+                            // Long enough for the other completer to arrive meanwhile.
+                            try await Task.sleep(for: .milliseconds(300))
+                        })
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(finishes.value == 1)
+            #expect(results.count == 2 && results.allSatisfy { $0?.state == .complete } && results[0] == results[1])
+        }
+    }
+
+    @Test(arguments: Backend.available)
+    func theLastAcknowledgementErasesTheBlob(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            let store = store as! any RelayStore & BlobRecords  // BLOBCAST
+            let blob = Self.newBlob("blob-0000000000001")
+            try await Self.created(store, blob)
+            try await store.setBlobUploadHandle(id: blob.id, handle: "upload-1")
+            try await Self.completed(store, Self.newBlob("blob-0000000000002"))
+            #expect(try await store.acknowledgeBlob(id: blob.id, recipient: "mallory", now: Self.now) == .notRecipient)
+            #expect(try await store.acknowledgeBlob(id: blob.id, recipient: "alice", now: Self.now) == .notRecipient, "the author is none")
+            #expect(try await store.acknowledgeBlob(id: blob.id, recipient: "bob", now: Self.now) == .acknowledged(erased: false))
+            #expect(try await store.acknowledgeBlob(id: blob.id, recipient: "bob", now: Self.now) == .notRecipient, "once")
+            guard case .live(let left) = try await store.blob(id: blob.id, now: Self.now) else { Issue.record("gone"); return }
+            #expect(left.recipients == ["carol"])
+            #expect(try await store.blobErasures(limit: 10).isEmpty)
+            #expect(try await store.acknowledgeBlob(id: blob.id, recipient: "carol", now: Self.now) == .acknowledged(erased: true))
+            #expect(try await store.blob(id: blob.id, now: Self.now) == .none)
+            #expect(try await store.blobErasures(limit: 10) == [BlobErasure(storageKey: blob.storageKey, uploadHandle: "upload-1")])
+            #expect(try await store.acknowledgeBlob(id: blob.id, recipient: "carol", now: Self.now) == .notRecipient)
+            #expect(try await store.blobUsage(author: "alice") == (3000, 0), "only the other blob is left")
+            #expect(try await store.blobs(uid: "carol", role: .recipient, after: "", limit: 10, now: Self.now).map(\.id) == ["blob-0000000000002"])
+        }
+    }
+
+    /// Acknowledgements racing for the last recipients, from two stores: exactly one erases.
+    @Test(arguments: Backend.available)
+    func racingAcknowledgementsEraseOnce(_ backend: Backend) async throws {
+        try await backend.withStores(2) { stores in
+            let stores = stores.map { $0 as! any RelayStore & BlobRecords }  // BLOBCAST
+            let recipients = (0..<8).map { "r\($0)" }
+            let blob = try await Self.completed(stores[0], Self.newBlob("blob-0000000000001", recipients: recipients))
+            let outcomes = try await withThrowingTaskGroup(of: BlobAckOutcome.self) { group in
+                for (index, recipient) in recipients.enumerated() {
+                    group.addTask { try await stores[index % 2].acknowledgeBlob(id: blob.id, recipient: recipient, now: Self.now) }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(outcomes.filter { $0 == .acknowledged(erased: true) }.count == 1)
+            #expect(outcomes.filter { $0 == .acknowledged(erased: false) }.count == 7)
+            #expect(try await stores[1].blobErasures(limit: 10).map(\.storageKey) == [blob.storageKey])
+        }
+    }
+
+    @Test(arguments: Backend.available)
+    func onlyTheAuthorDeletesABlob(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            let store = store as! any RelayStore & BlobRecords  // BLOBCAST
+            let uploading = Self.newBlob("blob-0000000000001")
+            try await Self.created(store, uploading)
+            let complete = try await Self.completed(store, Self.newBlob("blob-0000000000002"))
+            #expect(try await store.deleteBlob(id: uploading.id, author: "bob", now: Self.now) == false, "a recipient")
+            #expect(try await store.deleteBlob(id: uploading.id, author: "mallory", now: Self.now) == false)
+            #expect(try await store.deleteBlob(id: uploading.id, author: "alice", now: Self.now))
+            #expect(try await store.deleteBlob(id: complete.id, author: "alice", now: Self.now))
+            #expect(try await store.deleteBlob(id: complete.id, author: "alice", now: Self.now) == false, "once")
+            #expect(try await store.blob(id: uploading.id, now: Self.now) == .none)
+            #expect(Set(try await store.blobErasures(limit: 10).map(\.storageKey)) == [uploading.storageKey, complete.storageKey])
+            #expect(try await store.blobUsage(author: "alice") == (0, 0))
+            #expect(try await store.blobs(uid: "bob", role: .recipient, after: "", limit: 10, now: Self.now).isEmpty)
+        }
+    }
+
+    @Test(arguments: Backend.available)
+    func blobsAreListedByRoleInPages(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            let store = store as! any RelayStore & BlobRecords  // BLOBCAST
+            for n in 1...5 { try await Self.created(store, Self.newBlob("a-blob-00000000000\(n)", recipients: n == 3 ? ["carol"] : ["bob", "carol"])) }
+            try await Self.created(store, Self.newBlob("b-blob-000000000001", author: "bob", recipients: ["alice"]))
+            try await Self.created(store, Self.newBlob("a-blob-000000000006", uploadExpiresAt: Self.now + 10))
+            let later = Self.now + 10
+            func ids(_ uid: String, _ role: BlobRole, after cursor: String = "", limit: Int = 100) async throws -> [String] {
+                try await store.blobs(uid: uid, role: role, after: cursor, limit: limit, now: later).map(\.id)
+            }
+            #expect(try await ids("alice", .author) == (1...5).map { "a-blob-00000000000\($0)" }, "expired ones are not listed")
+            #expect(try await ids("alice", .author, limit: 2) == ["a-blob-000000000001", "a-blob-000000000002"])
+            #expect(try await ids("alice", .author, after: "a-blob-000000000002", limit: 2) == ["a-blob-000000000003", "a-blob-000000000004"])
+            #expect(try await ids("alice", .recipient) == ["b-blob-000000000001"])
+            #expect(try await ids("bob", .recipient) == ["a-blob-000000000001", "a-blob-000000000002", "a-blob-000000000004", "a-blob-000000000005"])
+            #expect(try await ids("bob", .recipient, after: "a-blob-000000000001", limit: 2) == ["a-blob-000000000002", "a-blob-000000000004"])
+            _ = try await store.acknowledgeBlob(id: "a-blob-000000000002", recipient: "bob", now: later)
+            #expect(try await ids("bob", .recipient, limit: 2) == ["a-blob-000000000001", "a-blob-000000000004"], "acknowledged ones are not")
+            #expect(try await ids("bob", .author) == ["b-blob-000000000001"])
+            #expect(try await ids("mallory", .recipient).isEmpty)
+            let listed = try await store.blobs(uid: "bob", role: .recipient, after: "", limit: 1, now: later)
+            #expect(listed == [try #require(try await store.blob(id: "a-blob-000000000001", now: later).live)], "whole rows")
+        }
+    }
+
+    @Test(arguments: Backend.available)
+    func expiredBlobsAreGoneAndSweptWithTheirErasuresQueued(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            let store = store as! any RelayStore & BlobRecords  // BLOBCAST
+            let upload = Self.newBlob("blob-0000000000001", size: 1000, uploadExpiresAt: Self.now + 100)
+            try await Self.created(store, upload)
+            let complete = try await Self.completed(store, Self.newBlob("blob-0000000000002", size: 2000, ttl: 1))
+            let kept = try await Self.completed(store, Self.newBlob("blob-0000000000003", size: 4000, ttl: 2))
+            #expect(try await store.sweepExpiredBlobs(now: Self.now + 99, batch: 1) == 0)
+            let later = Self.now + 1000
+            guard case .expired(let expired) = try await store.blob(id: upload.id, now: later) else { Issue.record("not expired"); return }
+            #expect(expired.author == "alice")
+            #expect(try await store.blob(id: complete.id, now: later) == .expired(complete))
+            #expect(try await store.blob(id: kept.id, now: later) == .live(kept))
+            #expect(try await store.acknowledgeBlob(id: complete.id, recipient: "bob", now: later) == .notRecipient, "gone for acknowledgements")
+            #expect(try await store.sweepExpiredBlobs(now: later, batch: 1) == 2, "in batches of one")
+            #expect(try await store.blob(id: upload.id, now: later) == .none)
+            #expect(try await store.blob(id: complete.id, now: later) == .none)
+            #expect(Set(try await store.blobErasures(limit: 10).map(\.storageKey)) == [upload.storageKey, complete.storageKey])
+            #expect(try await store.blobUsage(author: "alice") == (4000, 0))
+            #expect(try await store.sweepExpiredBlobs(now: later, batch: 64) == 0)
+            // A new blob under an expired id, not yet swept, replaces it.
+            try await Self.created(store, Self.newBlob("blob-0000000000004", ttl: 1, uploadExpiresAt: later))
+            let again = Self.newBlob("blob-0000000000004", author: "bob")
+            #expect(try await Self.created(store, again, now: later).author == "bob")
+            #expect(try await store.blobErasures(limit: 10).count == 3)
+        }
+    }
+
+    @Test(arguments: Backend.available)
+    func blobErasuresAreQueuedOldestFirstUntilFinished(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            let store = store as! any RelayStore & BlobRecords  // BLOBCAST
+            var keys: [String] = []
+            for n in 1...3 {
+                let blob = Self.newBlob("blob-000000000000\(n)")
+                try await Self.created(store, blob)
+                #expect(try await store.deleteBlob(id: blob.id, author: "alice", now: Self.now + Int64(4 - n)))
+                keys.append(blob.storageKey)
+            }
+            #expect(try await store.blobErasures(limit: 10).map(\.storageKey) == keys.reversed())
+            #expect(try await store.blobErasures(limit: 2).map(\.storageKey) == [keys[2], keys[1]])
+            try await store.finishBlobErasure(storageKey: keys[1])
+            try await store.finishBlobErasure(storageKey: keys[1])
+            try await store.finishBlobErasure(storageKey: "unknown")
+            #expect(try await store.blobErasures(limit: 10).map(\.storageKey) == [keys[2], keys[0]])
+        }
+    }
+
+    /// An erasure whose queue row cannot be written erases nothing: rows and queue go together.
+    @Test(arguments: Backend.available)
+    func anErasureThatCannotBeQueuedErasesNothing(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            let store = store as! any RelayStore & BlobRecords  // BLOBCAST
+            let acked = try await Self.completed(store, Self.newBlob("blob-0000000000001", recipients: ["bob"]))
+            let deleted = try await Self.completed(store, Self.newBlob("blob-0000000000002"))
+            let expiring = try await Self.completed(store, Self.newBlob("blob-0000000000003", ttl: 1))
+            try await Self.refuseErasures(store, true)
+            await #expect(throws: (any Error).self) { try await store.acknowledgeBlob(id: acked.id, recipient: "bob", now: Self.now) }
+            await #expect(throws: (any Error).self) { try await store.deleteBlob(id: deleted.id, author: "alice", now: Self.now) }
+            await #expect(throws: (any Error).self) { try await store.sweepExpiredBlobs(now: Self.now + 1000, batch: 8) }
+            for blob in [acked, deleted] { #expect(try await store.blob(id: blob.id, now: Self.now) == .live(blob)) }
+            #expect(try await store.blob(id: expiring.id, now: Self.now) == .live(expiring))
+            #expect(try await store.blobUsage(author: "alice") == (9000, 0))
+            try await Self.refuseErasures(store, false)
+            #expect(try await store.acknowledgeBlob(id: acked.id, recipient: "bob", now: Self.now) == .acknowledged(erased: true))
+            #expect(try await store.deleteBlob(id: deleted.id, author: "alice", now: Self.now))
+            #expect(try await store.sweepExpiredBlobs(now: Self.now + 1000, batch: 8) == 1)
+            #expect(try await store.blobErasures(limit: 10).count == 3)
+            #expect(try await store.blobUsage(author: "alice") == (0, 0))
+        }
+    }
+
+    /// Makes every insert into the erasure queue fail (`refuse`), or lets them through again.
+    static func refuseErasures(_ store: any RelayStore, _ refuse: Bool) async throws {
+        switch store {
+        case let store as SQLiteStore:
+            try await store.pool.write { db in
+                try db.execute(sql: refuse ? """
+                    CREATE TRIGGER refuse_erasures BEFORE INSERT ON blob_erasures BEGIN SELECT RAISE(ABORT, 'refused'); END
+                    """ : "DROP TRIGGER refuse_erasures")
+            }
+        case let store as PostgresStore:
+            if refuse {
+                try await store.pool.client.query("""
+                    CREATE FUNCTION refuse_erasures() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$
+                    """)
+                try await store.pool.client.query("""
+                    CREATE TRIGGER refuse_erasures BEFORE INSERT ON blob_erasures FOR EACH ROW EXECUTE FUNCTION refuse_erasures()
+                    """)
+            } else {
+                try await store.pool.client.query("DROP TRIGGER refuse_erasures ON blob_erasures")
+                try await store.pool.client.query("DROP FUNCTION refuse_erasures()")
+            }
+        default:
+            throw Failure("unknown store")
+        }
+    }
+}
+
+extension BlobLookup {
+    /// The blob, when live.
+    var live: StoredBlob? {
+        guard case .live(let blob) = self else { return nil }
+        return blob
+    }
+}

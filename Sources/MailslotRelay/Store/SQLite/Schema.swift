@@ -196,6 +196,77 @@ enum Schema {
                 try db.execute(sql: "UPDATE key_bundles SET identity_key = ? WHERE uid = ?", arguments: [identityKey, uid])
             }
         }
+        // Blobs (issue 27, spec/protocol.md §4.15–§4.21): what the relay keeps about the files
+        // its blob storage holds. The bytes live in the storage under a random `storage_key`, so
+        // an id re-created after an erasure never meets the old bytes; `blob_recipients` holds
+        // those yet to acknowledge; `blob_erasures` the storage keys whose bytes are still to be
+        // removed, queued in the transaction that deletes their blob's rows. The per-author bytes
+        // and unfinished uploads are kept by triggers, as author_sizes is (v5): every way a blob
+        // is created, completed or erased keeps them right without repeating the bookkeeping, and
+        // the quota check of a create is one lookup. Deletes are explicit (no foreign keys).
+        migrator.registerMigration("v8: blobs") { db in
+            try db.execute(sql: """
+                CREATE TABLE blobs (
+                    id TEXT PRIMARY KEY,
+                    author TEXT NOT NULL,
+                    size INTEGER NOT NULL CHECK (size > 0),
+                    part_size INTEGER NOT NULL CHECK (part_size > 0),
+                    parts INTEGER NOT NULL CHECK (parts > 0),
+                    state INTEGER NOT NULL CHECK (state IN (0, 1)),
+                    storage_key TEXT NOT NULL UNIQUE,
+                    upload_handle TEXT,
+                    ttl_seconds INTEGER NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    upload_expires_at INTEGER NOT NULL,
+                    completed_at INTEGER,
+                    expires_at INTEGER
+                ) WITHOUT ROWID;
+                CREATE INDEX blobs_by_author ON blobs (author, id);
+                CREATE INDEX blobs_uploading_by_expiry ON blobs (upload_expires_at) WHERE state = 0;
+                CREATE INDEX blobs_complete_by_expiry ON blobs (expires_at) WHERE state = 1;
+
+                CREATE TABLE blob_recipients (
+                    blob_id TEXT NOT NULL,
+                    uid TEXT NOT NULL,
+                    PRIMARY KEY (blob_id, uid)
+                ) WITHOUT ROWID;
+                CREATE INDEX blob_recipients_by_uid ON blob_recipients (uid, blob_id);
+
+                CREATE TABLE blob_parts (
+                    blob_id TEXT NOT NULL,
+                    number INTEGER NOT NULL CHECK (number > 0),
+                    digest BLOB NOT NULL CHECK (length(digest) = 32),
+                    etag TEXT,
+                    PRIMARY KEY (blob_id, number)
+                ) WITHOUT ROWID;
+
+                CREATE TABLE blob_author_sizes (
+                    author TEXT PRIMARY KEY,
+                    bytes INTEGER NOT NULL,
+                    uploading INTEGER NOT NULL
+                ) WITHOUT ROWID;
+                CREATE TRIGGER blobs_stored AFTER INSERT ON blobs BEGIN
+                    INSERT INTO blob_author_sizes (author, bytes, uploading) VALUES (NEW.author, NEW.size, NEW.state = 0)
+                        ON CONFLICT (author) DO UPDATE SET bytes = bytes + NEW.size, uploading = uploading + (NEW.state = 0);
+                END;
+                CREATE TRIGGER blobs_completed AFTER UPDATE OF state ON blobs WHEN OLD.state = 0 AND NEW.state = 1 BEGIN
+                    UPDATE blob_author_sizes SET uploading = uploading - 1 WHERE author = NEW.author;
+                END;
+                CREATE TRIGGER blobs_erased AFTER DELETE ON blobs BEGIN
+                    UPDATE blob_author_sizes SET bytes = bytes - OLD.size, uploading = uploading - (OLD.state = 0)
+                        WHERE author = OLD.author;
+                    DELETE FROM blob_author_sizes WHERE author = OLD.author AND bytes <= 0 AND uploading <= 0;
+                END;
+
+                CREATE TABLE blob_erasures (
+                    storage_key TEXT PRIMARY KEY,
+                    upload_handle TEXT,
+                    queued_at INTEGER NOT NULL,
+                    attempts INTEGER NOT NULL DEFAULT 0
+                ) WITHOUT ROWID;
+                CREATE INDEX blob_erasures_by_age ON blob_erasures (queued_at, storage_key);
+                """)
+        }
         return migrator
     }
 }
