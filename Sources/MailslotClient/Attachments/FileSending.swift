@@ -151,8 +151,11 @@ extension MailslotClient {
         } catch ClientError.keyChanged(let uid) {
             throw ClientError.keyChanged(uid)
         } catch {
-            let reason = error is CancellationError ? "interrupted" : Self.describe(error)
-            try? await store.noteUploadProblem(id, reason)
+            let reason = Task.isCancelled || error is CancellationError ? "interrupted" : Self.describe(error)
+            // In a task of its own: the store refuses work for a cancelled task, and why the
+            // send stopped must be kept all the same.
+            let store = store
+            await Task { try? await store.noteUploadProblem(id, reason) }.value
             return .queued(id: id, reason: reason)
         }
     }
