@@ -44,6 +44,8 @@ temporary data folder, and then, as clients:
     rules black-box (a non-party's every answer byte for byte a random id's), the reference in a
     sealed `file` message, a download by Range across a part boundary and resumed, opened and
     verified, acknowledged, and then nothing left: no record, no file under the relay's blobs/;
+    and files both ways with the Swift CLI: a Python-sealed file saved byte for byte by
+    `receive --save-to`, and a `send --file` downloaded here by ranges, opened and acknowledged;
   * erasure (§6): erased ciphertext is in neither database file shortly after;
   * `serve` refusing unusable settings (§11).
 
@@ -2187,6 +2189,103 @@ def scenario_blobs(c):
     expect("… then the recipient's GET → 404", request(rel, "GET", f"/v1/blobs/{bid2}", session=b.session), 404, "not_found")
 
 
+def scenario_files_with_swift(c):
+    """Files between this implementation and the Swift CLI (attachments.md §6): a file sealed here,
+    uploaded in parts and referenced in a `file` message, saved byte for byte by the CLI's
+    `receive --save-to`; the CLI's `send --file` downloaded here with a Range across a part
+    boundary, verified, opened and acknowledged; both blobs gone from the relay afterwards. The
+    Python side publishes a version 1 bundle, so the CLI seals version 1 envelopes to it."""
+    rel = c.relay
+    if not os.access(c.cli_binary, os.X_OK):
+        return ok("the mailslot CLI binary is present", False, c.cli_binary)
+    cli = Cli(c.cli_binary, os.path.join(c.tmp, "mailslot-files-home"))
+    py = User("pyfiler")
+    py.grant = sign_in(rel, c.issuer, py)
+    expect("pyfiler publishes a version 1 bundle → 204", request(rel, "PUT", f"/v1/users/{py.uid}/keys", py.bundle(), py.session,
+                                                                 ctype="application/json"), 204)
+    rc, lines, err = cli.run("login", "--profile", "swfiler", "--relay", f"http://127.0.0.1:{rel.port}", "--token", "-", "--json",
+                             stdin=c.issuer.token("swfiler") + "\n")
+    if not ok("CLI `login` as swfiler → exit 0", rc == 0, f"exit {rc}, {lines}, stderr {err!r}"):
+        return
+    fetch_bundle(rel, py, "swfiler")
+
+    # Python → CLI
+    plain = os.urandom(2_300_000)
+    key, ct, digest = seal_file_push(plain)
+    bid = blob_id()
+    r = request(rel, "POST", "/v1/blobs", {"id": bid, "size": len(ct), "recipients": ["swfiler"]}, py.session)
+    ok("pyfiler creates a blob for swfiler → 201", r.status == 201, repr(r))
+    parts = -(-len(ct) // BLOB_PART)
+    first = ct[:BLOB_PART]
+    expect("a part with another part's digest → 400 part_digest_mismatch",
+           put_part(rel, py.session, bid, 1, first, digest=part_digest(ct[BLOB_PART:2 * BLOB_PART])), 400, "part_digest_mismatch")
+    answers = [put_part(rel, py.session, bid, n, ct[(n - 1) * BLOB_PART:n * BLOB_PART]) for n in range(1, parts + 1)]
+    ok(f"then its {parts} parts → 200, complete", all(a.status == 200 for a in answers) and answers[-1].json.get("state") == "complete",
+       f"{answers}")
+    mid = new_id()
+    ref = {"blob": bid, "key": fmt.b64e(key), "digest": fmt.b64e(digest), "size": len(ct), "plain_size": len(plain),
+           "media_type": "application/octet-stream", "name": "from python.bin"}
+    env = py.seal("swfiler", mid, py.body("file", {"files": [ref], "text": "for the CLI"}))
+    expect("the `file` message to swfiler → 201",
+           request(rel, "PUT", f"/v1/users/swfiler/messages/{mid}", {"envelope": fmt.b64e(env)}, py.session), 201)
+    save = os.path.join(c.tmp, "cli-saved")
+    rc, lines, err = cli.run("receive", "--profile", "swfiler", "--json", "--save-to", save)
+    got = [m for m in lines if m.get("id") == mid]
+    atts = got[0].get("attachments", []) if got else []
+    path = atts[0].get("path") if atts else None
+    same = bool(path) and os.path.isfile(path) and open(path, "rb").read() == plain
+    ok("CLI `receive --save-to DIR --json` saves the file byte for byte and prints its path (attachments[].path, bytes, name)",
+       rc == 0 and same and os.path.dirname(path) == save and atts[0].get("bytes") == len(plain) and atts[0].get("name") == "from python.bin",
+       f"exit {rc}, {lines}, stderr {err!r}")
+    expect("the CLI acknowledged it: the blob is gone for its author (404)", request(rel, "GET", f"/v1/blobs/{bid}", session=py.session),
+           404, "not_found")
+
+    # CLI → Python
+    src = os.path.join(c.tmp, "from-cli.bin")
+    data = os.urandom(2_700_000)
+    with open(src, "wb") as f:
+        f.write(data)
+    rc, lines, err = cli.run("send", "--profile", "swfiler", "--json", py.uid, "--file", src, "a caption")
+    ok("CLI `send --file` → exit 0, state sent", rc == 0 and lines and lines[-1].get("state") == "sent", f"exit {rc}, {lines}, stderr {err!r}")
+    r = request(rel, "GET", f"/v1/users/{py.uid}/messages", session=py.session)
+    recs = r.json.get("messages", []) if r.status == 200 else []
+    if not ok("pyfiler's mailbox holds the CLI's message", len(recs) == 1, repr(r)):
+        return
+    _, _, msg = accept(py, recs[0])
+    files = (msg.get("payload") or {}).get("files") or []
+    ok("a `file` message with one reference, the caption as text, the file's name and size (attachments.md §3)",
+       msg.get("type") == "file" and len(files) == 1 and msg["payload"].get("text") == "a caption"
+       and files[0].get("name") == "from-cli.bin" and files[0].get("plain_size") == len(data)
+       and files[0].get("size") == fmt.file_size(len(data)), f"{msg}")
+    if not files:
+        return
+    f0 = files[0]
+    rec = request(rel, "GET", f"/v1/blobs/{f0['blob']}", session=py.session)
+    ps = rec.json.get("part_size") if rec.status == 200 else None
+    ok("pyfiler reads the blob's record: complete, a recipient's view", rec.status == 200 and rec.json.get("state") == "complete"
+       and "recipients" not in rec.json and ps, repr(rec))
+    ps = ps or BLOB_PART
+    lo, hi = ps - 500, ps + 499
+    g = request(rel, "GET", f"/v1/blobs/{f0['blob']}/content", session=py.session, headers={"Range": f"bytes={lo}-{hi}"})
+    rest = request(rel, "GET", f"/v1/blobs/{f0['blob']}/content", session=py.session, headers={"Range": f"bytes={hi + 1}-"}, timeout=30)
+    head = request(rel, "GET", f"/v1/blobs/{f0['blob']}/content", session=py.session, headers={"Range": f"bytes=0-{lo - 1}"}, timeout=30)
+    whole = head.body + g.body + rest.body
+    ok("downloaded in three ranges, one across the part boundary (206 each)",
+       (head.status, g.status, rest.status) == (206, 206, 206) and len(whole) == f0["size"], f"{head.status} {g.status} {rest.status} {len(whole)}")
+    try:
+        opened = fmt.open_file(whole, fmt.b64d(f0["key"]), fmt.b64d(f0["digest"]), f0["size"], f0["plain_size"])
+    except fmt.FormatError as e:
+        opened = e
+    ok("the CLI's file verifies and opens here to the bytes sent (attachments.md §2)", opened == data, f"{opened!r}"[:200])
+    expect("pyfiler acknowledges the blob → 204", request(rel, "POST", f"/v1/blobs/{f0['blob']}/ack", session=py.session), 204)
+    expect("then the blob → 404", request(rel, "GET", f"/v1/blobs/{f0['blob']}/content", session=py.session), 404, "not_found")
+    request(rel, "DELETE", f"/v1/users/{py.uid}/messages/{recs[0]['id']}", session=py.session)
+    deadline = time.monotonic() + TIMEOUT
+    while blob_files(c) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ok("nothing is left under the relay's blobs/ folder", not blob_files(c), f"{blob_files(c)}")
+
+
 SCENARIOS = [("start", scenario_start, None), ("sign in", scenario_sign_in, None), ("keys", scenario_keys, "sign in"),
              ("chat", scenario_chat, "keys"), ("key ids", scenario_key_ids, "sign in"), ("sessions", scenario_sessions, None), ("rules", scenario_rules, "keys"),
              ("json, sizes, media types", scenario_json_and_sizes, "sign in"), ("paging", scenario_paging, "sign in"),
@@ -2195,6 +2294,7 @@ SCENARIOS = [("start", scenario_start, None), ("sign in", scenario_sign_in, None
              ("rate", scenario_rate, "sign in"),
              ("socket sessions", scenario_socket_sessions, "sign in"), ("prekeys", scenario_prekeys, None),
              ("sessions with the Swift CLI", scenario_sessions_with_swift, None), ("blobs", scenario_blobs, "keys"),
+             ("files with the Swift CLI", scenario_files_with_swift, None),
              ("erasure", scenario_erasure, None)]
 
 
