@@ -53,10 +53,9 @@ public struct Relay: Sendable {
                                    erasure: erasure, metrics: metrics)
         let storage = try Self.openBlobStorage(configuration: configuration, logger: logger)
         blobStorageService = storage as? S3BlobStorage
-        guard let records = store as? any BlobRecords else { throw RelayConfigurationError("this store keeps no blobs") }
-        blobEraser = BlobEraser(records: records, storage: storage, erasure: erasure, metrics: metrics, clock: configuration.clock,
+        blobEraser = BlobEraser(records: store, storage: storage, erasure: erasure, metrics: metrics, clock: configuration.clock,
                                 interval: configuration.sweepInterval)
-        blobs = BlobService(records: records, storage: storage, configuration: configuration, rateLimiter: mailboxes.rateLimiter,
+        blobs = BlobService(records: store, storage: storage, configuration: configuration, rateLimiter: mailboxes.rateLimiter,
                             transfers: TransferLimiter(limit: configuration.maxTransfersPerUID), eraser: blobEraser, metrics: metrics,
                             logger: logger)
     }
