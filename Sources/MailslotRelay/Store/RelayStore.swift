@@ -125,8 +125,9 @@ struct StoredSession: Sendable, Equatable {
 }
 
 /// A relay's store. Every write is atomic; a refusal (``StoreRefusal``) changes nothing, and a
-/// failure for lack of space is ``StoreFailure/storageFull``.
-protocol RelayStore: Sendable {
+/// failure for lack of space is ``StoreFailure/storageFull``. It keeps the blobs' metadata too
+/// (``BlobRecords``).
+protocol RelayStore: BlobRecords {
     /// The data folder's free space, when the store is on a local disk it watches; nil otherwise.
     var diskSpace: DiskSpace? { get }
 

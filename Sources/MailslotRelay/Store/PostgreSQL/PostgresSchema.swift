@@ -506,6 +506,106 @@ enum PostgresSchema {
             END $$
             """,
         ]),
+        // SQLite's v8: blobs (issue 27, spec/protocol.md §4.15–§4.21), what the relay keeps about
+        // the files its blob storage holds; docs/design/attachments.md §3.2. Blob writes change
+        // no mailbox or message size, so none takes the write lock: a create holds its author's
+        // advisory lock while it counts (PostgresStore.createBlob), a completion the blob's
+        // while the storage completes, and the writes that erase lock the blob's row first. Ids,
+        // uids and authors in byte order (collation "C"), as SQLite pages them. The per-author
+        // counters are kept by a row trigger: blob writes are one row each, few beside messages.
+        Migration(version: 5, name: "blobs", sql: [
+            // state: 0 uploading, 1 complete. storage_key: where the storage keeps the bytes,
+            // random, so an id created again after an erasure never meets the old bytes.
+            // upload_handle: the object store's multipart upload id while uploading.
+            """
+            CREATE TABLE blobs (
+                id TEXT COLLATE "C" PRIMARY KEY,
+                author TEXT COLLATE "C" NOT NULL,
+                size BIGINT NOT NULL CHECK (size > 0),
+                part_size BIGINT NOT NULL CHECK (part_size > 0),
+                parts BIGINT NOT NULL CHECK (parts > 0),
+                state SMALLINT NOT NULL CHECK (state IN (0, 1)),
+                storage_key TEXT NOT NULL UNIQUE,
+                upload_handle TEXT,
+                ttl_seconds BIGINT NOT NULL,
+                created_at BIGINT NOT NULL,
+                upload_expires_at BIGINT NOT NULL,
+                completed_at BIGINT,
+                expires_at BIGINT
+            )
+            """,
+            "CREATE INDEX blobs_by_author ON blobs (author, id)",
+            "CREATE INDEX blobs_uploading_by_expiry ON blobs (upload_expires_at) WHERE state = 0",
+            "CREATE INDEX blobs_complete_by_expiry ON blobs (expires_at) WHERE state = 1",
+            // Those yet to acknowledge.
+            """
+            CREATE TABLE blob_recipients (
+                blob_id TEXT COLLATE "C" NOT NULL,
+                uid TEXT COLLATE "C" NOT NULL,
+                PRIMARY KEY (blob_id, uid)
+            )
+            """,
+            "CREATE INDEX blob_recipients_by_uid ON blob_recipients (uid, blob_id)",
+            """
+            CREATE TABLE blob_parts (
+                blob_id TEXT COLLATE "C" NOT NULL,
+                number BIGINT NOT NULL CHECK (number > 0),
+                digest BYTEA NOT NULL CHECK (length(digest) = 32),
+                etag TEXT,
+                PRIMARY KEY (blob_id, number)
+            )
+            """,
+            // Each author's blob bytes (finished and unfinished) and unfinished uploads, so that
+            // the bounds of a create are one lookup; a row is gone with the author's last blob.
+            """
+            CREATE TABLE blob_author_sizes (
+                author TEXT COLLATE "C" PRIMARY KEY,
+                bytes BIGINT NOT NULL,
+                uploading BIGINT NOT NULL
+            )
+            """,
+            """
+            CREATE FUNCTION mailslot_blob_sizes() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+            BEGIN
+                IF TG_OP = 'INSERT' THEN
+                    INSERT INTO blob_author_sizes AS a (author, bytes, uploading)
+                        VALUES (NEW.author, NEW.size, CASE WHEN NEW.state = 0 THEN 1 ELSE 0 END)
+                        ON CONFLICT (author) DO UPDATE SET bytes = a.bytes + excluded.bytes, uploading = a.uploading + excluded.uploading;
+                ELSIF TG_OP = 'UPDATE' THEN
+                    IF OLD.state = 0 AND NEW.state = 1 THEN
+                        UPDATE blob_author_sizes a SET uploading = a.uploading - 1 WHERE a.author = NEW.author;
+                    END IF;
+                ELSE
+                    UPDATE blob_author_sizes a SET bytes = a.bytes - OLD.size,
+                        uploading = a.uploading - CASE WHEN OLD.state = 0 THEN 1 ELSE 0 END
+                        WHERE a.author = OLD.author;
+                    DELETE FROM blob_author_sizes a WHERE a.author = OLD.author AND a.bytes <= 0 AND a.uploading <= 0;
+                END IF;
+                RETURN NULL;
+            END $$
+            """,
+            """
+            CREATE TRIGGER blobs_sizes AFTER INSERT OR DELETE OR UPDATE OF state ON blobs
+                FOR EACH ROW EXECUTE FUNCTION mailslot_blob_sizes()
+            """,
+            // Storage keys whose bytes are still to be removed from the storage, queued by the
+            // transaction that deleted their blob's rows.
+            """
+            CREATE TABLE blob_erasures (
+                storage_key TEXT PRIMARY KEY,
+                upload_handle TEXT,
+                queued_at BIGINT NOT NULL,
+                attempts INTEGER NOT NULL DEFAULT 0
+            )
+            """,
+            "CREATE INDEX blob_erasures_by_age ON blob_erasures (queued_at, storage_key)",
+        ] + ["blobs", "blob_recipients", "blob_parts", "blob_author_sizes", "blob_erasures"].map { table in
+            // Erased rows' bytes stay in the pages until VACUUM: vacuumed after a few dead rows, as documents are.
+            """
+            ALTER TABLE \(table) SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 50,
+                autovacuum_vacuum_cost_delay = 0)
+            """
+        }),
     ]
 
     /// Attempts of a migration that gave up waiting for a lock on its tables (`lock_timeout`).

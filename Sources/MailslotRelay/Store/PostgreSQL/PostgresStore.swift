@@ -479,6 +479,10 @@ final class PostgresStore: RelayStore {
         case blockList = 1
         case signIns = 2
         case prekeys = 3
+        /// An author's blob creates, while they count its bounds (PostgresStore+Blobs.swift).
+        case blobAuthor = 4
+        /// A blob's completion, while the storage completes it (PostgresStore+Blobs.swift).
+        case blobCompletion = 5
     }
 
     /// Takes the advisory lock on `key` in `space` until the transaction ends.

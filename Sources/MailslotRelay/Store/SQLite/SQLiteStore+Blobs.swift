@@ -6,7 +6,7 @@ import MailslotWire
 // Every write runs in the pool's one writer transaction at a time, which is what makes a create's
 // quota check and an acknowledgement's "last recipient" test atomic here. Blob writes do not go
 // through the group commit: they are few (one per part of megabytes), and each is answered alone.
-extension SQLiteStore: BlobRecords {
+extension SQLiteStore {
     /// Completions in progress in this process, by database file and blob id: one process owns
     /// the file, so an in-process lock serializes every completer of a blob, even through two
     /// stores opened on the same file.
