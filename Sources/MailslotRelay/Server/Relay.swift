@@ -49,11 +49,10 @@ public struct Relay: Sendable {
                                                                     relays: configuration.relays),
                                    readLimiter: ReadLimiter(limit: configuration.maxConcurrentReads, relayLimit: configuration.maxReads),
                                    erasure: erasure, metrics: metrics)
-        guard let records = store as? any BlobRecords else { throw RelayConfigurationError("this store keeps no blobs") }
         let storage = try Self.openBlobStorage(configuration: configuration)
-        blobEraser = BlobEraser(records: records, storage: storage, erasure: erasure, metrics: metrics, clock: configuration.clock,
+        blobEraser = BlobEraser(records: store, storage: storage, erasure: erasure, metrics: metrics, clock: configuration.clock,
                                 interval: configuration.sweepInterval)
-        blobs = BlobService(records: records, storage: storage, configuration: configuration, rateLimiter: mailboxes.rateLimiter,
+        blobs = BlobService(records: store, storage: storage, configuration: configuration, rateLimiter: mailboxes.rateLimiter,
                             transfers: TransferLimiter(limit: configuration.maxTransfersPerUID), eraser: blobEraser, metrics: metrics,
                             logger: logger)
     }
