@@ -109,7 +109,7 @@ struct Output {
         describe(received.message, into: &fields, text: &text)
         if !received.attachments.isEmpty {
             fields["attachments"] = received.attachments.map(Self.fields(of:))
-            text = text.replacingOccurrences(of: " [\(received.message.payload.attachments?.count ?? 0) attachment(s)]", with: "")
+            text = text.replacingOccurrences(of: " [\(received.attachments.count) attachment(s)]", with: "")
             for attachment in received.attachments { text += "\n  " + Self.line(of: attachment) }
         }
         emit(fields, text: text)
@@ -168,9 +168,11 @@ struct Output {
             fields["receipt"] = ["kind": receipt.kind.rawValue, "message_ids": receipt.messageIDs]
             text += " ✓ \(receipt.kind.rawValue) \(receipt.messageIDs.joined(separator: ","))"
         }
-        if let attachments = message.payload.attachments {
-            fields["attachments"] = attachments.map { ["media_type": $0.mediaType, "bytes": $0.data.count, "name": $0.name ?? ""] }
-            text += " [\(attachments.count) attachment(s)]"
+        let inline = message.payload.attachments?.map { ["media_type": $0.mediaType, "bytes": $0.data.count, "name": $0.name ?? ""] as [String: Any] } ?? []
+        let files = message.payload.files?.map { ["media_type": $0.mediaType, "bytes": $0.plainSize, "name": $0.name ?? ""] as [String: Any] } ?? []
+        if !(inline + files).isEmpty {
+            fields["attachments"] = inline + files
+            text += " [\((inline + files).count) attachment(s)]"
         }
         if message.type == .typing { text += " is typing…" }
     }

@@ -156,6 +156,32 @@ import Testing
         }
     }
 
+    @Test func theLiveStreamSavesFilesBeforeItShowsTheirMessage() async throws {
+        try await Self.withBlobRelay { relay in
+            let alice = try relay.client("alice")
+            let bob = try relay.client("bob", attachments: AttachmentPolicy(downloadAutomaticallyBelow: 1 << 20))
+            try await alice.signIn()
+            try await bob.signIn()
+            let small = randomBytes(300_000), large = randomBytes(1 << 20)
+            var iterator = bob.messages().makeAsyncIterator()
+            for (bytes, name) in [(small, "small.bin"), (large, "large.bin")] {
+                let transfer = try await alice.send(file: OutgoingFile(url: try Self.file(bytes, in: relay, named: name)), to: "bob")
+                #expect(try await transfer.outcome() == .sent(id: transfer.messageID))
+            }
+            let first = try #require(try await iterator.next()?.attachments.first)
+            guard case .saved(let path) = first.state else { Issue.record("not saved: \(first.state)"); return }
+            #expect(path.path == relay.folder + "/bob/files/small.bin" && FileManager.default.contents(atPath: path.path) == Data(small))
+            #expect(try FileManager.default.attributesOfItem(atPath: relay.folder + "/bob/files")[.posixPermissions] as? Int == 0o700)
+            let second = try #require(try await iterator.next())
+            #expect(second.attachments.first?.state == .available(reason: nil), "at the policy's size: left for the app to ask")
+            #expect(try await bob.history().last?.attachments == second.attachments, "history shows where files stand")
+            guard case .saved(let later) = try await bob.download(try #require(second.attachments.first).id).state else {
+                Issue.record("not saved"); return
+            }
+            #expect(FileManager.default.contents(atPath: later.path) == Data(large))
+        }
+    }
+
     @Test func savedNamesStayInTheFolderAndNeverReplaceAFile() async throws {
         #expect(SafeFileName.make("../../etc/passwd", mediaType: "text/plain", fallback: "f") == "passwd")
         #expect(SafeFileName.make("..", mediaType: "image/png", fallback: "f") == "f.png")

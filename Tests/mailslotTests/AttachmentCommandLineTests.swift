@@ -53,23 +53,8 @@ import Testing
             let bytes = randomBytes(48 << 20)
             let parts = 49  // 48 MiB and the stream's overhead, in 1 MiB parts
             let source = try file(bytes, in: relay, named: "big.bin")
-            let pidFile = relay.folder + "/send.pid"
-            let command = "echo $$ > '\(pidFile)'; exec '\(ProcessRunner.builtProduct("mailslot").path)' send --profile alice bob --file '\(source)'"
-            let sending = Task {
-                try await ProcessRunner.run(URL(fileURLWithPath: "/bin/sh"), ["-c", command],
-                                            environment: ["MAILSLOT_HOME": relay.folder, "HOME": relay.folder, "PATH": "/usr/bin:/bin"])
-            }
             // Killed (as by a crash or `kill -9`) once a few parts are stored.
-            var killed = false
-            for _ in 0..<60_000 where !killed {
-                if Self.counter(relay, "mailslot_blob_parts_received_total") >= 3,
-                   let text = try? String(contentsOfFile: pidFile, encoding: .utf8), let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
-                    kill(pid, SIGKILL)
-                    killed = true
-                }
-                try await Task.sleep(for: .milliseconds(1))
-            }
-            let result = try await sending.value
+            let result = try await sendFile(source, in: relay, signal: SIGKILL, afterParts: 3)
             try #require(result.status == 137, "killed mid-send: \(result.status) \(result.stderr)")
             try await Task.sleep(for: .milliseconds(200))  // the part in flight ends on the relay
             let stored = Int(Self.counter(relay, "mailslot_blob_parts_received_total"))
@@ -82,6 +67,21 @@ import Testing
             #expect(Self.partRequests(relay) - putsBefore == parts - stored, "flush sends only the parts the relay does not have")
             #expect(Self.partRequests(relay) <= parts + 1, "at most the part in flight was sent twice")
 
+            let folder = relay.folder + "/downloads"
+            #expect(try await relay.run(["receive", "--profile", "bob", "--save-to", folder]).status == 0)
+            #expect(FileManager.default.contents(atPath: folder + "/big.bin") == Data(bytes))
+        }
+    }
+
+    @Test func ctrlCLeavesTheSendQueuedForFlush() async throws {
+        try await withBlobRelay { relay in
+            try await loginBoth(relay)
+            let bytes = randomBytes(48 << 20)
+            let result = try await sendFile(try file(bytes, in: relay, named: "big.bin"), in: relay, signal: SIGINT, afterParts: 3)
+            try #require(result.status != 0, "interrupted before its end")
+            #expect(result.status == 75, "\(result.stderr)")
+            #expect(result.stderr.contains("queued: `mailslot flush` finishes it"), "\(result.stderr)")
+            #expect(try await relay.run(["flush", "--profile", "alice"]).status == 0)
             let folder = relay.folder + "/downloads"
             #expect(try await relay.run(["receive", "--profile", "bob", "--save-to", folder]).status == 0)
             #expect(FileManager.default.contents(atPath: folder + "/big.bin") == Data(bytes))
@@ -147,6 +147,26 @@ import Testing
 
     private func withBlobRelay(_ body: (TestRelay) async throws -> Void) async throws {
         try await withTestRelay(configure: { $0.blobPartBytes = 1 << 20 }, body)
+    }
+
+    /// Runs `mailslot send --profile alice bob --file source` and sends it `signal` once the relay
+    /// has stored `afterParts` parts; how it ended.
+    private func sendFile(_ source: String, in relay: TestRelay, signal: Int32, afterParts: Double) async throws -> ProcessResult {
+        let pidFile = relay.folder + "/send-\(UUID().uuidString).pid"
+        let command = "echo $$ > '\(pidFile)'; exec '\(ProcessRunner.builtProduct("mailslot").path)' send --profile alice bob --file '\(source)'"
+        let environment = ["MAILSLOT_HOME": relay.folder, "HOME": relay.folder, "PATH": "/usr/bin:/bin"]
+        let sending = Task { try await ProcessRunner.run(URL(fileURLWithPath: "/bin/sh"), ["-c", command], environment: environment) }
+        let start = Self.counter(relay, "mailslot_blob_parts_received_total")
+        var sent = false
+        for _ in 0..<60_000 where !sent {
+            if Self.counter(relay, "mailslot_blob_parts_received_total") - start >= afterParts,
+               let text = try? String(contentsOfFile: pidFile, encoding: .utf8), let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
+                kill(pid, signal)
+                sent = true
+            }
+            try await Task.sleep(for: .milliseconds(1))
+        }
+        return try await sending.value
     }
 
     private func loginBoth(_ relay: TestRelay) async throws {

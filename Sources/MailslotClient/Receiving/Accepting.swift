@@ -74,7 +74,9 @@ extension MailslotClient {
         } catch {
             guard received.isEmpty else {
                 await eraseOldCopies()
-                throw ReceiveInterrupted(received: received, failure: error)
+                var withFiles: [ReceivedMessage] = []
+                for message in received { withFiles.append(await withAttachments(message)) }
+                throw ReceiveInterrupted(received: withFiles, failure: error)
             }
             throw error
         }
