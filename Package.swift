@@ -176,7 +176,7 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
             ]
         ),
-        .testTarget(name: "mailslotTests", dependencies: ["mailslot", "MailslotRelay", "MailslotTestSupport"]),
+        .testTarget(name: "mailslotTests", dependencies: ["mailslot", "MailslotClient", "MailslotRelay", "MailslotTestSupport"]),
         // The testing module: `withTestRelay` (a relay on port 0, torn down when its test ends) with
         // typed HTTP and WebSocket clients for it, and the runner of the project's executables.
         .target(

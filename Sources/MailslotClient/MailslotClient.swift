@@ -32,14 +32,25 @@ public actor MailslotClient {
     var toppingUpPrekeys = false
     /// How many one-time prekeys may still be made, whatever the relay says it holds.
     var prekeyBudget = PrekeyBudget()
+    /// Where received files go and which are fetched without being asked.
+    let attachmentPolicy: AttachmentPolicy
+    /// The folder of the database: the outbox spool and the default files folder are in it.
+    let storeFolder: URL
+    /// File sends being uploaded right now (a `flush` and a send must not run one twice at once).
+    var runningUploads: Set<String> = []
+    /// Attachments being downloaded right now.
+    var runningDownloads: Set<AttachmentID> = []
 
-    /// A client of the relay at `relay`, keeping its state in the SQLite file at `databasePath`.
-    /// `tokenProvider` returns a fresh custom token; it is called to sign in, and again whenever
-    /// the session can no longer be refreshed.
-    public init(relay: URL, databasePath: String, logger: Logger = Logger(label: "mailslot-client"),
-                tokenProvider: @escaping @Sendable () async throws -> String) throws {
+    /// A client of the relay at `relay`, keeping its state in the SQLite file at `databasePath`
+    /// (and, beside it, the outbox spool of files being sent and, by default, the `files/`
+    /// folder of files received: see ``AttachmentPolicy``). `tokenProvider` returns a fresh
+    /// custom token; it is called to sign in, and again whenever the session can no longer be refreshed.
+    public init(relay: URL, databasePath: String, attachments: AttachmentPolicy = AttachmentPolicy(),
+                logger: Logger = Logger(label: "mailslot-client"), tokenProvider: @escaping @Sendable () async throws -> String) throws {
         api = RelayAPI(base: relay)
         store = try ClientStore(path: databasePath)
+        attachmentPolicy = attachments
+        storeFolder = URL(fileURLWithPath: databasePath).standardizedFileURL.deletingLastPathComponent()
         self.tokenProvider = tokenProvider
         self.logger = logger
     }
@@ -174,9 +185,15 @@ public actor MailslotClient {
     /// Every known contact.
     public func contacts() async throws -> [Contact] { try await store.contacts() }
 
-    /// Unsends a message this client sent that the recipient has not received yet.
+    /// Unsends a message this client sent that the recipient has not received yet; the files it
+    /// carries as blobs are erased on the relay too.
     public func unsend(_ id: String, to recipient: String) async throws {
         try await authorized { try await api.delete(owner: recipient, id: id, session: $0) }
+        if let stored = try await store.outgoingBody(id), let message = try? ChatMessage.decode(stored.body) {
+            for file in message.payload.files ?? [] {
+                _ = try? await authorized { try await api.deleteBlob(file.blob, session: $0) }
+            }
+        }
     }
 
     /// Blocks `author` from writing to this client's mailbox.

@@ -30,17 +30,32 @@ struct Login: AsyncParsableCommand {
 /// `mailslot send`: seal and send one message.
 struct Send: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Send a message: text, a file (a picture for .png .jpg .gif .webp, otherwise its text), or a location. Prints the message id.",
-        discussion: "With a picture, TEXT is its caption. Without TEXT, --file or --location, the text is read from stdin. If the relay cannot be reached the message is queued (exit 75): `mailslot flush` sends it later.\n\n--json prints one object: \(Output.outcomeFieldsHelp)")
+        abstract: "Send a message: text, a file of any size the relay takes, or a location. Prints the message id.",
+        discussion: """
+            With --file, TEXT is the file's caption. The file is encrypted on this machine and uploaded in parts (a picture \
+            small enough goes inline, inside the message); a progress bar shows on stderr when it is a terminal (not with \
+            --json). If the relay cannot be reached, or the send is interrupted (Ctrl-C), it stays queued (exit 75): \
+            `mailslot flush` finishes it, sending only the parts the relay does not have. A file larger than the relay takes \
+            is refused (exit 65). Without TEXT, --file or --location, the text is read from stdin. If the relay cannot be \
+            reached the message is queued (exit 75): `mailslot flush` sends it later.
+
+            --json prints one object: \(Output.outcomeFieldsHelp)
+            """)
     @OptionGroup var options: GlobalOptions
     @Argument(help: "The recipient's uid.") var uid: String
-    @Argument(help: "The text to send.") var text: String?
-    @Option(help: "Send the contents of this text file.") var file: String?
+    @Argument(help: "The text to send (with --file: its caption).") var text: String?
+    @Option(help: "Send this file (any kind, any size the relay takes).") var file: String?
+    @Option(name: .customLong("media-type"), help: ArgumentHelp("The file's media type (default: from its extension).", valueName: "TYPE"))
+    var mediaType: String?
     @Option(help: ArgumentHelp("Send a location.", valueName: "LAT,LON")) var location: String?
 
     func run() async throws {
         try await reporting {
             guard Identifier.isValidUID(uid) else { throw ValidationError("'\(uid)' is not a valid uid") }
+            if let file {
+                try await sendFile(file, caption: text, mediaType: mediaType)
+                return
+            }
             let payload: Payload, type: MessageType
             if let location {
                 let parts = location.split(separator: ",").compactMap { Double($0.trimmingCharacters(in: .whitespaces)) }
@@ -51,16 +66,7 @@ struct Send: AsyncParsableCommand {
                 type = .location
             } else {
                 let body: String
-                if let file {
-                    guard let data = FileManager.default.contents(atPath: file) else { throw ValidationError("cannot read \(file)") }
-                    if let mediaType = Self.imageTypes[(file as NSString).pathExtension.lowercased()] {
-                        // A picture travels inline, inside the envelope; `text` is its caption.
-                        let attachment = Attachment(mediaType: mediaType, data: Array(data), name: (file as NSString).lastPathComponent)
-                        try await send(Payload(text: text, attachments: [attachment]), type: .picture)
-                        return
-                    }
-                    body = String(decoding: data, as: UTF8.self)
-                } else if let text {
+                if let text {
                     body = text
                 } else {
                     body = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
@@ -129,13 +135,14 @@ struct RotateKey: AsyncParsableCommand {
 struct Receive: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Fetch waiting messages, store them, acknowledge them (the relay erases them), print them.",
-        discussion: "With --wait S, waits up to S seconds for at least one message. When the relay fails part way (an acknowledgement refused, the relay gone), every message stored before the failure is printed first, then the failure is reported with its exit code (69 for the relay); messages not acknowledged come again, and are acknowledged but not printed twice, at the next receive.\n\n--json prints one object per message: \(Output.receivedFieldsHelp)")
+        discussion: "Files that come with messages (inline pictures and files sent as blobs) are saved into --save-to DIR, each under a new name (the sender's, made safe; never overwriting: `name (1)`, …), and each saved path is printed. With --wait S, waits up to S seconds for at least one message. When the relay fails part way (an acknowledgement refused, the relay gone), every message stored before the failure is printed first, then the failure is reported with its exit code (69 for the relay); messages not acknowledged come again, and are acknowledged but not printed twice, at the next receive.\n\n--json prints one object per message: \(Output.receivedFieldsHelp)")
     @OptionGroup var options: GlobalOptions
+    @OptionGroup var files: SaveOptions
     @Option(help: ArgumentHelp("Wait up to this many seconds for a message.", valueName: "S")) var wait: Double = 0
 
     func run() async throws {
         try await reporting {
-            let client = try Profile(options).client()
+            let client = try Profile(options).client(attachments: try files.policy())
             let output = Output(json: options.json)
             let deadline = Date().addingTimeInterval(max(0, wait))
             do {
@@ -159,15 +166,18 @@ struct Listen: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Stay connected and print messages as they arrive (Ctrl-C to stop).",
         discussion: """
+            Files that come with messages are saved into --save-to DIR as `receive` saves them, and each saved path is printed.
+
             --json prints one object per line. Messages: \(Output.receivedFieldsHelp) The connection's state: state (started, \
             with queued: messages still in the outbox; connecting; connected; waiting, with seconds until the next try and \
             reason).
             """)
     @OptionGroup var options: GlobalOptions
+    @OptionGroup var files: SaveOptions
 
     func run() async throws {
         try await reporting {
-            let client = try Profile(options).client()
+            let client = try Profile(options).client(attachments: try files.policy())
             let output = Output(json: options.json)
             let flushed = try await client.flush()
             output.emit(["state": "started", "queued": flushed], text: "listening (\(flushed) message(s) still queued); Ctrl-C to stop")
@@ -392,7 +402,9 @@ struct Block: AsyncParsableCommand {
 
 /// `mailslot flush`: retry the outbox.
 struct Flush: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Send queued messages now. Exit 75 while some remain queued.", discussion: "--json prints one object: queued (how many are still queued).")
+    static let configuration = CommandConfiguration(
+        abstract: "Send queued messages now, and finish interrupted file sends and downloads. Exit 75 while some remain queued.",
+        discussion: "A file send resumes where the relay's record of received parts says it stopped: at most the part in flight is sent again. --json prints one object: queued (how many are still queued or uploading).")
     @OptionGroup var options: GlobalOptions
 
     func run() async throws {
@@ -415,5 +427,20 @@ struct Logout: AsyncParsableCommand {
             try await profile.client().signOut()
             Output(json: options.json).emit(["profile": profile.name, "state": "logged out"], text: "logged out")
         }
+    }
+}
+
+/// Where `receive` and `listen` save files.
+struct SaveOptions: ParsableArguments {
+    @Option(name: .customLong("save-to"), help: ArgumentHelp("Save received files here (default: the profile's files/ folder, private to you).", valueName: "DIR"))
+    var saveTo: String?
+    @Option(name: .customLong("max-download"), help: ArgumentHelp("Only download files smaller than this many bytes (larger ones wait; default: all).", valueName: "BYTES"))
+    var maxDownload: Int64?
+
+    /// The client's attachment policy for these options.
+    func policy() throws -> AttachmentPolicy {
+        if let maxDownload, maxDownload < 0 { throw ValidationError("--max-download takes a number of bytes, 0 or more") }
+        let directory = saveTo.map { URL(fileURLWithPath: ($0 as NSString).expandingTildeInPath, isDirectory: true) }
+        return AttachmentPolicy(directory: directory, downloadAutomaticallyBelow: maxDownload ?? .max)
     }
 }

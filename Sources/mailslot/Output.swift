@@ -35,6 +35,8 @@ enum CLIError: Error, CustomStringConvertible {
         case let error as CLIError: self = error
         case ClientError.relay(let problem) where problem.code.status == 401:
             self = .notLoggedIn("the relay refused the session (\(problem.code.rawValue)): run `mailslot login` with a new token")
+        case ClientError.relay(let problem) where problem.code == .blobTooLarge:
+            self = .refused("the file is larger than the relay takes (blob_too_large)\(problem.detail.map { " — \($0)" } ?? ""); nothing was sent")
         case ClientError.relay(let problem): self = .unavailable("the relay refused: \(problem.code.rawValue)\(problem.detail.map { " — \($0)" } ?? "")")
         case ClientError.unreachable(let why): self = .unavailable("the relay cannot be reached: \(why)")
         case ClientError.invalidResponse(let why): self = .unavailable("the relay answered something unexpected: \(why)")
@@ -55,6 +57,7 @@ enum CLIError: Error, CustomStringConvertible {
                 again and compare it with \(uid); if it differs from what \(uid) reads out, someone may be substituting keys: do not trust them
                 """)
         case ClientError.cannotSeal(let code): self = .refused("the message cannot be sealed (\(code))")
+        case ClientError.unreadableFile(let path): self = .usage("cannot read \(path) (it must be a readable regular file)")
         case ClientError.invalidUID(let uid): self = .usage("'\(uid)' is not a uid (1 to 128 of A-Z a-z 0-9 . _ -)")
         case ClientError.profileMismatch(let owner, let requested):
             self = .refused("this profile belongs to \(owner), not \(requested): use another --profile")
@@ -72,7 +75,8 @@ struct Output {
     static let receivedFieldsHelp = """
         id, from (the verified sender's uid), type (text, picture, location, receipt, typing, or another kind), timestamp \
         (the sender's clock, milliseconds since the epoch), and as the message carries them: text, location {latitude, \
-        longitude}, receipt {kind, message_ids}, attachments [{media_type, bytes, name}].
+        longitude}, receipt {kind, message_ids}, attachments [{media_type, bytes, name, path (where it was saved), state \
+        (for one not saved: available, gone — the relay no longer has it —, or corrupt — it failed its checks), reason}].
         """
 
     /// The JSON fields of a sent message (``sent(_:)``), for `--help` texts.
@@ -103,7 +107,38 @@ struct Output {
         var text = "[\(Timestamp.format(received.message.timestamp / 1000))] \(received.sender)"
         if let name = received.message.sender.name { text += " (\(name))" }
         describe(received.message, into: &fields, text: &text)
+        if !received.attachments.isEmpty {
+            fields["attachments"] = received.attachments.map(Self.fields(of:))
+            text = text.replacingOccurrences(of: " [\(received.attachments.count) attachment(s)]", with: "")
+            for attachment in received.attachments { text += "\n  " + Self.line(of: attachment) }
+        }
         emit(fields, text: text)
+    }
+
+    /// A received file's JSON fields: where it was saved, or why not.
+    private static func fields(of attachment: ReceivedAttachment) -> [String: Any] {
+        var fields: [String: Any] = ["media_type": attachment.mediaType, "bytes": attachment.plainSize, "name": attachment.name ?? ""]
+        switch attachment.state {
+        case .saved(let url): fields["path"] = url.path
+        case .available(let reason):
+            fields["state"] = "available"
+            if let reason { fields["reason"] = reason }
+        case .gone: fields["state"] = "gone"
+        case .corrupt(let code): fields["state"] = "corrupt"; fields["reason"] = code
+        }
+        return fields
+    }
+
+    /// A received file, for people: its saved path, or why it was not saved.
+    private static func line(of attachment: ReceivedAttachment) -> String {
+        let name = attachment.name ?? attachment.mediaType
+        switch attachment.state {
+        case .saved(let url): return "saved \(url.path)"
+        case .available(let reason?): return "not saved: \(name) (\(attachment.plainSize) bytes): \(reason); `mailslot flush` tries again"
+        case .available(nil): return "not downloaded: \(name) (\(attachment.plainSize) bytes, over --max-download)"
+        case .gone: return "gone: \(name) — the relay no longer has it (expired or deleted by the sender)"
+        case .corrupt(let code): return "corrupt: \(name) — it failed its checks (\(code)); nothing was saved"
+        }
     }
 
     /// A message this profile sent, with where it stands (`sent`, `queued`, `held`, `undelivered`, `refused`).
@@ -133,22 +168,24 @@ struct Output {
             fields["receipt"] = ["kind": receipt.kind.rawValue, "message_ids": receipt.messageIDs]
             text += " ✓ \(receipt.kind.rawValue) \(receipt.messageIDs.joined(separator: ","))"
         }
-        if let attachments = message.payload.attachments {
-            fields["attachments"] = attachments.map { ["media_type": $0.mediaType, "bytes": $0.data.count, "name": $0.name ?? ""] }
-            text += " [\(attachments.count) attachment(s)]"
+        let inline = message.payload.attachments?.map { ["media_type": $0.mediaType, "bytes": $0.data.count, "name": $0.name ?? ""] as [String: Any] } ?? []
+        let files = message.payload.files?.map { ["media_type": $0.mediaType, "bytes": $0.plainSize, "name": $0.name ?? ""] as [String: Any] } ?? []
+        if !(inline + files).isEmpty {
+            fields["attachments"] = inline + files
+            text += " [\((inline + files).count) attachment(s)]"
         }
         if message.type == .typing { text += " is typing…" }
     }
 
     /// What became of a send or a resend; a message that did not reach the relay is an error
     /// with its exit code (75 queued, 69 refused, 65 held for a changed key).
-    func outcome(_ outcome: MailslotClient.SendOutcome, to uid: String) throws {
+    func outcome(_ outcome: MailslotClient.SendOutcome, to uid: String, queuedMessage: String? = nil) throws {
         switch outcome {
         case .sent(let id):
             emit(["id": id, "to": uid, "state": "sent"], text: id)
         case .queued(let id, let reason):
             emit(["id": id, "to": uid, "state": "queued", "reason": reason], text: id)
-            throw CLIError.queued("queued, not sent yet (\(reason)); `mailslot flush` retries")
+            throw CLIError.queued(queuedMessage.map { "\($0) (\(reason))" } ?? "queued, not sent yet (\(reason)); `mailslot flush` retries")
         case .refused(let id, let reason):
             emit(["id": id, "to": uid, "state": "refused", "reason": reason], text: id)
             throw CLIError.unavailable("the relay refused the message: \(reason)")

@@ -77,14 +77,14 @@ struct Profile {
 
     /// A client for this profile. `token` signs in once; without one, a session that cannot be
     /// refreshed any more asks the user to log in again.
-    func client(token: String? = nil, relay: String? = nil) throws -> MailslotClient {
+    func client(token: String? = nil, relay: String? = nil, attachments: AttachmentPolicy = AttachmentPolicy()) throws -> MailslotClient {
         umask(0o077)
         let relayText = try relay ?? settings().relay
         guard let url = URL(string: relayText), url.scheme == "http" || url.scheme == "https", url.host != nil else {
             throw ValidationError("--relay takes an http:// or https:// URL")
         }
         let name = self.name
-        return try MailslotClient(relay: url, databasePath: databasePath) {
+        return try MailslotClient(relay: url, databasePath: databasePath, attachments: attachments) {
             if let token { return token }
             if let fromEnvironment = ProcessInfo.processInfo.environment["MAILSLOT_TOKEN"], !fromEnvironment.isEmpty { return fromEnvironment }
             throw CLIError.notLoggedIn("the session of profile '\(name)' cannot be renewed: run `mailslot login` with a new token")

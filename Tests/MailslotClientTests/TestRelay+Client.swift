@@ -8,9 +8,9 @@ extension TestRelay {
     /// A client for `uid` with its own database in the test's folder (`profile` names another one
     /// for the same uid: a reinstall); its token provider mints from the relay's issuer. `url`
     /// points it elsewhere (a port where nothing listens).
-    func client(_ uid: String, profile: String? = nil, url: URL? = nil) throws -> MailslotClient {
+    func client(_ uid: String, profile: String? = nil, url: URL? = nil, attachments: AttachmentPolicy = AttachmentPolicy()) throws -> MailslotClient {
         let issuer = issuer, audience = audience
-        return try MailslotClient(relay: url ?? self.url, databasePath: "\(folder)/\(profile ?? uid)/client.sqlite") {
+        return try MailslotClient(relay: url ?? self.url, databasePath: "\(folder)/\(profile ?? uid)/client.sqlite", attachments: attachments) {
             try TokenIssuer(key: issuer, audience: audience).mint(uid: uid)
         }
     }

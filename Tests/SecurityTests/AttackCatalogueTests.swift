@@ -63,6 +63,39 @@ import MailslotWire
     ])
     func prekeyAbuse(_ attack: String) async { await expectResisted(attack, .rules) }
 
+    /// Blobs (spec/protocol.md §4.15–§4.21): only their author uploads and deletes them, only
+    /// their author and unacknowledged recipients read them, only a recipient acknowledges; to
+    /// anyone else every blob is a blob that does not exist, byte for byte; the last
+    /// acknowledgement erases it.
+    @Test(arguments: [
+        "rule.blob.signed-in-user-creates", "rule.blob.anonymous-cannot-create", "rule.blob.author-reads", "rule.blob.recipient-reads",
+        "rule.blob.other-cannot-read", "rule.blob.anonymous-cannot-read", "rule.blob.recipient-cannot-upload", "rule.blob.other-cannot-upload",
+        "rule.blob.author-uploads", "rule.blob.recipient-downloads", "rule.blob.other-cannot-download", "rule.blob.other-cannot-acknowledge",
+        "rule.blob.author-cannot-acknowledge-for-the-recipient", "rule.blob.recipient-cannot-delete", "rule.blob.other-cannot-delete",
+        "rule.blob.owner-lists", "rule.blob.other-cannot-list", "rule.blob.other-cannot-list-authored", "rule.blob.anonymous-cannot-list",
+        "rule.blob.recipient-acknowledges", "rule.blob.acknowledged-recipient-cannot-read", "rule.blob.erased-after-the-last-acknowledgement",
+        "rule.blob.author-deletes",
+    ])
+    func blobAccess(_ attack: String) async { await expectResisted(attack, .rules) }
+
+    /// What a blob create, a part and a download may carry; a stored part never changes; the
+    /// bounds on unfinished uploads and on an author's blob bytes.
+    @Test(arguments: [
+        "blob.create.size-of-no-file-refused", "blob.create.size-off-by-one-refused", "blob.create.oversize-refused",
+        "blob.create.no-recipients-refused", "blob.create.repeated-recipient-refused", "blob.create.invalid-recipient-refused",
+        "blob.create.too-many-recipients-refused", "blob.create.ttl-over-the-maximum-refused", "blob.create.negative-size-refused",
+        "blob.create.invalid-id-refused", "blob.create.retry-is-idempotent", "blob.recipient-learns-no-other-recipient",
+        "blob.part.digest-mismatch-refused", "blob.part.beyond-the-declared-size-refused", "blob.part.zero-refused",
+        "blob.part.short-refused", "blob.part.long-refused", "blob.part.missing-digest-refused", "blob.part.padded-digest-refused",
+        "blob.part.short-digest-refused", "blob.part.json-content-type-refused", "blob.part.chunked-refused",
+        "blob.part.stored-part-never-changes", "blob.download.incomplete-refused", "blob.ack.incomplete-refused",
+        "blob.part.last-completes", "blob.part.complete-blob-never-changes", "blob.download.range-across-parts",
+        "blob.download.resume-from-an-offset", "blob.download.suffix", "blob.download.range-past-the-end-refused",
+        "blob.download.several-ranges-refused", "blob.download.backward-range-refused", "blob.erased-after-the-last-acknowledgement",
+        "blob.limit.unfinished-uploads", "blob.limit.author-quota",
+    ])
+    func blobAbuse(_ attack: String) async { await expectResisted(attack, .blobs) }
+
     @Test(arguments: [
         "envelope.odd-size-refused", "envelope.below-smallest-class-refused", "envelope.not-base64url-refused",
         "envelope.oversized-refused", "envelope.kept-byte-for-byte", "envelope.id-cannot-be-reused-with-another-envelope",

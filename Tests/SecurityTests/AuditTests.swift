@@ -37,6 +37,18 @@ import Testing
         #expect(failed == [check], "failed: \(failed.sorted())")
     }
 
+    /// The blob bounds can fail too: a relay that lets an author keep any number of unfinished
+    /// uploads and any number of blob bytes does not pass the checks made for them (they fail,
+    /// or cannot reach a bound: never a clean pass), and the other blob checks still pass.
+    @Test func aRelayWithoutItsBlobBoundsFailsTheBlobLimitChecks() async throws {
+        let outcomes = try await withSecurityRelay(configure: {
+            $0.maxUploadsPerAuthor = 1_000_000
+            $0.maxAuthorBlobBytes = 1 << 50
+        }) { relay in await relay.audit([.blobs]) }
+        let notClean = Set(outcomes.filter { !$0.passed || $0.skipped }.map(\.name))
+        #expect(notClean == ["blob.limit.unfinished-uploads", "blob.limit.author-quota"], "not clean: \(notClean.sorted())")
+    }
+
     /// A relay started with one extra grant in its rules table, and the checks that must notice.
     struct Hole: Sendable, CustomTestStringConvertible {
         let operation: MailslotRelay.Operation
@@ -56,6 +68,14 @@ import Testing
         Hole(operation: .create, resource: .prekeys, role: .signedIn, caughtBy: ["rule.prekeys.other-cannot-upload"]),
         Hole(operation: .read, resource: .prekeys, role: .signedIn, caughtBy: ["rule.prekeys.other-cannot-count"]),
         Hole(operation: .delete, resource: .prekeys, role: .signedIn, caughtBy: ["rule.prekeys.other-cannot-delete"]),
+        // Reading a blob makes one a party: the outsider's every answer then differs from a missing blob's.
+        Hole(operation: .read, resource: .blob, role: .signedIn,
+             caughtBy: ["rule.blob.other-cannot-read", "rule.blob.other-cannot-download", "rule.blob.other-cannot-upload",
+                        "rule.blob.other-cannot-delete"]),
+        Hole(operation: .update, resource: .blob, role: .recipient, caughtBy: ["rule.blob.recipient-cannot-upload"]),
+        Hole(operation: .delete, resource: .blob, role: .recipient, caughtBy: ["rule.blob.recipient-cannot-delete"]),
+        Hole(operation: .read, resource: .blobList, role: .signedIn,
+             caughtBy: ["rule.blob.other-cannot-list", "rule.blob.other-cannot-list-authored"]),
     ]
 
     @Test(arguments: holes)

@@ -2,16 +2,23 @@ import Logging
 import MailslotAudit
 @testable import MailslotRelay
 import MailslotTestSupport
+import MailslotWire
 
 /// Runs `body` with a test relay set for the attack catalogue: rate limits small enough that
-/// floods are quick, and a header timeout short enough that the audit sees silent sockets closed
-/// in seconds. `configure` adjusts it further (a broken rules table, say).
+/// floods are quick, a header timeout short enough that the audit sees silent sockets closed
+/// in seconds, and small blob limits (files of 1 MiB, a quota of three). `configure` adjusts it
+/// further (a broken rules table, say).
 func withSecurityRelay<T>(logger: Logger = quietLogger, configure: (inout RelayConfiguration) -> Void = { _ in },
                           _ body: (TestRelay) async throws -> T) async throws -> T {
     try await withTestRelay(logger: logger, configure: { configuration in
         configuration.createRate = 20
         configuration.createBurst = 60
         configuration.headerTimeout = 2
+        // Blobs small enough that the audit's blob checks are quick and its quota check reaches
+        // the quota with three unfinished uploads of the largest file (1 MiB, parts of 1 MiB).
+        configuration.maxFileBytes = RelayConfiguration.minFileBytes
+        configuration.blobPartBytes = RelayConfiguration.minPartBytes
+        configuration.maxAuthorBlobBytes = 3 * (FileCipher.size(plainSize: RelayConfiguration.minFileBytes) ?? 0)
         configure(&configuration)
     }, body)
 }

@@ -39,6 +39,13 @@ temporary data folder, and then, as clients:
     in a new session, which the CLI then answers in), two messages created in reverse order,
     replays under the same and another id and a version 1 envelope after version 2 ones (none
     shown; the mailbox ends empty);
+  * blobs (§4.15–§4.21, attachments.md): a file sealed here uploaded in parts (a wrong digest
+    refused and nothing recorded, then right), the create's and the parts' refusals, the blob
+    rules black-box (a non-party's every answer byte for byte a random id's), the reference in a
+    sealed `file` message, a download by Range across a part boundary and resumed, opened and
+    verified, acknowledged, and then nothing left: no record, no file under the relay's blobs/;
+    and files both ways with the Swift CLI: a Python-sealed file saved byte for byte by
+    `receive --save-to`, and a `send --file` downloaded here by ranges, opened and acknowledged;
   * erasure (§6): erased ciphertext is in neither database file shortly after;
   * `serve` refusing unusable settings (§11).
 
@@ -47,7 +54,7 @@ Every wait is bounded; a run takes about 20 s. Only what a client can observe is
 Prints `PASS name` / `FAIL name: why` per check, then `N passed, M failed`; exits 0 only when
 nothing failed. The relay is always stopped with SIGTERM and must exit 0.
 """
-import argparse, http.client, json, os, re, secrets, shutil, signal, socket, stat, subprocess, sys, tempfile, time
+import argparse, hashlib, http.client, json, os, re, secrets, shutil, signal, socket, stat, subprocess, sys, tempfile, time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -64,6 +71,7 @@ CREATE_BURST, CREATE_RATE, MAX_PENDING, WINDOW = 30, 0.5, 10, 4   # relay flags,
 MAX_ENVELOPE = 65536                                      # the default (protocol.md §11)
 DEFAULT_TTL = 604800
 TIMEOUT = 5.0                                             # every single wait is bounded by this
+BLOB_PART = 1 << 20                                       # --blob-part-bytes: the least, so a 2.5 MB file has 3 parts
 
 RESULTS = []
 NOTES = []          # observations that are not pass/fail (where the spec leaves a choice)
@@ -97,7 +105,9 @@ class Relay:
                  "--create-burst", str(CREATE_BURST), "--create-rate", str(CREATE_RATE),
                  "--max-pending", str(MAX_PENDING), "--window", str(WINDOW), "--log-level", "warning",
                  # a throwaway relay: no disk reserve, no free-space watermark (the Swift tests cover them)
-                 "--min-free-bytes", "0", "--disk-reserve-bytes", "0"],
+                 "--min-free-bytes", "0", "--disk-reserve-bytes", "0",
+                 # parts of 1 MiB (the least), so that a file of a few MB has several
+                 "--blob-part-bytes", str(BLOB_PART)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
             log.close()
             deadline = time.monotonic() + 15
@@ -1934,6 +1944,348 @@ def scenario_sessions_with_swift(c):
     c.erased += [(f"v2 replay {replay_id[:8]}", replay_env)]
 
 
+# ---------------------------------------------------------------- blobs (protocol.md §4.15–§4.21, attachments.md)
+
+
+
+def blob_id():
+    return secrets.token_urlsafe(16)              # 22 characters, 16 random bytes (protocol.md §4.15)
+
+
+def part_digest(data):
+    """Mailslot-Digest: BLAKE2b-256 of the part, unpadded base64url (§4.17)."""
+    return fmt.b64e(hashlib.blake2b(data, digest_size=32).digest())
+
+
+def seal_file_push(plain):
+    """attachments.md §1.2 as a sealer does it: a fresh key, init_push draws the header; the
+    digest of §1.3. Returns (key, ciphertext, digest)."""
+    key = nacl.bindings.crypto_secretstream_xchacha20poly1305_keygen()
+    st = nacl.bindings.crypto_secretstream_xchacha20poly1305_state()
+    header = nacl.bindings.crypto_secretstream_xchacha20poly1305_init_push(st, key)
+    padded = plain + bytes(fmt.file_padded_size(len(plain)) - len(plain))
+    n = len(padded) // fmt.CHUNK
+    out = [header]
+    for i in range(n):
+        out.append(nacl.bindings.crypto_secretstream_xchacha20poly1305_push(
+            st, padded[i * fmt.CHUNK:(i + 1) * fmt.CHUNK], fmt.file_ad(len(plain)),
+            fmt.TAG_FINAL if i == n - 1 else fmt.TAG_MESSAGE))
+    ct = b"".join(out)
+    return key, ct, hashlib.blake2b(ct, digest_size=32).digest()
+
+
+def put_part(rel, session, bid, n, data, digest=None, ctype="application/octet-stream", headers=None):
+    h = {"Mailslot-Digest": digest if digest is not None else part_digest(data)}
+    h.update(headers or {})
+    return request(rel, "PUT", f"/v1/blobs/{bid}/parts/{n}", data, session, headers=h, ctype=ctype, timeout=30)
+
+
+def same_answer(a, b):
+    """The same to a client: status, body and every header but Date (§2: a non-party's answer is
+    exactly a missing blob's)."""
+    ha = {k: v for k, v in a.headers.items() if k != "date"}
+    hb = {k: v for k, v in b.headers.items() if k != "date"}
+    return a.status == b.status and a.body == b.body and ha == hb
+
+
+def blob_record_shape(j, bid, author, size, state, author_view):
+    """BlobRecord (§4.15): '' when fine."""
+    if not isinstance(j, dict):
+        return "not an object"
+    p = []
+    if j.get("id") != bid or j.get("author") != author or j.get("size") != size or j.get("state") != state:
+        p.append(f"id/author/size/state {j.get('id')} {j.get('author')} {j.get('size')} {j.get('state')}")
+    ps, parts = j.get("part_size"), j.get("parts")
+    if not (type(ps) is int and ps > 0 and type(parts) is int and parts == -(-size // ps)):
+        p.append(f"part_size {ps}, parts {parts}")
+    if relay_time(j.get("created_at")) is None:
+        p.append("created_at")
+    want, other = ("upload_expires_at", "expires_at") if state == "uploading" else ("expires_at", "upload_expires_at")
+    if relay_time(j.get(want)) is None or other in j:
+        p.append(f"{want} missing or {other} present")
+    if author_view:
+        if "recipients" not in j or (state == "uploading") != ("received" in j):
+            p.append("author view without recipients, or received out of place")
+    elif "recipients" in j or "received" in j:
+        p.append("a recipient sees recipients or received")
+    p += [f"{k} is null" for k, v in j.items() if v is None]
+    return "; ".join(p)
+
+
+def openapi_validator(name):
+    """spec/openapi.yaml's schema `name` (JSON Schema 2020-12), as a validating client reads it."""
+    import jsonschema, yaml
+    spec = yaml.safe_load(open(os.path.join(fmt.ROOT, "spec", "openapi.yaml"), encoding="utf-8"))
+    return jsonschema.Draft202012Validator({"$ref": f"#/components/schemas/{name}", "components": spec["components"]})
+
+
+def schema_errors(name, value):
+    return "; ".join(e.message for e in openapi_validator(name).iter_errors(value))[:300]
+
+
+def blob_files(c):
+    """Regular files under the relay's blob folder (the default file store, §7.4)."""
+    root = os.path.join(c.relay.data, "blobs")
+    return [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]
+
+
+def scenario_blobs(c):
+    """A file sealed here (attachments.md §1), uploaded in parts with one wrong digest first,
+    referenced in a sealed chat message, downloaded by its recipient with ranges across a part
+    boundary, opened (§2), acknowledged, and erased: the blob rules black-box on the way."""
+    rel, a, b, carol = c.relay, c.users["alice"], c.users["bob"], c.users["carol"]
+    for u in (a, b, carol):                      # earlier scenarios may have ended their sessions
+        u.grant = sign_in(rel, c.issuer, u)
+    plain = os.urandom(2_500_000)
+    key, ct, digest = seal_file_push(plain)
+    size = len(ct)
+    ok("a Python-sealed file has the size of §1.1 and opens with check.py's opener",
+       size == fmt.file_size(len(plain)) and fmt.file_valid_size(size) and fmt.open_file(ct, key, digest, size, len(plain)) == plain, "")
+    bid = blob_id()
+    create = {"id": bid, "size": size, "recipients": [b.uid]}
+    r = request(rel, "POST", "/v1/blobs", create, a.session)
+    ok("POST /v1/blobs → 201, a BlobRecord in the author's view, uploading, no part (§4.15)",
+       r.status == 201 and not blob_record_shape(r.json, bid, a.uid, size, "uploading", True)
+       and r.json.get("received") == [] and r.json.get("recipients") == [b.uid] and r.json.get("part_size") == BLOB_PART,
+       f"{r!r} {blob_record_shape(r.json, bid, a.uid, size, 'uploading', True)}")
+    parts = r.json["parts"] if r.status == 201 else -(-size // BLOB_PART)
+    ok("a 2.5 MB file is 3 parts of 1 MiB (the relay's --blob-part-bytes)", parts == 3, f"{parts}")
+    ok("openapi.yaml: the create body matches BlobCreateRequest, the answer BlobRecord",
+       not schema_errors("BlobCreateRequest", create) and not schema_errors("BlobRecord", r.json),
+       schema_errors("BlobCreateRequest", create) + schema_errors("BlobRecord", r.json))
+    ok("openapi.yaml: BlobCreateRequest refuses a size below the smallest file's and no recipients",
+       schema_errors("BlobCreateRequest", {"id": bid, "size": 65576, "recipients": [b.uid]}) != ""
+       and schema_errors("BlobCreateRequest", {"id": bid, "size": size, "recipients": []}) != "", "matched")
+    again = request(rel, "POST", "/v1/blobs", {"id": bid, "size": size, "recipients": [b.uid]}, a.session)
+    ok("the same create again → 200, the same record (§4.15)", again.status == 200 and again.json == r.json, repr(again))
+    expect("the same id by another author → 409 conflict", request(rel, "POST", "/v1/blobs", create, carol.session), 409, "conflict")
+    expect("a size no file has → 400 invalid_blob_size",
+           request(rel, "POST", "/v1/blobs", {"id": blob_id(), "size": size + 1, "recipients": [b.uid]}, a.session), 400, "invalid_blob_size")
+    expect("a blob over the largest file → 413 blob_too_large",
+           request(rel, "POST", "/v1/blobs", {"id": blob_id(), "size": fmt.file_size(1 << 40), "recipients": [b.uid]}, a.session),
+           413, "blob_too_large")
+    expect("recipients repeated → 400 invalid_recipients",
+           request(rel, "POST", "/v1/blobs", {"id": blob_id(), "size": size, "recipients": [b.uid, b.uid]}, a.session), 400, "invalid_recipients")
+    expect("a blob id of 15 characters → 400 invalid_blob_id",
+           request(rel, "POST", "/v1/blobs", {"id": "abcdefghijklmno", "size": size, "recipients": [b.uid]}, a.session), 400, "invalid_blob_id")
+
+    def part(n):
+        return ct[(n - 1) * BLOB_PART:min(n * BLOB_PART, size)]
+
+    def received():
+        return request(rel, "GET", f"/v1/blobs/{bid}", session=a.session).json.get("received")
+
+    wrong = bytearray(part(2))
+    wrong[7] ^= 1
+    expect("part 2 whose bytes do not match its Mailslot-Digest → 400 part_digest_mismatch (§4.17)",
+           put_part(rel, a.session, bid, 2, bytes(wrong), digest=part_digest(part(2))), 400, "part_digest_mismatch")
+    ok("… and nothing is recorded", received() == [], f"{received()}")
+    expect("a part without Mailslot-Digest → 400 invalid_digest",
+           request(rel, "PUT", f"/v1/blobs/{bid}/parts/1", part(1), a.session, ctype="application/octet-stream"), 400, "invalid_digest")
+    expect("a part as application/json → 415 unsupported_media_type",
+           put_part(rel, a.session, bid, 1, part(1), ctype="application/json"), 415, "unsupported_media_type")
+    expect("part 4 of 3 → 400 invalid_part", put_part(rel, a.session, bid, 4, part(3)), 400, "invalid_part")
+    expect("part 1 one byte short → 400 invalid_part_length", put_part(rel, a.session, bid, 1, part(1)[:-1]), 400, "invalid_part_length")
+    expect("the recipient uploading a part → 403 forbidden (§2)", put_part(rel, b.session, bid, 1, part(1)), 403, "forbidden")
+    expect("download while uploading → 409 blob_incomplete (§4.18)",
+           request(rel, "GET", f"/v1/blobs/{bid}/content", session=b.session), 409, "blob_incomplete")
+    r2 = put_part(rel, a.session, bid, 2, part(2))
+    ok("part 2 with its digest → 200, recorded", r2.status == 200 and r2.json.get("received") == [2], repr(r2))
+    ok("part 2 again, the same bytes → 200, nothing changes (idempotent)",
+       put_part(rel, a.session, bid, 2, part(2)).status == 200 and received() == [2], "")
+    expect("part 2 again with other bytes → 409 part_conflict",
+           put_part(rel, a.session, bid, 2, os.urandom(len(part(2)))), 409, "part_conflict")
+    r3 = put_part(rel, a.session, bid, 3, part(3))
+    r1 = put_part(rel, a.session, bid, 1, part(1))
+    ok("openapi.yaml: a complete blob's record matches BlobRecord", not schema_errors("BlobRecord", r1.json),
+       schema_errors("BlobRecord", r1.json))
+    ok("parts in any order; the last one completes the blob (§4.17)",
+       r3.status == 200 and r1.status == 200 and not blob_record_shape(r1.json, bid, a.uid, size, "complete", True),
+       f"{r3!r} {r1!r} {blob_record_shape(r1.json, bid, a.uid, size, 'complete', True)}")
+
+    # the blob rules, black-box (§2): carol is no party; her every answer is a random id's
+    rnd = blob_id()
+    for label, method, suffix in [("GET", "GET", ""), ("GET content", "GET", "/content"), ("POST ack", "POST", "/ack"), ("DELETE", "DELETE", "")]:
+        x = request(rel, method, f"/v1/blobs/{bid}{suffix}", session=carol.session)
+        y = request(rel, method, f"/v1/blobs/{rnd}{suffix}", session=carol.session)
+        ok(f"a non-party's {label} is answered exactly as a random id's: 404 not_found (§2)",
+           is_problem(x, 404, "not_found") and same_answer(x, y), f"{x!r} vs {y!r}")
+    x = put_part(rel, carol.session, bid, 1, part(1))
+    y = put_part(rel, carol.session, rnd, 1, part(1))
+    ok("a non-party's part upload is answered exactly as a random id's", is_problem(x, 404, "not_found") and same_answer(x, y), f"{x!r} vs {y!r}")
+    expect("no session → 401", request(rel, "GET", f"/v1/blobs/{bid}"), 401, "unauthenticated")
+    expect("the recipient deleting → 403 forbidden", request(rel, "DELETE", f"/v1/blobs/{bid}", session=b.session), 403, "forbidden")
+    expect("the author acknowledging (not a recipient) → 404 (§4.19)",
+           request(rel, "POST", f"/v1/blobs/{bid}/ack", session=a.session), 404, "not_found")
+    expect("another uid's blob list → 403 forbidden (§4.21)",
+           request(rel, "GET", f"/v1/users/{b.uid}/blobs?role=recipient", session=carol.session), 403, "forbidden")
+    lst = request(rel, "GET", f"/v1/users/{b.uid}/blobs?role=recipient", session=b.session)
+    ok("the recipient's list names the blob, in a recipient's view, next null (§4.21)",
+       lst.status == 200 and lst.json.get("next") is None and [x.get("id") for x in lst.json.get("blobs", [])] == [bid]
+       and not blob_record_shape(lst.json["blobs"][0], bid, a.uid, size, "complete", False), repr(lst))
+    ok("openapi.yaml: the page matches BlobPage, a problem Problem", not schema_errors("BlobPage", lst.json)
+       and not schema_errors("Problem", request(rel, "GET", f"/v1/blobs/{rnd}", session=carol.session).json),
+       schema_errors("BlobPage", lst.json))
+    expect("role=owner → 400 bad_request", request(rel, "GET", f"/v1/users/{b.uid}/blobs?role=owner", session=b.session), 400, "bad_request")
+
+    # the reference travels in a sealed chat message (attachments.md §3), version 1 envelope
+    fetch_bundle(rel, a, b.uid)
+    ref = {"blob": bid, "key": fmt.b64e(key), "digest": fmt.b64e(digest), "size": size, "plain_size": len(plain),
+           "media_type": "application/octet-stream", "name": "interop.bin"}
+    mid = new_id()
+    body = a.body("file", {"files": [ref], "text": "a file"})
+    env = a.seal(b.uid, mid, body)
+    expect("the chat message with the reference → 201", request(rel, "PUT", f"/v1/users/{b.uid}/messages/{mid}",
+                                                                 {"envelope": fmt.b64e(env)}, a.session), 201)
+    got = request(rel, "GET", f"/v1/users/{b.uid}/messages/{mid}", session=b.session)
+    fetch_bundle(rel, b, a.uid)
+    _, _, msg = accept(b, got.json)
+    files = msg.get("payload", {}).get("files") or [{}]
+    r0 = files[0]
+    ok("bob opens the message: type file, the reference as sent", msg.get("type") == "file" and r0 == ref, f"{msg}")
+    request(rel, "DELETE", f"/v1/users/{b.uid}/messages/{mid}", session=b.session)
+
+    # bob downloads: a range across the boundary of parts 1 and 2, then the rest resumed
+    lo, hi = BLOB_PART - 100, BLOB_PART + 99
+    g = request(rel, "GET", f"/v1/blobs/{r0['blob']}/content", session=b.session, headers={"Range": f"bytes={lo}-{hi}"})
+    ok("Range across a part boundary → 206, Content-Range, the bytes (§4.18)",
+       g.status == 206 and g.body == ct[lo:hi + 1] and g.headers.get("content-range") == f"bytes {lo}-{hi}/{size}"
+       and g.headers.get("content-type") == "application/octet-stream", f"{g.status} {g.headers} {len(g.body)}")
+    have = request(rel, "GET", f"/v1/blobs/{bid}/content", session=b.session, headers={"Range": f"bytes=0-{hi}"}).body
+    rest = request(rel, "GET", f"/v1/blobs/{bid}/content", session=b.session, headers={"Range": f"bytes={len(have)}-"})
+    whole = have + rest.body
+    ok("a download resumed with bytes=N- gives the rest (206)", rest.status == 206 and whole == ct, f"{rest.status} {len(whole)}")
+    full = request(rel, "GET", f"/v1/blobs/{bid}/content", session=b.session, timeout=30)
+    ok("without Range → 200, the whole blob, Accept-Ranges and Cache-Control: no-store",
+       full.status == 200 and full.body == ct and full.headers.get("accept-ranges") == "bytes"
+       and full.headers.get("cache-control") == "no-store", f"{full.status} {full.headers}")
+    for rng in (f"bytes={size}-", "bytes=0-1,5-9"):
+        u = request(rel, "GET", f"/v1/blobs/{bid}/content", session=b.session, headers={"Range": rng})
+        ok(f"Range {rng} → 416 invalid_range, Content-Range: bytes */size", is_problem(u, 416, "invalid_range")
+           and u.headers.get("content-range") == f"bytes */{size}", repr(u))
+    opened = None
+    try:
+        opened = fmt.open_file(whole, fmt.b64d(r0["key"]), fmt.b64d(r0["digest"]), r0["size"], r0["plain_size"])
+    except fmt.FormatError as e:
+        opened = e
+    ok("the download verifies (digest) and decrypts to the file (attachments.md §2)", opened == plain, f"{opened!r}"[:200])
+    ok("control: the blob's bytes are in the relay's blob folder", len(blob_files(c)) >= 1, os.listdir(c.relay.data))
+    expect("bob acknowledges → 204 (§4.19)", request(rel, "POST", f"/v1/blobs/{bid}/ack", session=b.session), 204)
+    expect("then bob's GET → 404 (no longer a recipient)", request(rel, "GET", f"/v1/blobs/{bid}/content", session=b.session), 404, "not_found")
+    expect("the last acknowledgement erased it: the author's GET → 404 (§6)",
+           request(rel, "GET", f"/v1/blobs/{bid}", session=a.session), 404, "not_found")
+    expect("a second acknowledgement → 404", request(rel, "POST", f"/v1/blobs/{bid}/ack", session=b.session), 404, "not_found")
+    deadline = time.monotonic() + TIMEOUT
+    while blob_files(c) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ok("nothing is left under the relay's blobs/ folder (§6)", not blob_files(c), f"{blob_files(c)}")
+    lst = request(rel, "GET", f"/v1/users/{a.uid}/blobs", session=a.session)
+    ok("the author's list is empty", lst.status == 200 and lst.json == {"blobs": [], "next": None}, repr(lst))
+
+    # the author deletes an unfinished upload; an upload it abandons is gone for the recipient too
+    bid2 = blob_id()
+    request(rel, "POST", "/v1/blobs", {"id": bid2, "size": fmt.file_size(1), "recipients": [b.uid]}, a.session)
+    expect("the author deletes its unfinished upload → 204 (§4.20)", request(rel, "DELETE", f"/v1/blobs/{bid2}", session=a.session), 204)
+    expect("… then the recipient's GET → 404", request(rel, "GET", f"/v1/blobs/{bid2}", session=b.session), 404, "not_found")
+
+
+def scenario_files_with_swift(c):
+    """Files between this implementation and the Swift CLI (attachments.md §6): a file sealed here,
+    uploaded in parts and referenced in a `file` message, saved byte for byte by the CLI's
+    `receive --save-to`; the CLI's `send --file` downloaded here with a Range across a part
+    boundary, verified, opened and acknowledged; both blobs gone from the relay afterwards. The
+    Python side publishes a version 1 bundle, so the CLI seals version 1 envelopes to it."""
+    rel = c.relay
+    if not os.access(c.cli_binary, os.X_OK):
+        return ok("the mailslot CLI binary is present", False, c.cli_binary)
+    cli = Cli(c.cli_binary, os.path.join(c.tmp, "mailslot-files-home"))
+    py = User("pyfiler")
+    py.grant = sign_in(rel, c.issuer, py)
+    expect("pyfiler publishes a version 1 bundle → 204", request(rel, "PUT", f"/v1/users/{py.uid}/keys", py.bundle(), py.session,
+                                                                 ctype="application/json"), 204)
+    rc, lines, err = cli.run("login", "--profile", "swfiler", "--relay", f"http://127.0.0.1:{rel.port}", "--token", "-", "--json",
+                             stdin=c.issuer.token("swfiler") + "\n")
+    if not ok("CLI `login` as swfiler → exit 0", rc == 0, f"exit {rc}, {lines}, stderr {err!r}"):
+        return
+    fetch_bundle(rel, py, "swfiler")
+
+    # Python → CLI
+    plain = os.urandom(2_300_000)
+    key, ct, digest = seal_file_push(plain)
+    bid = blob_id()
+    r = request(rel, "POST", "/v1/blobs", {"id": bid, "size": len(ct), "recipients": ["swfiler"]}, py.session)
+    ok("pyfiler creates a blob for swfiler → 201", r.status == 201, repr(r))
+    parts = -(-len(ct) // BLOB_PART)
+    first = ct[:BLOB_PART]
+    expect("a part with another part's digest → 400 part_digest_mismatch",
+           put_part(rel, py.session, bid, 1, first, digest=part_digest(ct[BLOB_PART:2 * BLOB_PART])), 400, "part_digest_mismatch")
+    answers = [put_part(rel, py.session, bid, n, ct[(n - 1) * BLOB_PART:n * BLOB_PART]) for n in range(1, parts + 1)]
+    ok(f"then its {parts} parts → 200, complete", all(a.status == 200 for a in answers) and answers[-1].json.get("state") == "complete",
+       f"{answers}")
+    mid = new_id()
+    ref = {"blob": bid, "key": fmt.b64e(key), "digest": fmt.b64e(digest), "size": len(ct), "plain_size": len(plain),
+           "media_type": "application/octet-stream", "name": "from python.bin"}
+    env = py.seal("swfiler", mid, py.body("file", {"files": [ref], "text": "for the CLI"}))
+    expect("the `file` message to swfiler → 201",
+           request(rel, "PUT", f"/v1/users/swfiler/messages/{mid}", {"envelope": fmt.b64e(env)}, py.session), 201)
+    save = os.path.join(c.tmp, "cli-saved")
+    rc, lines, err = cli.run("receive", "--profile", "swfiler", "--json", "--save-to", save)
+    got = [m for m in lines if m.get("id") == mid]
+    atts = got[0].get("attachments", []) if got else []
+    path = atts[0].get("path") if atts else None
+    same = bool(path) and os.path.isfile(path) and open(path, "rb").read() == plain
+    ok("CLI `receive --save-to DIR --json` saves the file byte for byte and prints its path (attachments[].path, bytes, name)",
+       rc == 0 and same and os.path.dirname(path) == save and atts[0].get("bytes") == len(plain) and atts[0].get("name") == "from python.bin",
+       f"exit {rc}, {lines}, stderr {err!r}")
+    expect("the CLI acknowledged it: the blob is gone for its author (404)", request(rel, "GET", f"/v1/blobs/{bid}", session=py.session),
+           404, "not_found")
+
+    # CLI → Python
+    src = os.path.join(c.tmp, "from-cli.bin")
+    data = os.urandom(2_700_000)
+    with open(src, "wb") as f:
+        f.write(data)
+    rc, lines, err = cli.run("send", "--profile", "swfiler", "--json", py.uid, "--file", src, "a caption")
+    ok("CLI `send --file` → exit 0, state sent", rc == 0 and lines and lines[-1].get("state") == "sent", f"exit {rc}, {lines}, stderr {err!r}")
+    r = request(rel, "GET", f"/v1/users/{py.uid}/messages", session=py.session)
+    recs = r.json.get("messages", []) if r.status == 200 else []
+    if not ok("pyfiler's mailbox holds the CLI's message", len(recs) == 1, repr(r)):
+        return
+    _, _, msg = accept(py, recs[0])
+    files = (msg.get("payload") or {}).get("files") or []
+    ok("a `file` message with one reference, the caption as text, the file's name and size (attachments.md §3)",
+       msg.get("type") == "file" and len(files) == 1 and msg["payload"].get("text") == "a caption"
+       and files[0].get("name") == "from-cli.bin" and files[0].get("plain_size") == len(data)
+       and files[0].get("size") == fmt.file_size(len(data)), f"{msg}")
+    if not files:
+        return
+    f0 = files[0]
+    rec = request(rel, "GET", f"/v1/blobs/{f0['blob']}", session=py.session)
+    ps = rec.json.get("part_size") if rec.status == 200 else None
+    ok("pyfiler reads the blob's record: complete, a recipient's view", rec.status == 200 and rec.json.get("state") == "complete"
+       and "recipients" not in rec.json and ps, repr(rec))
+    ps = ps or BLOB_PART
+    lo, hi = ps - 500, ps + 499
+    g = request(rel, "GET", f"/v1/blobs/{f0['blob']}/content", session=py.session, headers={"Range": f"bytes={lo}-{hi}"})
+    rest = request(rel, "GET", f"/v1/blobs/{f0['blob']}/content", session=py.session, headers={"Range": f"bytes={hi + 1}-"}, timeout=30)
+    head = request(rel, "GET", f"/v1/blobs/{f0['blob']}/content", session=py.session, headers={"Range": f"bytes=0-{lo - 1}"}, timeout=30)
+    whole = head.body + g.body + rest.body
+    ok("downloaded in three ranges, one across the part boundary (206 each)",
+       (head.status, g.status, rest.status) == (206, 206, 206) and len(whole) == f0["size"], f"{head.status} {g.status} {rest.status} {len(whole)}")
+    try:
+        opened = fmt.open_file(whole, fmt.b64d(f0["key"]), fmt.b64d(f0["digest"]), f0["size"], f0["plain_size"])
+    except fmt.FormatError as e:
+        opened = e
+    ok("the CLI's file verifies and opens here to the bytes sent (attachments.md §2)", opened == data, f"{opened!r}"[:200])
+    expect("pyfiler acknowledges the blob → 204", request(rel, "POST", f"/v1/blobs/{f0['blob']}/ack", session=py.session), 204)
+    expect("then the blob → 404", request(rel, "GET", f"/v1/blobs/{f0['blob']}/content", session=py.session), 404, "not_found")
+    request(rel, "DELETE", f"/v1/users/{py.uid}/messages/{recs[0]['id']}", session=py.session)
+    deadline = time.monotonic() + TIMEOUT
+    while blob_files(c) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ok("nothing is left under the relay's blobs/ folder", not blob_files(c), f"{blob_files(c)}")
+
+
 SCENARIOS = [("start", scenario_start, None), ("sign in", scenario_sign_in, None), ("keys", scenario_keys, "sign in"),
              ("chat", scenario_chat, "keys"), ("key ids", scenario_key_ids, "sign in"), ("sessions", scenario_sessions, None), ("rules", scenario_rules, "keys"),
              ("json, sizes, media types", scenario_json_and_sizes, "sign in"), ("paging", scenario_paging, "sign in"),
@@ -1941,7 +2293,9 @@ SCENARIOS = [("start", scenario_start, None), ("sign in", scenario_sign_in, None
              ("mailbox full", scenario_mailbox_full, "sign in"), ("window", scenario_window, "sign in"),
              ("rate", scenario_rate, "sign in"),
              ("socket sessions", scenario_socket_sessions, "sign in"), ("prekeys", scenario_prekeys, None),
-             ("sessions with the Swift CLI", scenario_sessions_with_swift, None), ("erasure", scenario_erasure, None)]
+             ("sessions with the Swift CLI", scenario_sessions_with_swift, None), ("blobs", scenario_blobs, "keys"),
+             ("files with the Swift CLI", scenario_files_with_swift, None),
+             ("erasure", scenario_erasure, None)]
 
 
 def main():

@@ -74,14 +74,20 @@ extension MailslotClient {
         } catch {
             guard received.isEmpty else {
                 await eraseOldCopies()
-                throw ReceiveInterrupted(received: received, failure: error)
+                var withFiles: [ReceivedMessage] = []
+                for message in received { withFiles.append(await withAttachments(message)) }
+                throw ReceiveInterrupted(received: withFiles, failure: error)
             }
             throw error
         }
         // New messages may have started sessions, each using up one of the relay's one-time prekeys.
         if !received.isEmpty { await replenishPrekeys() }
         await eraseOldCopies()
-        return received
+        // Acknowledged first, then the files saved as the policy says: a download, however long,
+        // never holds a message on the relay.
+        var withFiles: [ReceivedMessage] = []
+        for message in received { withFiles.append(await withAttachments(message)) }
+        return withFiles
     }
 
     /// Tells the relay to erase message `id`, stored here. `404` is success: the message is gone

@@ -104,7 +104,9 @@ extension MailslotClient {
                             continue
                         case .message(let record):
                             let accepted = try await self.accept(record, as: me)
-                            if let message = accepted.message { continuation.yield(message) }
+                            // Its files are saved (as the policy says) before it is shown, so
+                            // that it comes with their paths; it is stored already.
+                            if let message = accepted.message { continuation.yield(await self.withAttachments(message)) }
                             // Acknowledged only now, after the store: the relay erases it.
                             try await outbound.write(.text(try Self.ackText(record.id)))
                             acks.sent(record.id)

@@ -36,6 +36,8 @@ public enum ClientError: Error, Equatable, Sendable {
     /// pinned one): nothing was trusted. The user compared another key, or the relay offered
     /// another bundle since the number was shown.
     case safetyNumberMismatch(String)
+    /// The file to send cannot be read, or is not a regular file (a folder, a device, a pipe).
+    case unreadableFile(String)
 
     /// The reason stored with a message held because its recipient's identity key changed.
     static let keyChangedCode = "key_changed"
@@ -123,6 +125,13 @@ struct RelayAPI: Sendable {
 
     /// One request; a problem answer becomes ``ClientError/relay(_:)``.
     func call(_ method: String, _ path: String, session: String? = nil, body: Data? = nil) async throws -> Data {
+        try await exchange(method, path, session: session, body: body).data
+    }
+
+    /// One request with its own headers (`Content-Type` defaults to JSON when there is a body);
+    /// the answer's body and head. A problem answer becomes ``ClientError/relay(_:)``.
+    func exchange(_ method: String, _ path: String, session: String? = nil, body: Data? = nil,
+                  headers: [String: String] = [:]) async throws -> (data: Data, response: HTTPURLResponse) {
         // Every uid and id in `path` was checked against the identifier grammar: no escaping needed.
         guard let url = URL(string: base.absoluteString.trimmingTrailingSlash + path) else {
             throw ClientError.invalidResponse("cannot form a URL for \(path)")
@@ -134,6 +143,7 @@ struct RelayAPI: Sendable {
             request.httpBody = body
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")
         }
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
         let data: Data, response: URLResponse
         do { (data, response) = try await self.session.data(for: request) } catch {
             throw ClientError.unreachable("\(base.host ?? "relay"): \(error.localizedDescription)")
@@ -143,13 +153,13 @@ struct RelayAPI: Sendable {
             if let problem = try? RelayAnswers.decode(Problem.self, from: data) { throw ClientError.relay(problem) }
             throw ClientError.invalidResponse("HTTP \(http.statusCode) without a problem body")
         }
-        return data
+        return (data, http)
     }
 
     /// An answer through ``RelayAnswers/decode(_:from:)``, the one decoder of what a relay sends
     /// (strict JSON, every number range-checked); a refusal is ``ClientError/invalidResponse(_:)``,
     /// handled like any bad answer.
-    private func decode<T: Decodable>(_ type: T.Type, _ data: Data) throws -> T {
+    func decode<T: Decodable>(_ type: T.Type, _ data: Data) throws -> T {
         do { return try RelayAnswers.decode(type, from: data) } catch {
             throw ClientError.invalidResponse("the relay's \(T.self) answer: \(error)")
         }

@@ -34,12 +34,18 @@ extension MailslotClient {
 
     /// Retries every queued message that is due; returns how many are still queued.
     @discardableResult
+    ///
+    /// Unfinished file sends are resumed first (each sends only the parts the relay does not
+    /// have); then attachments whose download was interrupted are fetched again, and blobs saved
+    /// but not yet acknowledged are acknowledged. File sends still uploading count as queued.
     public func flush(now: Date = Date()) async throws -> Int {
         await keepKeysCurrent()
+        await resumeUploads()
         for queued in try await store.due(now: now.timeIntervalSince1970) {
             _ = await deliver(queued)
         }
-        return try await store.outgoing().filter { $0.state == .queued }.count
+        await resumeDownloads()
+        return try await store.outgoing().filter { $0.state == .queued || $0.state == .uploading }.count
     }
 
     /// Sent and queued messages, oldest first, each with where it stands.
@@ -249,11 +255,11 @@ extension MailslotClient {
         }
     }
 
-    private func decodeStored(_ body: [UInt8]) throws -> ChatMessage {
+    func decodeStored(_ body: [UInt8]) throws -> ChatMessage {
         do { return try ChatMessage.decode(body) } catch { throw ClientError.cannotSeal(error.code) }
     }
 
-    private func outcome(of delivery: Delivery) throws -> SendOutcome {
+    func outcome(of delivery: Delivery) throws -> SendOutcome {
         switch delivery {
         case .done(let outcome): return outcome
         case .held(let recipient): throw ClientError.keyChanged(recipient)

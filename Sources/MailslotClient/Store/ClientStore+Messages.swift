@@ -12,6 +12,10 @@ public struct ReceivedMessage: Sendable, Equatable {
     public let message: ChatMessage
     /// The signed body bytes, exactly as the sender wrote them.
     public let body: [UInt8]
+    /// The files it carries (inline and as blobs) and where each stands, as of when it was
+    /// returned by ``MailslotClient/receive()`` or ``MailslotClient/messages(onState:)``;
+    /// ``MailslotClient/attachments(of:)`` tells where they stand now.
+    public internal(set) var attachments: [ReceivedAttachment] = []
 }
 
 /// A message this client sent or is still sending.
@@ -30,6 +34,9 @@ public struct OutgoingMessage: Sendable, Equatable {
         /// The recipient's device said it could not open it (sealed to keys it does not have).
         /// ``MailslotClient/resend(_:)`` seals it again to the recipient's current keys.
         case undelivered
+        /// A file send whose upload is not finished: the relay has not all of the file yet.
+        /// ``MailslotClient/flush(now:)`` resumes it; `lastError` says what stopped it.
+        case uploading
     }
     /// The message id.
     public let id: String
@@ -188,6 +195,7 @@ extension ClientStore {
         try db.execute(sql: "DELETE FROM rejected WHERE id = ?", arguments: [message.id])
         try db.execute(sql: "INSERT OR IGNORE INTO inbox (id, sender, type, body, received_at) VALUES (?, ?, ?, ?, ?)",
                        arguments: [message.id, message.sender, message.message.type.rawValue, Data(message.body), Date().timeIntervalSince1970])
+        if db.changesCount > 0 { try storeAttachments(of: message, db) }
     }
 
     func storeRejected(id: String, author: String, reason: String) async throws {

@@ -142,6 +142,45 @@ final class ClientStore: Sendable {
         migrator.registerMigration("v4: identity.created_at") { db in
             try db.execute(sql: "ALTER TABLE identity ADD COLUMN created_at REAL")
         }
+        // Attachments (issue 27, docs/design/attachments.md §6). `uploads`: a file send until its
+        // blob is complete on the relay, each step persisted before the next so that `flush`
+        // resumes it (stage 'created': the blob not yet created on the relay; 'registered':
+        // created, the file not yet encrypted; 'encrypted': the ciphertext is in `spool_path` and
+        // the message body, with the file's reference, is in `sent`, which holds the send in the
+        // new state 'uploading' meanwhile). `attachments`: one row per file a stored message
+        // carries (inline ones first, then the blobs), and where it stands on this device.
+        migrator.registerMigration("v5: uploads, received attachments") { db in
+            try db.execute(sql: """
+                CREATE TABLE uploads (
+                    message_id TEXT PRIMARY KEY,
+                    blob_id TEXT NOT NULL UNIQUE,
+                    recipient TEXT NOT NULL,
+                    source_path TEXT NOT NULL,
+                    spool_path TEXT NOT NULL,
+                    plain_size INTEGER NOT NULL,
+                    size INTEGER NOT NULL,
+                    media_type TEXT NOT NULL,
+                    name TEXT,
+                    preview BLOB,
+                    caption TEXT,
+                    sender_name TEXT,
+                    stage TEXT NOT NULL,
+                    created_at REAL NOT NULL
+                ) WITHOUT ROWID;
+                CREATE TABLE attachments (
+                    message_id TEXT NOT NULL,
+                    idx INTEGER NOT NULL,
+                    blob_id TEXT,
+                    plain_size INTEGER NOT NULL,
+                    media_type TEXT NOT NULL,
+                    name TEXT,
+                    state TEXT NOT NULL,
+                    path TEXT,
+                    reason TEXT,
+                    PRIMARY KEY (message_id, idx)
+                ) WITHOUT ROWID;
+                """)
+        }
         return migrator
     }
 }

@@ -83,14 +83,27 @@ extension MailslotClient {
     /// Stored messages, oldest first (in the order this client stored them); from one contact
     /// when `from` is given.
     public func history(from sender: String? = nil) async throws -> [ReceivedMessage] {
-        try await store.inbox(from: sender).map(\.message)
+        var messages: [ReceivedMessage] = []
+        for entry in try await store.inbox(from: sender) { messages.append(try await withStoredAttachments(entry.message)) }
+        return messages
+    }
+
+    /// `message` with its attachments as they stand now (none are fetched).
+    func withStoredAttachments(_ message: ReceivedMessage) async throws -> ReceivedMessage {
+        guard message.message.payload.attachments != nil || message.message.payload.files != nil else { return message }
+        var result = message
+        result.attachments = try await attachments(of: message.id)
+        return result
     }
 
     /// Received and sent messages in one sequence, oldest first: in the order this client stored
     /// them (received, or composed), by this device's clock; with one contact when `uid` is given.
     /// Message ids are not used for the order: they carry the clock of whoever made them.
     public func timeline(with uid: String? = nil) async throws -> [HistoryEntry] {
-        let received = try await store.inbox(from: uid).map { HistoryEntry.received($0.message, storedAt: $0.storedAt) }
+        var received: [HistoryEntry] = []
+        for entry in try await store.inbox(from: uid) {
+            received.append(.received(try await withStoredAttachments(entry.message), storedAt: entry.storedAt))
+        }
         let sent = try await store.outgoing().filter { uid == nil || $0.recipient == uid }.map(HistoryEntry.sent)
         // Both are sorted already; the sort is stable, so equal times keep received before sent.
         return (received + sent).enumerated().sorted { a, b in

@@ -50,7 +50,7 @@ public struct Audit: Sendable {
 
     /// The checks, by concern.
     public enum Group: String, Sendable, CaseIterable {
-        case tokens, sessions, rules, bypass, envelopes, limits, prekeys, leaks
+        case tokens, sessions, rules, bypass, envelopes, limits, prekeys, blobs, leaks
 
         var checks: @Sendable (AuditContext) async -> Void {
             switch self {
@@ -61,6 +61,7 @@ public struct Audit: Sendable {
             case .envelopes: EnvelopeChecks.run
             case .limits: LimitChecks.run
             case .prekeys: PrekeyChecks.run
+            case .blobs: BlobChecks.run
             case .leaks: LeakChecks.run
             }
         }
@@ -68,7 +69,7 @@ public struct Audit: Sendable {
 
     /// Runs the checks of `groups` (all by default) in order, reporting each outcome as it is
     /// known, and cleans up after itself (messages, documents, bundles, block entries, sessions
-    /// of its users).
+    /// of its users, blobs).
     public func run(_ groups: [Group] = Group.allCases, report: @escaping @Sendable (Outcome) -> Void = { _ in }) async -> [Outcome] {
         let context = AuditContext(target: target, report: report)
         do {

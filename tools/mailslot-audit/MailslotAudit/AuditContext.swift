@@ -84,7 +84,7 @@ final class AuditContext: @unchecked Sendable {
     }
 
     /// Erases what the audit left on the relay: every message in its users' mailboxes, the
-    /// messages they sent elsewhere (unsend), documents, bundles, prekeys, block entries; then signs out.
+    /// messages they sent elsewhere (unsend), documents, bundles, prekeys, blobs, block entries; then signs out.
     func cleanUp() async {
         let users = lock.withLock { signedIn }
         for user in users {
@@ -105,6 +105,14 @@ final class AuditContext: @unchecked Sendable {
             _ = try? await http.call("DELETE", "/v1/users/\(owner.uid)", session: owner.session)
             _ = try? await http.call("DELETE", "/v1/users/\(owner.uid)/keys", session: owner.session)
             _ = try? await http.call("DELETE", "/v1/users/\(owner.uid)/prekeys", session: owner.session)
+            // Blobs it wrote, page by page (a relay without blobs answers 404: nothing to do).
+            for _ in 0..<20 {
+                guard let page = try? await http.call("GET", "/v1/users/\(owner.uid)/blobs?role=author&limit=500", session: owner.session),
+                      let blobs = page.json["blobs"] as? [[String: Any]], !blobs.isEmpty else { break }
+                for blob in blobs {
+                    if let id = blob["id"] as? String { _ = try? await http.call("DELETE", "/v1/blobs/\(id)", session: owner.session) }
+                }
+            }
             if let list = try? await http.call("GET", "/v1/users/\(owner.uid)/blocked", session: owner.session),
                let blocked = list.json["blocked"] as? [String] {
                 for author in blocked { _ = try? await http.call("DELETE", "/v1/users/\(owner.uid)/blocked/\(author)", session: owner.session) }

@@ -2,7 +2,8 @@ import Foundation
 import MailslotWire
 
 /// Every cell of the access-rule table (spec/protocol.md §2), from outside: the owner, the
-/// author, another signed-in user and no session at all, on every resource and operation.
+/// author, another signed-in user and no session at all, on every resource and operation (the
+/// blob rows in ``BlobChecks/rules(_:)``).
 enum RuleChecks {
     @Sendable static func run(_ context: AuditContext) async {
         let http = context.http
@@ -74,6 +75,7 @@ enum RuleChecks {
         await cell("block.owner-unblocks", "DELETE", blocked, bob, 204)
 
         await prekeys(context)
+        await BlobChecks.rules(context)
     }
 
     /// One-time prekeys (spec/protocol.md §4.14): only the owner uploads, counts and withdraws

@@ -1,0 +1,192 @@
+import Foundation
+import GRDB
+import MailslotWire
+
+// The persisted state of file sends (`uploads`, with the send's `sent` row) and of received
+// attachments (`attachments`): ClientStore migration v5.
+extension ClientStore {
+    // MARK: Uploads
+
+    /// Where an unfinished upload stands; each stage is stored before the next step starts.
+    enum UploadStage: String, Sendable {
+        /// Stored; the relay has not confirmed the blob yet.
+        case created
+        /// The relay holds the (empty) blob; the file is not encrypted yet.
+        case registered
+        /// The ciphertext is in the spool and the message body in `sent`: parts are uploading.
+        case encrypted
+    }
+
+    /// An unfinished upload.
+    struct Upload: Sendable {
+        let messageID: String
+        let blobID: String
+        let recipient: String
+        let source: URL
+        let spool: URL
+        let plainSize: Int64
+        let size: Int64
+        let mediaType: String
+        let name: String?
+        let preview: FilePreview?
+        let caption: String?
+        let senderName: String?
+        let stage: UploadStage
+    }
+
+    /// Stores a new file send: its upload (stage `created`) and its `sent` row (`uploading`, no
+    /// body yet), in one transaction, before the relay is asked anything.
+    func insertUpload(_ upload: Upload) async throws {
+        let previewJSON = try upload.preview.map { try JSONEncoder().encode($0) }
+        try await pool.write { db in
+            let now = Date().timeIntervalSince1970
+            try db.execute(sql: """
+                INSERT INTO uploads (message_id, blob_id, recipient, source_path, spool_path, plain_size, size, media_type, name, preview,
+                                     caption, sender_name, stage, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [upload.messageID, upload.blobID, upload.recipient, upload.source.path, upload.spool.path, upload.plainSize,
+                                 upload.size, upload.mediaType, upload.name, previewJSON, upload.caption, upload.senderName,
+                                 UploadStage.created.rawValue, now])
+            try db.execute(sql: """
+                INSERT INTO sent (id, recipient, type, body, state, last_error, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [upload.messageID, upload.recipient, MessageType.file.rawValue, Data(), OutgoingMessage.State.uploading.rawValue,
+                                 "not started", now])
+        }
+    }
+
+    /// Every unfinished upload, oldest first.
+    func uploads() async throws -> [Upload] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM uploads ORDER BY created_at, message_id").map { row in
+                let preview = (row["preview"] as Data?).flatMap { try? JSONDecoder().decode(FilePreview.self, from: $0) }
+                return Upload(messageID: row["message_id"], blobID: row["blob_id"], recipient: row["recipient"],
+                              source: URL(fileURLWithPath: row["source_path"]), spool: URL(fileURLWithPath: row["spool_path"]),
+                              plainSize: row["plain_size"], size: row["size"], mediaType: row["media_type"], name: row["name"],
+                              preview: preview, caption: row["caption"], senderName: row["sender_name"],
+                              stage: UploadStage(rawValue: row["stage"]) ?? .created)
+            }
+        }
+    }
+
+    /// Moves upload `id` to `stage`.
+    func setUploadStage(_ id: String, _ stage: UploadStage) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE uploads SET stage = ? WHERE message_id = ?", arguments: [stage.rawValue, id])
+        }
+    }
+
+    /// The file is encrypted: the message carrying its reference is stored as the send's body,
+    /// and the upload moves to `encrypted`, in one transaction.
+    func markEncrypted(_ id: String, message: ChatMessage, body: [UInt8]) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE sent SET body = ?, type = ? WHERE id = ?", arguments: [Data(body), message.type.rawValue, id])
+            try db.execute(sql: "UPDATE uploads SET stage = ? WHERE message_id = ?", arguments: [UploadStage.encrypted.rawValue, id])
+        }
+    }
+
+    /// Why upload `id` is not finished (shown by `outgoing()`); the send stays `uploading`.
+    func noteUploadProblem(_ id: String, _ reason: String) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE sent SET last_error = ?, attempts = attempts + 1 WHERE id = ? AND state = 'uploading'",
+                           arguments: [reason, id])
+        }
+    }
+
+    /// The blob is complete: the upload row goes and the send is queued with its envelope (or
+    /// held unsealed for a changed key), in one transaction.
+    func finishUpload(_ id: String, sealed: Sealed?) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM uploads WHERE message_id = ?", arguments: [id])
+            try db.execute(sql: """
+                UPDATE sent SET state = ?, envelope = ?, key_id = ?, last_error = ?, next_attempt_at = 0 WHERE id = ?
+                """, arguments: [sealed == nil ? OutgoingMessage.State.held.rawValue : OutgoingMessage.State.queued.rawValue,
+                                 sealed.map { Data($0.envelope) }, sealed?.keyID, sealed == nil ? ClientError.keyChangedCode : nil, id])
+        }
+    }
+
+    /// The upload cannot finish (`reason`): it goes, and the send is refused with why.
+    func abandonUpload(_ id: String, reason: String) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM uploads WHERE message_id = ?", arguments: [id])
+            try db.execute(sql: "UPDATE sent SET state = 'refused', envelope = NULL, last_error = ? WHERE id = ?", arguments: [reason, id])
+        }
+    }
+
+    /// Forgets a file send entirely (refused before anything was stored on the relay).
+    func forgetUpload(_ id: String) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM uploads WHERE message_id = ?", arguments: [id])
+            try db.execute(sql: "DELETE FROM sent WHERE id = ?", arguments: [id])
+        }
+    }
+
+    // MARK: Received attachments
+
+    /// One row per attachment `message` carries, stored with it (inline ones first).
+    static func storeAttachments(of message: ReceivedMessage, _ db: Database) throws {
+        let payload = message.message.payload
+        var index = 0
+        for inline in payload.attachments ?? [] {
+            try db.execute(sql: """
+                INSERT OR IGNORE INTO attachments (message_id, idx, plain_size, media_type, name, state) VALUES (?, ?, ?, ?, ?, 'available')
+                """, arguments: [message.id, index, inline.data.count, inline.mediaType, inline.name])
+            index += 1
+        }
+        for file in payload.files ?? [] {
+            try db.execute(sql: """
+                INSERT OR IGNORE INTO attachments (message_id, idx, blob_id, plain_size, media_type, name, state) VALUES (?, ?, ?, ?, ?, ?, 'available')
+                """, arguments: [message.id, index, file.blob, file.plainSize, file.mediaType, file.name])
+            index += 1
+        }
+    }
+
+    /// A stored attachment row: where it stands, and the message it came in.
+    struct AttachmentRow: Sendable {
+        let id: AttachmentID
+        let blobID: String?
+        let state: String
+        let path: String?
+        let reason: String?
+    }
+
+    /// The attachments of message `id`, in order.
+    func attachmentRows(of id: String) async throws -> [AttachmentRow] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM attachments WHERE message_id = ? ORDER BY idx", arguments: [id]).map(Self.attachmentRow)
+        }
+    }
+
+    /// Attachments not saved yet whose download was tried and did not finish, and blobs saved
+    /// but not acknowledged yet (both tried again by `flush`), oldest message first.
+    func interruptedDownloads() async throws -> [AttachmentRow] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT * FROM attachments WHERE (state = 'available' AND reason IS NOT NULL) OR (state = 'saved' AND reason = 'unacknowledged')
+                ORDER BY message_id, idx
+                """)
+                .map(Self.attachmentRow)
+        }
+    }
+
+    private static func attachmentRow(_ row: Row) -> AttachmentRow {
+        AttachmentRow(id: AttachmentID(messageID: row["message_id"], index: row["idx"]), blobID: row["blob_id"], state: row["state"],
+                      path: row["path"], reason: row["reason"])
+    }
+
+    /// Records where attachment `id` stands (`available`, `saved`, `gone`, `corrupt`).
+    func setAttachment(_ id: AttachmentID, state: String, path: String? = nil, reason: String? = nil) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE attachments SET state = ?, path = ?, reason = ? WHERE message_id = ? AND idx = ?",
+                           arguments: [state, path, reason, id.messageID, id.index])
+        }
+    }
+
+    /// The stored message `id` (for its references), or nil.
+    func receivedMessage(_ id: String) async throws -> ReceivedMessage? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT id, sender, body FROM inbox WHERE id = ?", arguments: [id]).flatMap { row in
+                let body = Array(row["body"] as Data)
+                return (try? ChatMessage.decode(body)).map { ReceivedMessage(id: row["id"], sender: row["sender"], message: $0, body: body) }
+            }
+        }
+    }
+}

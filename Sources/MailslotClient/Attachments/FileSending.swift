@@ -1,0 +1,295 @@
+import Foundation
+import MailslotWire
+import Synchronization
+
+// Sending a file (docs/design/attachments.md §6.1–§6.2). A small picture goes inline, inside its
+// message, as before. Anything else goes as a blob, in steps that are each stored before the
+// next one starts: the send is stored (`uploads` + `sent` in state `uploading`); the relay
+// creates the blob; the file is encrypted to a spool file in the outbox folder and the message
+// carrying its reference is stored; the parts the relay does not have yet are uploaded, one at
+// a time (memory: one part); then the message is sealed and sent through the outbox like any
+// other. A crash or a lost network at any step leaves the send in `outgoing()`, and `flush()`
+// resumes it: the relay's record of received parts says what is missing, so at most the part
+// in flight is sent again.
+extension MailslotClient {
+    /// The largest picture tried inline: with the envelope's overhead and base64 it still fits
+    /// the relay's default envelope limit (64 KiB). Anything larger goes as a blob.
+    static let inlinePictureLimit: Int64 = 45_000
+
+    /// Sends `file` to `recipient`, with an optional caption. A picture (`image/*`) small enough
+    /// for the relay's envelope limit goes inline in a `picture` message; anything else is
+    /// encrypted on this device, uploaded as a blob in parts, and referenced in a `file` message.
+    ///
+    /// The send is stored in the outbox before this returns; it goes on in the background, and
+    /// ``FileSend/outcome()`` says how it ended. Throws only for what no retry fixes: an invalid
+    /// uid, a file that cannot be read or is no regular file (``ClientError/unreadableFile(_:)``),
+    /// a recipient without keys, an invalid media type, name or preview
+    /// (``ClientError/cannotSeal(_:)``), or a file larger than the relay takes
+    /// (``ClientError/relay(_:)`` with `blob_too_large`; nothing is kept).
+    public func send(file: OutgoingFile, caption: String? = nil, to recipient: String, name senderName: String? = nil) async throws -> FileSend {
+        guard Identifier.isValidUID(recipient) else { throw ClientError.invalidUID(recipient) }
+        let me = try await identity()
+        let name = file.name ?? file.url.lastPathComponent
+        let label: String? = name.isEmpty ? nil : name
+        let plainSize = try Self.regularFileSize(file.url)
+        guard let size = FileCipher.size(plainSize: plainSize) else { throw ClientError.cannotSeal(FileError.badLength.code) }
+        // The reference's rules (media type, name, preview), checked now rather than after the upload.
+        do {
+            _ = try FileReference(blob: BlobLayout.newID(), sealed: SealedFile(key: FileKey(), digest: FileDigest(bytes: [UInt8](repeating: 0, count: 32))!,
+                                                                              size: size, plainSize: plainSize),
+                                  mediaType: file.mediaType, name: label, preview: file.preview)
+        } catch { throw ClientError.cannotSeal(error.code) }
+        do { _ = try await contact(recipient) } catch ClientError.keyChanged {
+            // Sent all the same: the message is held for the user's trust once the file is up.
+        } catch ClientError.unreachable {
+            // Pinned later: the send waits in the outbox for the relay anyway.
+        }
+
+        if file.mediaType.lowercased().hasPrefix("image/"), plainSize <= Self.inlinePictureLimit,
+           let outcome = try await sendInline(file, label: label, caption: caption, to: recipient, senderName: senderName) {
+            return outcome
+        }
+
+        let upload = ClientStore.Upload(messageID: MessageID.generate(), blobID: BlobLayout.newID(), recipient: recipient,
+                                        source: file.url.standardizedFileURL, spool: spoolFolder.appendingPathComponent("\(UUID().uuidString).enc"),
+                                        plainSize: plainSize, size: size, mediaType: file.mediaType, name: label, preview: file.preview,
+                                        caption: caption, senderName: senderName, stage: .created)
+        try await store.insertUpload(upload)
+        _ = me
+        // The relay is asked for the blob before this returns, so that a file over its limit
+        // is refused here, with nothing left behind.
+        let created = await register(upload)
+        let (stream, continuation) = AsyncStream.makeStream(of: TransferProgress.self, bufferingPolicy: .bufferingNewest(8))
+        let task: Task<SendOutcome, any Error>
+        switch created {
+        case .failure(let error):
+            continuation.finish()
+            throw error
+        case .success(false):
+            let reason = try await outgoing().first { $0.id == upload.messageID }?.lastError ?? "queued"
+            continuation.finish()
+            task = Task { .queued(id: upload.messageID, reason: reason) }
+        case .success(true):
+            task = Task {
+                defer { continuation.finish() }
+                return try await self.runUpload(ClientStore.Upload(upload, stage: .registered), progress: ProgressSink(continuation))
+            }
+        }
+        return FileSend(messageID: upload.messageID, progress: stream, task: task)
+    }
+
+    /// A small picture sent inline; nil when the relay found the envelope too large after all
+    /// (the file then goes as a blob; the refused try is forgotten).
+    private func sendInline(_ file: OutgoingFile, label: String?, caption: String?, to recipient: String, senderName: String?) async throws -> FileSend? {
+        guard let data = FileManager.default.contents(atPath: file.url.path) else { throw ClientError.unreadableFile(file.url.path) }
+        let attachment = Attachment(mediaType: file.mediaType, data: Array(data), name: label)
+        let outcome = try await send(Payload(text: caption, attachments: [attachment]), type: .picture, to: recipient, name: senderName)
+        if case .refused(let id, let reason) = outcome, reason == ProblemCode.envelopeTooLarge.rawValue {
+            try await store.forgetUpload(id)
+            return nil
+        }
+        let (stream, continuation) = AsyncStream.makeStream(of: TransferProgress.self)
+        continuation.finish()
+        return FileSend(messageID: outcome.id, progress: stream, task: Task { outcome })
+    }
+
+    /// Resumes every unfinished upload (after a crash, a lost network, a refusal to wait out).
+    func resumeUploads() async {
+        guard let uploads = try? await store.uploads() else { return }
+        for upload in uploads {
+            if upload.stage == .created {
+                guard case .success(true) = await register(upload) else { continue }
+            }
+            _ = try? await runUpload(upload.stage == .created ? ClientStore.Upload(upload, stage: .registered) : upload, progress: ProgressSink(nil))
+        }
+    }
+
+    /// Creates the blob on the relay. `true`: created (or it was already); `false`: not now (the
+    /// relay unreachable or asking to wait: the reason is noted, `flush` tries again); a
+    /// failure: refused for good (the send is forgotten, nothing was stored on the relay).
+    private func register(_ upload: ClientStore.Upload) async -> Result<Bool, any Error> {
+        let request = BlobCreateRequest(id: upload.blobID, size: upload.size, recipients: [upload.recipient])
+        do {
+            let record = try await authorized { try await api.createBlob(request, session: $0) }
+            guard record.size == upload.size else { throw ClientError.invalidResponse("the relay created blob \(record.id) with another size") }
+            try await store.setUploadStage(upload.messageID, .registered)
+            return .success(true)
+        } catch ClientError.relay(let problem) where Self.isFinal(problem) {
+            try? await store.forgetUpload(upload.messageID)
+            return .failure(ClientError.relay(problem))
+        } catch {
+            try? await store.noteUploadProblem(upload.messageID, Self.describe(error))
+            return .success(false)
+        }
+    }
+
+    /// Takes a registered or encrypted upload to the end: encrypts (if not done), uploads the
+    /// missing parts, then seals and sends the message. Transient failures leave it in the
+    /// outbox (`queued`, with why); a lost or refused upload ends it (`refused`).
+    func runUpload(_ upload: ClientStore.Upload, progress: ProgressSink) async throws -> SendOutcome {
+        let id = upload.messageID
+        guard runningUploads.insert(id).inserted else { return .queued(id: id, reason: "already running") }
+        defer { runningUploads.remove(id) }
+        do {
+            var stage = upload.stage
+            if stage == .registered {
+                try await encrypt(upload, progress: progress)
+                stage = .encrypted
+            }
+            if try await !uploadParts(upload, progress: progress) {
+                // The spool is gone before any part was stored (a crash before its sync): encrypt again.
+                try await encrypt(upload, progress: progress)
+                guard try await uploadParts(upload, progress: progress) else { throw ClientError.unreadableFile(upload.spool.path) }
+            }
+            try? FileManager.default.removeItem(at: upload.spool)
+            return try await finish(upload, progress: progress)
+        } catch let error as FileError {
+            // The file changed or vanished while it was read: what the blob would hold is no longer the file.
+            return await abandon(upload, reason: error.code)
+        } catch ClientError.relay(let problem) where Self.isFinal(problem) || problem.code.status == 410 {
+            return await abandon(upload, reason: problem.code.rawValue)
+        } catch ClientError.keyChanged(let uid) {
+            throw ClientError.keyChanged(uid)
+        } catch {
+            let reason = Task.isCancelled || error is CancellationError ? "interrupted" : Self.describe(error)
+            // In a task of its own: the store refuses work for a cancelled task, and why the
+            // send stopped must be kept all the same.
+            let store = store
+            await Task { try? await store.noteUploadProblem(id, reason) }.value
+            return .queued(id: id, reason: reason)
+        }
+    }
+
+    /// Encrypts the file to the spool (fresh key), then stores the message with its reference.
+    private func encrypt(_ upload: ClientStore.Upload, progress: ProgressSink) async throws {
+        try FileManager.default.createDirectory(at: spoolFolder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let source = upload.source, spool = upload.spool
+        // Off the actor: a large file takes seconds to encrypt, and the client serves other calls meanwhile.
+        let sealed = try await Task.detached {
+            try FileCipher.encryptFile(at: source, to: spool) { report in progress.report(.encrypting, report.done, report.total) }
+        }.value
+        guard sealed.plainSize == upload.plainSize else {
+            try? FileManager.default.removeItem(at: spool)
+            throw FileError.sourceChanged
+        }
+        let me = try await identity()
+        let message: ChatMessage, body: [UInt8]
+        do {
+            let reference = try FileReference(blob: upload.blobID, sealed: sealed, mediaType: upload.mediaType, name: upload.name, preview: upload.preview)
+            message = ChatMessage(type: .file, sender: Sender(id: me.uid, name: upload.senderName),
+                                  payload: Payload(text: upload.caption, files: [reference]), timestamp: Int64(Date().timeIntervalSince1970 * 1000))
+            try message.validate()
+            body = try message.encoded()
+        } catch { throw ClientError.cannotSeal(error.code) }
+        try await store.markEncrypted(upload.messageID, message: message, body: body)
+    }
+
+    /// Uploads the parts the relay does not have, in order, one at a time. False when the spool
+    /// is missing and the relay has no part yet (encrypting again is safe then).
+    private func uploadParts(_ upload: ClientStore.Upload, progress: ProgressSink) async throws -> Bool {
+        let record = try await authorized { try await api.blob(upload.blobID, session: $0) }
+        guard record.size == upload.size, let layout = BlobLayout(size: record.size, partSize: record.partSize) else {
+            throw ClientError.invalidResponse("the relay's blob \(record.id) does not have the size of the file sent")
+        }
+        if record.state == .complete { return true }
+        let received = Set(record.received ?? [])
+        guard let handle = try? FileHandle(forReadingFrom: upload.spool) else {
+            guard received.isEmpty else { throw FileError.io("the outbox spool \(upload.spool.path) is gone", errno: ENOENT) }
+            return false
+        }
+        defer { try? handle.close() }
+        var done = received.reduce(Int64(0)) { $0 + (layout.range(ofPart: $1).map { Int64($0.count) } ?? 0) }
+        progress.report(.uploading, done, layout.size, force: true)
+        for number in 1...layout.parts where !received.contains(number) {
+            try Task.checkCancellation()
+            guard let range = layout.range(ofPart: number) else { continue }
+            try handle.seek(toOffset: UInt64(range.lowerBound))
+            let bytes = try handle.read(upToCount: Int(range.count)) ?? Data()
+            guard bytes.count == range.count else { throw FileError.io("the outbox spool \(upload.spool.path) is short", errno: EIO) }
+            let answer = try await authorized { try await api.putPart(upload.blobID, number: number, bytes: bytes, session: $0) }
+            done += Int64(range.count)
+            progress.report(.uploading, done, layout.size, force: true)
+            if answer.state == .complete { break }
+        }
+        return true
+    }
+
+    /// The blob is complete: the message is sealed (or held for a changed key) and sent.
+    private func finish(_ upload: ClientStore.Upload, progress: ProgressSink) async throws -> SendOutcome {
+        progress.report(.sending, 0, 1, force: true)
+        guard let stored = try await store.outgoingBody(upload.messageID) else { throw ClientError.notResendable(upload.messageID) }
+        let message = try decodeStored(stored.body)
+        let sealed: ClientStore.Sealed?
+        do {
+            sealed = try await seal(message, id: upload.messageID, as: try await identity(), to: try await contact(upload.recipient))
+        } catch ClientError.keyChanged {
+            sealed = nil
+        }
+        try await store.finishUpload(upload.messageID, sealed: sealed)
+        await eraseOldCopies()
+        guard let sealed else { throw ClientError.keyChanged(upload.recipient) }
+        let outcome = try outcome(of: await deliver(.init(id: upload.messageID, recipient: upload.recipient, sealed: sealed)))
+        progress.report(.sending, 1, 1, force: true)
+        return outcome
+    }
+
+    /// Ends an upload that cannot finish: the send is refused with `reason`, the spool removed,
+    /// and the blob erased on the relay (best effort: it expires anyway).
+    private func abandon(_ upload: ClientStore.Upload, reason: String) async -> SendOutcome {
+        logger.info("a file send cannot finish", metadata: ["id": "\(upload.messageID)", "reason": "\(reason)"])
+        try? await store.abandonUpload(upload.messageID, reason: reason)
+        try? FileManager.default.removeItem(at: upload.spool)
+        _ = try? await authorized { try await api.deleteBlob(upload.blobID, session: $0) }
+        return .refused(id: upload.messageID, reason: reason)
+    }
+
+    /// The outbox's spool folder, beside the database: ciphertexts waiting to be uploaded.
+    var spoolFolder: URL { storeFolder.appendingPathComponent("outbox", isDirectory: true) }
+
+    /// The size of the regular file at `url`; anything else is refused.
+    static func regularFileSize(_ url: URL) throws -> Int64 {
+        guard url.isFileURL, let attributes = try? FileManager.default.attributesOfItem(atPath: url.path),
+              attributes[.type] as? FileAttributeType == .typeRegular, let size = (attributes[.size] as? NSNumber)?.int64Value,
+              FileManager.default.isReadableFile(atPath: url.path) else {
+            throw ClientError.unreadableFile(url.path)
+        }
+        return size
+    }
+}
+
+extension ClientStore.Upload {
+    /// The same upload at another stage.
+    init(_ upload: ClientStore.Upload, stage: ClientStore.UploadStage) {
+        self.init(messageID: upload.messageID, blobID: upload.blobID, recipient: upload.recipient, source: upload.source, spool: upload.spool,
+                  plainSize: upload.plainSize, size: upload.size, mediaType: upload.mediaType, name: upload.name, preview: upload.preview,
+                  caption: upload.caption, senderName: upload.senderName, stage: stage)
+    }
+}
+
+extension MailslotClient.SendOutcome {
+    /// The message id, whatever the outcome.
+    var id: String {
+        switch self {
+        case .sent(let id), .queued(let id, _), .refused(let id, _): id
+        }
+    }
+}
+
+/// Where progress reports go (a ``FileSend``'s stream, or nowhere when `flush` resumes), at most
+/// one per MiB and stage except the ones forced (a part done, a stage's end).
+final class ProgressSink: Sendable {
+    private let continuation: AsyncStream<TransferProgress>.Continuation?
+    private let last = Mutex<(TransferProgress.Stage?, Int64)>((nil, 0))
+
+    init(_ continuation: AsyncStream<TransferProgress>.Continuation?) { self.continuation = continuation }
+
+    func report(_ stage: TransferProgress.Stage, _ bytes: Int64, _ total: Int64, force: Bool = false) {
+        guard let continuation else { return }
+        let due = last.withLock { last in
+            guard force || last.0 != stage || bytes - last.1 >= 1 << 20 || bytes == total else { return false }
+            last = (stage, bytes)
+            return true
+        }
+        if due { continuation.yield(TransferProgress(stage: stage, bytes: bytes, total: total)) }
+    }
+}

@@ -1,0 +1,264 @@
+import Foundation
+@testable import MailslotClient
+@testable import MailslotRelay
+import MailslotTestSupport
+import MailslotWire
+import Testing
+
+/// Files sent as blobs between clients, through a real relay with 1 MiB parts: round trips byte
+/// for byte, resumed uploads and downloads, and blobs that are gone or not what was sealed.
+@Suite struct AttachmentTests {
+    /// A relay cutting blobs into 1 MiB parts, so that a few MiB make several parts.
+    static func withBlobRelay<T>(_ body: (TestRelay) async throws -> T) async throws -> T {
+        try await withTestRelay(configure: { $0.blobPartBytes = 1 << 20 }, body)
+    }
+
+    @Test func aMultiPartFileArrivesByteForByteAndLeavesNothingOnTheRelay() async throws {
+        try await Self.withBlobRelay { relay in
+            let alice = try relay.client("alice")
+            let bob = try relay.client("bob", attachments: AttachmentPolicy(directory: URL(fileURLWithPath: relay.folder + "/saved"),
+                                                                          downloadAutomaticallyBelow: .max))
+            try await alice.signIn()
+            try await bob.signIn()
+            let bytes = randomBytes(3 * (1 << 20) + 12_345)
+            let source = try Self.file(bytes, in: relay, named: "clip.mp4")
+
+            let transfer = try await alice.send(file: OutgoingFile(url: source, mediaType: "video/mp4"), caption: "look", to: "bob")
+            var stages: [TransferProgress] = []
+            for await progress in transfer.progress { stages.append(progress) }
+            #expect(try await transfer.outcome() == .sent(id: transfer.messageID))
+            let upload = try #require(stages.last { $0.stage == .uploading })
+            #expect(upload.bytes == upload.total && upload.total == FileCipher.size(plainSize: Int64(bytes.count)))
+            #expect(try await alice.outgoing().first { $0.id == transfer.messageID }?.state == .sent)
+            #expect(try FileManager.default.contentsOfDirectory(atPath: relay.folder + "/alice/outbox").isEmpty, "the spool is removed")
+            #expect(Self.counter(relay, "mailslot_blob_parts_received_total") == 4)
+
+            let received = try #require(try await bob.receive().first)
+            #expect(received.message.type == .file && received.message.payload.text == "look")
+            let attachment = try #require(received.attachments.first)
+            #expect(attachment.name == "clip.mp4" && attachment.mediaType == "video/mp4" && attachment.plainSize == Int64(bytes.count))
+            guard case .saved(let path) = attachment.state else { Issue.record("not saved: \(attachment.state)"); return }
+            #expect(path.path == relay.folder + "/saved/clip.mp4")
+            #expect(FileManager.default.contents(atPath: path.path) == Data(bytes))
+            #expect(try FileManager.default.contentsOfDirectory(atPath: relay.folder + "/saved") == ["clip.mp4"], "no temporary left")
+
+            // Acknowledged: the relay erased the blob; its author finds it gone.
+            let blob = try #require(received.message.payload.files?.first?.blob)
+            #expect(try await relay.call("GET", "/v1/blobs/\(blob)", session: try await relay.signIn("alice").session).status == 404)
+        }
+    }
+
+    @Test func anInterruptedUploadResumesWithOnlyTheMissingParts() async throws {
+        try await Self.withBlobRelay { relay in
+            let alice = try relay.client("alice")
+            let bob = try relay.client("bob", attachments: AttachmentPolicy(downloadAutomaticallyBelow: .max))
+            try await alice.signIn()
+            try await bob.signIn()
+            let bytes = randomBytes(24 * (1 << 20))
+            let parts = 25  // 24 MiB of plaintext and the stream's overhead, in 1 MiB parts
+
+            // Stopped once the first part is stored (the way Ctrl-C stops the CLI).
+            let transfer = try await alice.send(file: OutgoingFile(url: try Self.file(bytes, in: relay, named: "big.bin")), to: "bob")
+            for await progress in transfer.progress where progress.stage == .uploading && progress.bytes > 0 {
+                transfer.cancel()
+                break
+            }
+            guard case .queued(_, let reason) = try await transfer.outcome() else { Issue.record("not queued"); return }
+            #expect(reason == "interrupted")
+            let pending = try #require(try await alice.outgoing().first { $0.id == transfer.messageID })
+            #expect(pending.state == .uploading && pending.lastError == "interrupted", "shown as unfinished, and why")
+            let storedBefore = Int(Self.counter(relay, "mailslot_blob_parts_received_total"))
+            try #require(storedBefore < parts, "the upload stopped before its end")
+
+            // The flush sends exactly the parts the relay does not have: none twice.
+            let putsBefore = Self.partRequests(relay)
+            #expect(try await alice.flush() == 0)
+            #expect(Int(Self.counter(relay, "mailslot_blob_parts_received_total")) == parts)
+            #expect(Self.partRequests(relay) - putsBefore == parts - storedBefore, "only the missing parts were sent")
+            #expect(Self.partRequests(relay) <= parts + 1, "at most the part in flight was sent twice")
+            #expect(try await alice.outgoing().first { $0.id == transfer.messageID }?.state == .sent)
+            let received = try #require(try await bob.receive().first?.attachments.first)
+            guard case .saved(let path) = received.state else { Issue.record("not saved: \(received.state)"); return }
+            #expect(FileManager.default.contents(atPath: path.path) == Data(bytes))
+        }
+    }
+
+    @Test func aBlobThatIsNotWhatWasSealedIsCorruptAndNotAcknowledged() async throws {
+        try await Self.withBlobRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            // A blob holding one ciphertext, referenced with the digest of another.
+            let (ciphertext, sealed) = try FileCipher.seal(randomBytes(100_000))
+            let other = try FileCipher.seal(randomBytes(100_000), key: sealed.key).file
+            let blob = try await Self.upload(ciphertext, as: "alice", to: ["bob"], in: relay)
+            let reference = try FileReference(blob: blob, sealed: SealedFile(key: sealed.key, digest: other.digest, size: sealed.size,
+                                                                            plainSize: sealed.plainSize), mediaType: "application/pdf", name: "doc.pdf")
+            try await alice.send(Payload(files: [reference]), type: .file, to: "bob")
+
+            let received = try #require(try await bob.receive().first)
+            #expect(received.attachments.first?.state == .corrupt("file_digest_mismatch"))
+            #expect(try FileManager.default.contentsOfDirectory(atPath: relay.folder + "/bob/files").isEmpty, "nothing saved, no temporary left")
+            // Not acknowledged: the relay still counts bob as a recipient.
+            let record = try await relay.call("GET", "/v1/blobs/\(blob)", session: try await relay.signIn("alice").session).decoded(BlobRecord.self)
+            #expect(record.recipients == ["bob"])
+            #expect(try await bob.attachments(of: received.id).first?.state == .corrupt("file_digest_mismatch"), "kept as corrupt")
+        }
+    }
+
+    @Test func aBlobTheRelayNoLongerHasShowsAsGone() async throws {
+        try await Self.withBlobRelay { relay in
+            let alice = try relay.client("alice")
+            let bob = try relay.client("bob", attachments: AttachmentPolicy(downloadAutomaticallyBelow: 0))
+            try await alice.signIn()
+            try await bob.signIn()
+            let transfer = try await alice.send(file: OutgoingFile(url: try Self.file(randomBytes(200_000), in: relay, named: "a.bin")), to: "bob")
+            #expect(try await transfer.outcome() == .sent(id: transfer.messageID))
+
+            let received = try #require(try await bob.receive().first)
+            let attachment = try #require(received.attachments.first)
+            #expect(attachment.state == .available(reason: nil), "over the policy's size: waits to be asked for")
+            // Its author deletes it before bob asks.
+            let blob = try #require(received.message.payload.files?.first?.blob)
+            #expect(try await relay.call("DELETE", "/v1/blobs/\(blob)", session: try await relay.signIn("alice").session).status == 204)
+            #expect(try await bob.download(attachment.id).state == .gone)
+            #expect(try await bob.attachments(of: received.id).first?.state == .gone)
+        }
+    }
+
+    @Test func anInterruptedDownloadResumesFromWhatItHas() async throws {
+        try await Self.withBlobRelay { relay in
+            let alice = try relay.client("alice")
+            let saved = URL(fileURLWithPath: relay.folder + "/saved")
+            let bob = try relay.client("bob", attachments: AttachmentPolicy(directory: saved, downloadAutomaticallyBelow: 0))
+            try await alice.signIn()
+            try await bob.signIn()
+            let bytes = randomBytes(3 * (1 << 20))
+            let transfer = try await alice.send(file: OutgoingFile(url: try Self.file(bytes, in: relay, named: "v.bin")), to: "bob")
+            #expect(try await transfer.outcome() == .sent(id: transfer.messageID))
+            let received = try #require(try await bob.receive().first)
+            let reference = try #require(received.message.payload.files?.first)
+
+            // What an interrupted download leaves: the first 2 MiB of the ciphertext.
+            let prefix: Int64 = 2 << 20
+            let head = try await relay.call("GET", "/v1/blobs/\(reference.blob)/content", session: try await relay.signIn("bob").session,
+                                            headers: ["Range": "bytes=0-\(prefix - 1)"])
+            #expect(head.status == 206)
+            try FileManager.default.createDirectory(at: saved, withIntermediateDirectories: true)
+            try head.body.write(to: saved.appendingPathComponent(".mailslot-\(reference.blob).part"))
+            let sentBefore = Self.counter(relay, "mailslot_blob_bytes_sent_total")
+
+            let attachment = try await bob.download(try #require(received.attachments.first).id)
+            guard case .saved(let path) = attachment.state else { Issue.record("not saved: \(attachment.state)"); return }
+            #expect(FileManager.default.contents(atPath: path.path) == Data(bytes))
+            #expect(Self.counter(relay, "mailslot_blob_bytes_sent_total") - sentBefore == Double(reference.size - prefix), "only the rest was fetched")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: saved.path) == ["v.bin"])
+        }
+    }
+
+    @Test func theLiveStreamSavesFilesBeforeItShowsTheirMessage() async throws {
+        try await Self.withBlobRelay { relay in
+            let alice = try relay.client("alice")
+            let bob = try relay.client("bob", attachments: AttachmentPolicy(downloadAutomaticallyBelow: 1 << 20))
+            try await alice.signIn()
+            try await bob.signIn()
+            let small = randomBytes(300_000), large = randomBytes(1 << 20)
+            var iterator = bob.messages().makeAsyncIterator()
+            for (bytes, name) in [(small, "small.bin"), (large, "large.bin")] {
+                let transfer = try await alice.send(file: OutgoingFile(url: try Self.file(bytes, in: relay, named: name)), to: "bob")
+                #expect(try await transfer.outcome() == .sent(id: transfer.messageID))
+            }
+            let first = try #require(try await iterator.next()?.attachments.first)
+            guard case .saved(let path) = first.state else { Issue.record("not saved: \(first.state)"); return }
+            #expect(path.path == relay.folder + "/bob/files/small.bin" && FileManager.default.contents(atPath: path.path) == Data(small))
+            #expect(try FileManager.default.attributesOfItem(atPath: relay.folder + "/bob/files")[.posixPermissions] as? Int == 0o700)
+            let second = try #require(try await iterator.next())
+            #expect(second.attachments.first?.state == .available(reason: nil), "at the policy's size: left for the app to ask")
+            #expect(try await bob.history().last?.attachments == second.attachments, "history shows where files stand")
+            guard case .saved(let later) = try await bob.download(try #require(second.attachments.first).id).state else {
+                Issue.record("not saved"); return
+            }
+            #expect(FileManager.default.contents(atPath: later.path) == Data(large))
+        }
+    }
+
+    @Test func savedNamesStayInTheFolderAndNeverReplaceAFile() async throws {
+        #expect(SafeFileName.make("../../etc/passwd", mediaType: "text/plain", fallback: "f") == "passwd")
+        #expect(SafeFileName.make("..", mediaType: "image/png", fallback: "f") == "f.png")
+        #expect(SafeFileName.make(".bashrc", mediaType: "text/plain", fallback: "f") == "bashrc")
+        #expect(SafeFileName.make("a\u{0}b\nc\u{202E}d.txt", mediaType: "text/plain", fallback: "f") == "abcd.txt")
+        #expect(SafeFileName.make("C:\\x\\y.doc", mediaType: "text/plain", fallback: "f") == "y.doc")
+        #expect(SafeFileName.make(nil, mediaType: "video/mp4", fallback: "file-abc") == "file-abc.mp4")
+        #expect(SafeFileName.make(String(repeating: "é", count: 300), mediaType: "text/plain", fallback: "f").utf8.count <= 255)
+        #expect(SafeFileName.candidate("clip.mp4", attempt: 2) == "clip (2).mp4")
+        #expect(SafeFileName.candidate("README", attempt: 1) == "README (1)")
+
+        try await Self.withBlobRelay { relay in
+            let alice = try relay.client("alice")
+            let saved = URL(fileURLWithPath: relay.folder + "/saved")
+            let bob = try relay.client("bob", attachments: AttachmentPolicy(directory: saved, downloadAutomaticallyBelow: .max))
+            try await alice.signIn()
+            try await bob.signIn()
+            try FileManager.default.createDirectory(at: saved, withIntermediateDirectories: true)
+            try Data("mine".utf8).write(to: saved.appendingPathComponent("x"))
+            let bytes = randomBytes(70_000)
+            let source = try Self.file(bytes, in: relay, named: "x")
+            for _ in 0..<2 {
+                let transfer = try await alice.send(file: OutgoingFile(url: source, name: "../../x"), to: "bob")
+                #expect(try await transfer.outcome() == .sent(id: transfer.messageID))
+            }
+            let paths = try await bob.receive().compactMap { message -> String? in
+                if case .saved(let url) = message.attachments.first?.state { return url.path }
+                return nil
+            }
+            #expect(paths == [saved.path + "/x (1)", saved.path + "/x (2)"])
+            #expect(FileManager.default.contents(atPath: saved.path + "/x") == Data("mine".utf8), "never overwritten")
+            #expect(FileManager.default.contents(atPath: saved.path + "/x (2)") == Data(bytes))
+        }
+    }
+
+    // MARK: Helpers
+
+    /// Writes `bytes` to a new file in the test's folder.
+    static func file(_ bytes: [UInt8], in relay: TestRelay, named name: String) throws -> URL {
+        let folder = URL(fileURLWithPath: relay.folder + "/sources-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let url = folder.appendingPathComponent(name)
+        try Data(bytes).write(to: url)
+        return url
+    }
+
+    /// Uploads `ciphertext` as a new blob of `author` for `recipients`, over plain HTTP; its id.
+    static func upload(_ ciphertext: [UInt8], as author: String, to recipients: [String], in relay: TestRelay) async throws -> String {
+        let session = try await relay.signIn(author).session
+        let id = BlobLayout.newID()
+        let created = try await relay.call("POST", "/v1/blobs", session: session,
+                                           json: BlobCreateRequest(id: id, size: Int64(ciphertext.count), recipients: recipients))
+        let record = try created.decoded(BlobRecord.self)
+        let layout = try #require(BlobLayout(size: record.size, partSize: record.partSize))
+        for number in 1...layout.parts {
+            let range = try #require(layout.range(ofPart: number))
+            let part = Array(ciphertext[Int(range.lowerBound)..<Int(range.upperBound)])
+            let answer = try await relay.call("PUT", "/v1/blobs/\(id)/parts/\(number)", session: session, body: Data(part),
+                                              headers: ["Content-Type": "application/octet-stream", BlobLayout.digestHeader: Base64URL.encode(blake2b(part))])
+            try #require(answer.status == 200, "\(answer.summary)")
+        }
+        return id
+    }
+
+    /// How many part uploads the relay answered, whatever their status.
+    static func partRequests(_ relay: TestRelay) -> Int {
+        let text = String(decoding: relay.relay.metrics.exposition(), as: UTF8.self)
+        return text.split(separator: "\n").filter { $0.hasPrefix("mailslot_http_requests_total{") && $0.contains("PUT") && $0.contains("parts") }
+            .reduce(0) { $0 + (Int(Double($1.split(separator: " ").last ?? "") ?? 0)) }
+    }
+
+    /// A counter's value in the relay's metrics (0 when absent).
+    static func counter(_ relay: TestRelay, _ name: String) -> Double {
+        let text = String(decoding: relay.relay.metrics.exposition(), as: UTF8.self)
+        for line in text.split(separator: "\n") where line.hasPrefix(name + " ") {
+            return Double(line.split(separator: " ").last ?? "") ?? 0
+        }
+        return 0
+    }
+}
