@@ -119,6 +119,46 @@ import MailslotWire
             #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(byCarol)", session: bob).status == 404)
             #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(byBob)", session: nil).status == 401)
             #expect(try await relay.call("GET", "/v1/users/bob/messages/\(byBob)", session: bob).status == 200, "nothing was lost")
+
+            // Blobs: alice the author, bob the recipient, carol no party. Anyone who is no party gets
+            // the 404 of a missing blob; a party without the operation 403, except acknowledge, which
+            // only a recipient has and everyone else finds nothing to acknowledge (404).
+            let blob = TestBlob(plainSize: 1000), doomed = TestBlob(plainSize: 1000)
+            #expect(try await relay.call("POST", "/v1/blobs", body: blob.create(["bob"])).status == 401)
+            #expect(try await relay.call("POST", "/v1/blobs", session: gone, body: blob.create(["bob"])).status == 401)
+            #expect(try await relay.call("POST", "/v1/blobs", session: alice, body: blob.create(["bob"])).status == 201)
+            #expect(try await relay.call("POST", "/v1/blobs", session: carol, body: doomed.create(["bob"])).status == 201, "create: signed-in")
+            #expect(try await relay.call("DELETE", "/v1/blobs/\(doomed.id)", session: carol).status == 204)
+            #expect(try await relay.call("POST", "/v1/blobs", session: alice, body: doomed.create(["bob"])).status == 201)
+            let part = ["Content-Type": "application/octet-stream", "Mailslot-Digest": blob.digest(1)]
+            struct BlobCell {
+                let method: String, path: String, body: Data?, headers: [String: String]
+                /// In the order asked: denied ones first.
+                let answers: [(String, Int)]
+            }
+            let base = "/v1/blobs/\(blob.id)"
+            let blobCells: [BlobCell] = [
+                BlobCell(method: "GET", path: base, body: nil, headers: [:], answers: [(carol, 404), (bob, 200), (alice, 200)]),
+                BlobCell(method: "GET", path: base + "/content", body: nil, headers: [:], answers: [(carol, 404), (bob, 409), (alice, 409)]),
+                BlobCell(method: "PUT", path: base + "/parts/1", body: Data(blob.bytes), headers: part,
+                         answers: [(carol, 404), (bob, 403), (alice, 200)]),
+                BlobCell(method: "GET", path: base + "/content", body: nil, headers: [:], answers: [(carol, 404), (bob, 200), (alice, 200)]),
+                BlobCell(method: "GET", path: "/v1/users/bob/blobs?role=recipient", body: nil, headers: [:],
+                         answers: [(carol, 403), (alice, 403), (bob, 200)]),
+                BlobCell(method: "GET", path: "/v1/users/alice/blobs", body: nil, headers: [:], answers: [(carol, 403), (bob, 403), (alice, 200)]),
+                BlobCell(method: "DELETE", path: "/v1/blobs/\(doomed.id)", body: nil, headers: [:], answers: [(carol, 404), (bob, 403), (alice, 204)]),
+                BlobCell(method: "POST", path: base + "/ack", body: nil, headers: [:], answers: [(carol, 404), (alice, 404), (bob, 204)]),
+            ]
+            for cell in blobCells {
+                let what = "\(cell.method) \(cell.path)"
+                #expect(try await relay.call(cell.method, cell.path, body: cell.body, headers: cell.headers).status == 401, "\(what) without a session")
+                #expect(try await relay.call(cell.method, cell.path, session: gone, body: cell.body, headers: cell.headers).status == 401, "\(what) signed out")
+                for (session, status) in cell.answers {
+                    let who = session == alice ? "the author" : session == bob ? "the recipient" : "another user"
+                    #expect(try await relay.call(cell.method, cell.path, session: session, body: cell.body, headers: cell.headers).status == status,
+                            "\(what) as \(who)")
+                }
+            }
         }
     }
 
