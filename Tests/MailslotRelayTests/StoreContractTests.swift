@@ -1151,21 +1151,29 @@ extension StoreContractTests {
         }
     }
 
-    /// Acknowledgements racing for the last recipients, from two stores: exactly one erases.
+    /// Acknowledgements racing for the last recipient, from two stores (two relays on
+    /// PostgreSQL): of each blob's two, exactly one erases it. Many blobs at once, so that some
+    /// pairs overlap in time whatever the machine's pace.
     @Test(arguments: Backend.available)
     func racingAcknowledgementsEraseOnce(_ backend: Backend) async throws {
         try await backend.withStores(2) { stores in
-            let recipients = (0..<8).map { "r\($0)" }
-            let blob = try await Self.completed(stores[0], Self.newBlob("blob-0000000000001", recipients: recipients))
-            let outcomes = try await withThrowingTaskGroup(of: BlobAckOutcome.self) { group in
-                for (index, recipient) in recipients.enumerated() {
-                    group.addTask { try await stores[index % 2].acknowledgeBlob(id: blob.id, recipient: recipient, now: Self.now) }
+            var blobs: [StoredBlob] = []
+            for n in 0..<16 { blobs.append(try await Self.completed(stores[0], Self.newBlob("blob-00000000000\(n + 10)", recipients: ["r0", "r1"]))) }
+            let outcomes = try await withThrowingTaskGroup(of: (String, BlobAckOutcome).self) { group in
+                for blob in blobs {
+                    for (index, recipient) in ["r0", "r1"].enumerated() {
+                        group.addTask { (blob.id, try await stores[index].acknowledgeBlob(id: blob.id, recipient: recipient, now: Self.now)) }
+                    }
                 }
-                return try await group.reduce(into: []) { $0.append($1) }
+                return try await group.reduce(into: [String: [BlobAckOutcome]]()) { $0[$1.0, default: []].append($1.1) }
             }
-            #expect(outcomes.filter { $0 == .acknowledged(erased: true) }.count == 1)
-            #expect(outcomes.filter { $0 == .acknowledged(erased: false) }.count == 7)
-            #expect(try await stores[1].blobErasures(limit: 10).map(\.storageKey) == [blob.storageKey])
+            for blob in blobs {
+                let answers = outcomes[blob.id] ?? []
+                #expect(answers.count == 2 && answers.contains(.acknowledged(erased: true)) && answers.contains(.acknowledged(erased: false)),
+                        "\(blob.id): \(answers)")
+                #expect(try await stores[1].blob(id: blob.id, now: Self.now) == .none)
+            }
+            #expect(Set(try await stores[1].blobErasures(limit: 100).map(\.storageKey)) == Set(blobs.map(\.storageKey)))
         }
     }
 
@@ -1279,6 +1287,63 @@ extension StoreContractTests {
             #expect(try await store.sweepExpiredBlobs(now: Self.now + 1000, batch: 8) == 1)
             #expect(try await store.blobErasures(limit: 10).count == 3)
             #expect(try await store.blobUsage(author: "alice") == (0, 0))
+        }
+    }
+
+    /// A database of the release before blobs, holding a message: the blob migration (SQLite v8,
+    /// PostgreSQL 5) keeps it, and the new tables and their counters work on it.
+    @Test(arguments: Backend.available)
+    func theBlobMigrationKeepsWhatIsStored(_ backend: Backend) async throws {
+        func check(_ store: any RelayStore) async throws {
+            let message = try #require(try await store.message(recipient: "bob", id: "m1", now: Self.now))
+            #expect(message.author == "alice" && message.envelope == "envelope" && message.size == 512)
+            #expect(try await store.pendingCount(recipient: "bob", now: Self.now) == 1)
+            try await Self.completed(store, Self.newBlob("blob-0000000000001", size: 2000))
+            try await Self.created(store, Self.newBlob("blob-0000000000002", size: 1000))
+            #expect(try await store.blobUsage(author: "alice") == (3000, 1))
+            #expect(try await Self.create(store, to: "carol", id: "m2").message.author == "alice", "messages go on")
+        }
+        switch backend {
+        case .sqlite:
+            let folder = FileManager.default.temporaryDirectory.appendingPathComponent("blob-migration-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: folder) }
+            let path = folder.appendingPathComponent("relay.sqlite").path
+            do {
+                let queue = try DatabaseQueue(path: path)
+                try Schema.migrator.migrate(queue, upTo: "v7: one-time prekeys, identity keys")
+                try await queue.write { db in
+                    try db.execute(sql: """
+                        INSERT INTO messages (recipient, id, author, created_at, expires_at, size, envelope)
+                        VALUES ('bob', 'm1', 'alice', ?, ?, 512, 'envelope')
+                        """, arguments: [Self.now, Self.now + 3_600_000])
+                }
+            }
+            try await check(try SQLiteStore(path: path))
+        case .postgresql:
+            try await TestDatabase.with { url in
+                let store = try PostgresStore(url: url, logger: TestRelay.logger)
+                do {
+                    try await store.pool.client.query("""
+                        CREATE TABLE mailslot_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
+                            applied_at TIMESTAMPTZ NOT NULL DEFAULT now())
+                        """)
+                    for migration in PostgresSchema.migrations where migration.version <= 4 {
+                        for statement in migration.sql { try await store.pool.client.query(PostgresQuery(unsafeSQL: statement)) }
+                        try await store.pool.client.query("INSERT INTO mailslot_migrations (version, name) VALUES (\(migration.version), \(migration.name))")
+                    }
+                    try await store.pool.client.query("""
+                        INSERT INTO messages (recipient, id, author, created_at, expires_at, size, envelope)
+                        VALUES ('bob', 'm1', 'alice', \(Self.now), \(Self.now + 3_600_000), 512, 'envelope')
+                        """)
+                    try await store.prepare()
+                    try await check(store)
+                } catch {
+                    await store.close()
+                    throw error
+                }
+                await store.close()
+            }
         }
     }
 
