@@ -276,13 +276,10 @@ struct PatternBody: AsyncSequence, Sendable {
         _ = try Relay(configuration: configuration, logger: TestRelay.logger)
     }
 
-    /// What `serve` warns about: a shared database with blobs on one node's disk, and an object
-    /// store reached in the clear off this machine.
+    /// What `serve` warns about: an object store reached in the clear off this machine.
     @Test func configurationWarnings() throws {
         var configuration = try RelayConfiguration(flags: [:], environment: [:])
         #expect(ConfigurationCheck.warnings(configuration).isEmpty)
-        configuration.databaseURL = "postgres://relay@127.0.0.1/relay"
-        #expect(ConfigurationCheck.warnings(configuration).count == 1)
         configuration.blobStore = .s3("s3://bucket?endpoint=http://127.0.0.1:9000")
         #expect(ConfigurationCheck.warnings(configuration).isEmpty)
         configuration.blobStore = .s3("s3://bucket?endpoint=http://minio.internal:9000")

@@ -39,15 +39,12 @@ public enum ConfigurationCheck {
         return problems
     }
 
-    /// Settings that work but that the operator should know about, logged as warnings at start:
-    /// a cluster whose blobs stay on one node's disk, and an object store reached in the clear.
+    /// Settings that work but that the operator should know about, logged as warnings by `serve`
+    /// at start: an object store reached in the clear. (A shared database with the file store is
+    /// logged by every ``Relay`` as it opens its storage.)
     public static func warnings(_ configuration: RelayConfiguration) -> [String] {
         var warnings: [String] = []
         switch configuration.blobStore {
-        case .files where configuration.databaseURL != nil:
-            warnings.append("""
-                blobs are stored in this relay's data folder (--blob-store files) while the database is shared:                 other relays cannot serve them. Use --blob-store s3://BUCKET?endpoint=… for several relays.
-                """)
         case .s3(let text):
             if let location = try? S3Location(text), location.sendsInTheClear {
                 warnings.append("""
