@@ -1290,6 +1290,63 @@ extension StoreContractTests {
         }
     }
 
+    /// A database of the release before blobs, holding a message: the blob migration (SQLite v8,
+    /// PostgreSQL 5) keeps it, and the new tables and their counters work on it.
+    @Test(arguments: Backend.available)
+    func theBlobMigrationKeepsWhatIsStored(_ backend: Backend) async throws {
+        func check(_ store: any RelayStore) async throws {
+            let message = try #require(try await store.message(recipient: "bob", id: "m1", now: Self.now))
+            #expect(message.author == "alice" && message.envelope == "envelope" && message.size == 512)
+            #expect(try await store.pendingCount(recipient: "bob", now: Self.now) == 1)
+            try await Self.completed(store, Self.newBlob("blob-0000000000001", size: 2000))
+            try await Self.created(store, Self.newBlob("blob-0000000000002", size: 1000))
+            #expect(try await store.blobUsage(author: "alice") == (3000, 1))
+            #expect(try await Self.create(store, to: "carol", id: "m2").message.author == "alice", "messages go on")
+        }
+        switch backend {
+        case .sqlite:
+            let folder = FileManager.default.temporaryDirectory.appendingPathComponent("blob-migration-\(UUID().uuidString)")
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: folder) }
+            let path = folder.appendingPathComponent("relay.sqlite").path
+            do {
+                let queue = try DatabaseQueue(path: path)
+                try Schema.migrator.migrate(queue, upTo: "v7: one-time prekeys, identity keys")
+                try await queue.write { db in
+                    try db.execute(sql: """
+                        INSERT INTO messages (recipient, id, author, created_at, expires_at, size, envelope)
+                        VALUES ('bob', 'm1', 'alice', ?, ?, 512, 'envelope')
+                        """, arguments: [Self.now, Self.now + 3_600_000])
+                }
+            }
+            try await check(try SQLiteStore(path: path))
+        case .postgresql:
+            try await TestDatabase.with { url in
+                let store = try PostgresStore(url: url, logger: TestRelay.logger)
+                do {
+                    try await store.pool.client.query("""
+                        CREATE TABLE mailslot_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
+                            applied_at TIMESTAMPTZ NOT NULL DEFAULT now())
+                        """)
+                    for migration in PostgresSchema.migrations where migration.version <= 4 {
+                        for statement in migration.sql { try await store.pool.client.query(PostgresQuery(unsafeSQL: statement)) }
+                        try await store.pool.client.query("INSERT INTO mailslot_migrations (version, name) VALUES (\(migration.version), \(migration.name))")
+                    }
+                    try await store.pool.client.query("""
+                        INSERT INTO messages (recipient, id, author, created_at, expires_at, size, envelope)
+                        VALUES ('bob', 'm1', 'alice', \(Self.now), \(Self.now + 3_600_000), 512, 'envelope')
+                        """)
+                    try await store.prepare()
+                    try await check(store)
+                } catch {
+                    await store.close()
+                    throw error
+                }
+                await store.close()
+            }
+        }
+    }
+
     /// Makes every insert into the erasure queue fail (`refuse`), or lets them through again.
     static func refuseErasures(_ store: any RelayStore, _ refuse: Bool) async throws {
         switch store {
