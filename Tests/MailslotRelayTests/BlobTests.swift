@@ -12,7 +12,22 @@ import MailslotWire
     }
 
     @Test func theWholeLifeOfABlob() async throws {
-        try await withTestRelay(configure: Self.smallParts) { relay in
+        try await withTestRelay(configure: Self.smallParts) { relay in try await Self.life(relay) }
+    }
+
+    /// The same life with the metadata in PostgreSQL (the bytes still in files).
+    @Test(.enabled(if: TestDatabase.unavailable == nil, "MAILSLOT_TEST_DATABASE_URL is not set: run the tests under tools/postgres run"))
+    func theWholeLifeOfABlobOnPostgreSQL() async throws {
+        try await TestDatabase.with { url in
+            try await withTestRelay(configure: { configuration in
+                Self.smallParts(&configuration)
+                configuration.databaseURL = url
+            }) { relay in try await Self.life(relay) }
+        }
+    }
+
+    static func life(_ relay: TestRelay) async throws {
+        do {
             let alice = try await relay.signIn("alice").session
             let bob = try await relay.signIn("bob").session
             let carol = try await relay.signIn("carol").session

@@ -36,6 +36,28 @@ import MailslotWire
         }
     }
 
+    /// curl sends `Expect: 100-continue` with a large `PUT` and waits a second for the answer
+    /// before sending the body anyway: with the relay's `100 Continue` it does not wait.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/curl"), "no curl here"))
+    func curlUploadsAPartWithoutWaiting() async throws {
+        try await withTestRelay(configure: { $0.blobPartBytes = 2 << 20 }) { relay in
+            let alice = try await relay.signIn("alice").session
+            let blob = TestBlob(plainSize: 3_000_000, partSize: 2 << 20)
+            #expect(try await relay.call("POST", "/v1/blobs", session: alice, body: blob.create(["bob"])).status == 201)
+            let file = relay.folder + "/part1"
+            try Data(blob.part(1)).write(to: URL(fileURLWithPath: file))
+            let result = try await ProcessRunner.run(URL(fileURLWithPath: "/usr/bin/curl"), [
+                "-sS", "-v", "-o", "/dev/null", "-w", "%{http_code} %{time_total}", "-T", file,
+                "-H", "Authorization: Bearer \(alice)", "-H", "Content-Type: application/octet-stream",
+                "-H", "Mailslot-Digest: \(blob.digest(1))", "\(relay.url.absoluteString)/v1/blobs/\(blob.id)/parts/1",
+            ])
+            let fields = result.stdout.split(separator: " ")
+            #expect(fields.first == "200", "\(result.stdout) \(result.stderr.suffix(400))")
+            #expect(result.stderr.contains("Expect: 100-continue") && result.stderr.contains("HTTP/1.1 100 Continue"))
+            #expect(Double(fields.last ?? "") ?? 9 < 0.9, "curl waited for a 100 Continue: \(result.stdout)")
+        }
+    }
+
     @Test func aBodyLargerThanAnyRouteTakesIsRefusedBeforeItIsRead() async throws {
         try await withTestRelay(configure: BlobTests.smallParts) { relay in
             let alice = try await relay.signIn("alice").session

@@ -50,6 +50,10 @@ public struct Relay: Sendable {
                                    readLimiter: ReadLimiter(limit: configuration.maxConcurrentReads, relayLimit: configuration.maxReads),
                                    erasure: erasure, metrics: metrics)
         let storage = try Self.openBlobStorage(configuration: configuration)
+        if configuration.databaseURL != nil, configuration.blobStore == .files {
+            // Other relays on the same database see these blobs' rows but cannot read their files.
+            logger.warning("blobs are kept in this relay's data folder: other relays sharing the database cannot serve them; use --blob-store s3://… for several relays")
+        }
         blobEraser = BlobEraser(records: store, storage: storage, erasure: erasure, metrics: metrics, clock: configuration.clock,
                                 interval: configuration.sweepInterval)
         blobs = BlobService(records: store, storage: storage, configuration: configuration, rateLimiter: mailboxes.rateLimiter,
