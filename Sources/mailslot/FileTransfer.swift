@@ -36,9 +36,18 @@ extension Send {
             for await progress in transfer.progress { bar?.show(progress) }
             bar?.finish()
         }
-        // Ctrl-C or SIGTERM stop the upload between parts (the one in flight is cancelled): the
-        // send stays in the outbox, and `flush` sends only what the relay does not have.
-        let interrupt = Interrupts { transfer.cancel() }
+        // Ctrl-C or SIGTERM stop the upload before its next part: the send stays in the outbox,
+        // and `flush` sends only what the relay does not have. The part in flight gets two
+        // seconds; then the process ends all the same (75), as a kill would leave it.
+        let json = options.json, id = transfer.messageID, recipient = uid
+        let interrupt = Interrupts {
+            transfer.cancel()
+            DispatchQueue.global().asyncAfter(deadline: .now() + 2) {
+                Output(json: json).emit(["id": id, "to": recipient, "state": "queued", "reason": "interrupted"], text: id)
+                FileHandle.standardError.write(Data("\nmailslot: queued: `mailslot flush` finishes it (interrupted)\n".utf8))
+                Glibc.exit(75)
+            }
+        }
         defer { interrupt.stop() }
         let outcome: MailslotClient.SendOutcome
         do { outcome = try await transfer.outcome() } catch ClientError.keyChanged(let recipient) where recipient == uid {

@@ -81,7 +81,8 @@ struct Output {
 
     /// The JSON fields of a sent message (``sent(_:)``), for `--help` texts.
     static let sentFieldsHelp = """
-        id, to, state (sent, queued, held, undelivered, refused), reason (the last problem, unless sent), and type, \
+        id, to, state (sent, queued, uploading — a file send not finished, held, undelivered, refused), reason (the last \
+        problem, unless sent), and type, \
         timestamp, text, location, receipt, attachments as for a received message.
         """
 
@@ -149,6 +150,7 @@ struct Output {
         if let message = outgoing.message { describe(message, into: &fields, text: &text) }
         switch outgoing.state {
         case .undelivered: text += "  (not readable on their device: `mailslot resend \(outgoing.id)` once their key is trusted)"
+        case .uploading: text += "  (file upload not finished\(outgoing.lastError.map { ": \($0)" } ?? ""); `mailslot flush` finishes it)"
         case .held: text += "  (their key changed: compare `mailslot fingerprint \(outgoing.recipient)` with them; `mailslot trust \(outgoing.recipient) --safety-number DIGITS` sends it)"
         default: break
         }

@@ -166,6 +166,10 @@ import Testing
             }
             try await Task.sleep(for: .milliseconds(1))
         }
+        if !sent, let text = try? String(contentsOfFile: pidFile, encoding: .utf8), let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
+            kill(pid, SIGKILL)  // never left running, whatever happened
+        }
+        #expect(sent, "the relay never stored \(afterParts) parts of the send")
         return try await sending.value
     }
 

@@ -60,6 +60,7 @@ extension MailslotClient {
         // is refused here, with nothing left behind.
         let created = await register(upload)
         let (stream, continuation) = AsyncStream.makeStream(of: TransferProgress.self, bufferingPolicy: .bufferingNewest(8))
+        let stop = StopSignal()
         let task: Task<SendOutcome, any Error>
         switch created {
         case .failure(let error):
@@ -72,10 +73,10 @@ extension MailslotClient {
         case .success(true):
             task = Task {
                 defer { continuation.finish() }
-                return try await self.runUpload(ClientStore.Upload(upload, stage: .registered), progress: ProgressSink(continuation))
+                return try await self.runUpload(ClientStore.Upload(upload, stage: .registered), progress: ProgressSink(continuation), stop: stop)
             }
         }
-        return FileSend(messageID: upload.messageID, progress: stream, task: task)
+        return FileSend(messageID: upload.messageID, progress: stream, task: task, stop: stop)
     }
 
     /// A small picture sent inline; nil when the relay found the envelope too large after all
@@ -90,7 +91,7 @@ extension MailslotClient {
         }
         let (stream, continuation) = AsyncStream.makeStream(of: TransferProgress.self)
         continuation.finish()
-        return FileSend(messageID: outcome.id, progress: stream, task: Task { outcome })
+        return FileSend(messageID: outcome.id, progress: stream, task: Task { outcome }, stop: StopSignal())
     }
 
     /// Resumes every unfinished upload (after a crash, a lost network, a refusal to wait out).
@@ -100,7 +101,8 @@ extension MailslotClient {
             if upload.stage == .created {
                 guard case .success(true) = await register(upload) else { continue }
             }
-            _ = try? await runUpload(upload.stage == .created ? ClientStore.Upload(upload, stage: .registered) : upload, progress: ProgressSink(nil))
+            _ = try? await runUpload(upload.stage == .created ? ClientStore.Upload(upload, stage: .registered) : upload, progress: ProgressSink(nil),
+                                     stop: StopSignal())
         }
     }
 
@@ -126,7 +128,7 @@ extension MailslotClient {
     /// Takes a registered or encrypted upload to the end: encrypts (if not done), uploads the
     /// missing parts, then seals and sends the message. Transient failures leave it in the
     /// outbox (`queued`, with why); a lost or refused upload ends it (`refused`).
-    func runUpload(_ upload: ClientStore.Upload, progress: ProgressSink) async throws -> SendOutcome {
+    func runUpload(_ upload: ClientStore.Upload, progress: ProgressSink, stop: StopSignal) async throws -> SendOutcome {
         let id = upload.messageID
         guard runningUploads.insert(id).inserted else { return .queued(id: id, reason: "already running") }
         defer { runningUploads.remove(id) }
@@ -136,10 +138,10 @@ extension MailslotClient {
                 try await encrypt(upload, progress: progress)
                 stage = .encrypted
             }
-            if try await !uploadParts(upload, progress: progress) {
+            if try await !uploadParts(upload, progress: progress, stop: stop) {
                 // The spool is gone before any part was stored (a crash before its sync): encrypt again.
                 try await encrypt(upload, progress: progress)
-                guard try await uploadParts(upload, progress: progress) else { throw ClientError.unreadableFile(upload.spool.path) }
+                guard try await uploadParts(upload, progress: progress, stop: stop) else { throw ClientError.unreadableFile(upload.spool.path) }
             }
             try? FileManager.default.removeItem(at: upload.spool)
             return try await finish(upload, progress: progress)
@@ -151,7 +153,7 @@ extension MailslotClient {
         } catch ClientError.keyChanged(let uid) {
             throw ClientError.keyChanged(uid)
         } catch {
-            let reason = Task.isCancelled || error is CancellationError ? "interrupted" : Self.describe(error)
+            let reason = stop.isSet || Task.isCancelled || error is CancellationError ? "interrupted" : Self.describe(error)
             // In a task of its own: the store refuses work for a cancelled task, and why the
             // send stopped must be kept all the same.
             let store = store
@@ -186,7 +188,7 @@ extension MailslotClient {
 
     /// Uploads the parts the relay does not have, in order, one at a time. False when the spool
     /// is missing and the relay has no part yet (encrypting again is safe then).
-    private func uploadParts(_ upload: ClientStore.Upload, progress: ProgressSink) async throws -> Bool {
+    private func uploadParts(_ upload: ClientStore.Upload, progress: ProgressSink, stop: StopSignal) async throws -> Bool {
         let record = try await authorized { try await api.blob(upload.blobID, session: $0) }
         guard record.size == upload.size, let layout = BlobLayout(size: record.size, partSize: record.partSize) else {
             throw ClientError.invalidResponse("the relay's blob \(record.id) does not have the size of the file sent")
@@ -201,6 +203,7 @@ extension MailslotClient {
         var done = received.reduce(Int64(0)) { $0 + (layout.range(ofPart: $1).map { Int64($0.count) } ?? 0) }
         progress.report(.uploading, done, layout.size, force: true)
         for number in 1...layout.parts where !received.contains(number) {
+            if stop.isSet { throw CancellationError() }
             try Task.checkCancellation()
             guard let range = layout.range(ofPart: number) else { continue }
             try handle.seek(toOffset: UInt64(range.lowerBound))

@@ -1,5 +1,6 @@
 import Foundation
 import MailslotWire
+import Synchronization
 
 /// A file to send with ``MailslotClient/send(file:caption:to:)``: read from disk in chunks,
 /// never whole, so it may be as large as the relay allows.
@@ -57,6 +58,7 @@ public struct FileSend: Sendable {
     /// Progress reports, at most a few per part; finishes with the outcome.
     public let progress: AsyncStream<TransferProgress>
     let task: Task<MailslotClient.SendOutcome, any Error>
+    let stop: StopSignal
 
     /// What became of the send: ``MailslotClient/SendOutcome/sent(id:)``;
     /// ``MailslotClient/SendOutcome/queued(id:reason:)`` when the relay could not be reached or
@@ -68,7 +70,22 @@ public struct FileSend: Sendable {
     /// recipient's changed key.
     public func outcome() async throws -> MailslotClient.SendOutcome { try await task.value }
 
-    /// Stops the upload between parts (the part in flight is abandoned): the send stays in the
-    /// outbox, `queued`, and ``MailslotClient/flush(now:)`` finishes it.
-    public func cancel() { task.cancel() }
+    /// Stops the upload before its next part (the part in flight, at most one, is finished
+    /// first): the send stays in the outbox, `queued` with the reason `interrupted`, and
+    /// ``MailslotClient/flush(now:)`` finishes it. Cooperative on purpose: cancelling a Swift task
+    /// while a URLSession request of it completes can deadlock on Linux (swift-corelibs-foundation).
+    public func cancel() { stop.set() }
+}
+
+/// A request to stop a transfer between parts: set once, read before each part.
+final class StopSignal: Sendable {
+    private let flag = Mutex(false)
+
+    init() {}
+
+    /// Asks the transfer to stop.
+    func set() { flag.withLock { $0 = true } }
+
+    /// Whether it was asked to stop.
+    var isSet: Bool { flag.withLock { $0 } }
 }
