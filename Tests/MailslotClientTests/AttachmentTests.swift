@@ -31,7 +31,7 @@ import Testing
             #expect(upload.bytes == upload.total && upload.total == FileCipher.size(plainSize: Int64(bytes.count)))
             #expect(try await alice.outgoing().first { $0.id == transfer.messageID }?.state == .sent)
             #expect(try FileManager.default.contentsOfDirectory(atPath: relay.folder + "/alice/outbox").isEmpty, "the spool is removed")
-            #expect(Self.counter(relay, "mailslot_blob_parts_received_total") == 4)
+            #expect(relay.counter("mailslot_blob_parts_received_total") == 4)
 
             let received = try #require(try await bob.receive().first)
             #expect(received.message.type == .file && received.message.payload.text == "look")
@@ -67,15 +67,15 @@ import Testing
             #expect(reason == "interrupted")
             let pending = try #require(try await alice.outgoing().first { $0.id == transfer.messageID })
             #expect(pending.state == .uploading && pending.lastError == "interrupted", "shown as unfinished, and why")
-            let storedBefore = Int(Self.counter(relay, "mailslot_blob_parts_received_total"))
+            let storedBefore = Int(relay.counter("mailslot_blob_parts_received_total"))
             try #require(storedBefore < parts, "the upload stopped before its end")
 
             // The flush sends exactly the parts the relay does not have: none twice.
-            let putsBefore = Self.partRequests(relay)
+            let putsBefore = relay.partUploads()
             #expect(try await alice.flush() == 0)
-            #expect(Int(Self.counter(relay, "mailslot_blob_parts_received_total")) == parts)
-            #expect(Self.partRequests(relay) - putsBefore == parts - storedBefore, "only the missing parts were sent")
-            #expect(Self.partRequests(relay) <= parts + 1, "at most the part in flight was sent twice")
+            #expect(Int(relay.counter("mailslot_blob_parts_received_total")) == parts)
+            #expect(relay.partUploads() - putsBefore == parts - storedBefore, "only the missing parts were sent")
+            #expect(relay.partUploads() <= parts + 1, "at most the part in flight was sent twice")
             #expect(try await alice.outgoing().first { $0.id == transfer.messageID }?.state == .sent)
             let received = try #require(try await bob.receive().first?.attachments.first)
             guard case .saved(let path) = received.state else { Issue.record("not saved: \(received.state)"); return }
@@ -146,12 +146,12 @@ import Testing
             #expect(head.status == 206)
             try FileManager.default.createDirectory(at: saved, withIntermediateDirectories: true)
             try head.body.write(to: saved.appendingPathComponent(".mailslot-\(reference.blob).part"))
-            let sentBefore = Self.counter(relay, "mailslot_blob_bytes_sent_total")
+            let sentBefore = relay.counter("mailslot_blob_bytes_sent_total")
 
             let attachment = try await bob.download(try #require(received.attachments.first).id)
             guard case .saved(let path) = attachment.state else { Issue.record("not saved: \(attachment.state)"); return }
             #expect(FileManager.default.contents(atPath: path.path) == Data(bytes))
-            #expect(Self.counter(relay, "mailslot_blob_bytes_sent_total") - sentBefore == Double(reference.size - prefix), "only the rest was fetched")
+            #expect(relay.counter("mailslot_blob_bytes_sent_total") - sentBefore == Double(reference.size - prefix), "only the rest was fetched")
             #expect(try FileManager.default.contentsOfDirectory(atPath: saved.path) == ["v.bin"])
         }
     }
@@ -244,21 +244,5 @@ import Testing
             try #require(answer.status == 200, "\(answer.summary)")
         }
         return id
-    }
-
-    /// How many part uploads the relay answered, whatever their status.
-    static func partRequests(_ relay: TestRelay) -> Int {
-        let text = String(decoding: relay.relay.metrics.exposition(), as: UTF8.self)
-        return text.split(separator: "\n").filter { $0.hasPrefix("mailslot_http_requests_total{") && $0.contains("PUT") && $0.contains("parts") }
-            .reduce(0) { $0 + (Int(Double($1.split(separator: " ").last ?? "") ?? 0)) }
-    }
-
-    /// A counter's value in the relay's metrics (0 when absent).
-    static func counter(_ relay: TestRelay, _ name: String) -> Double {
-        let text = String(decoding: relay.relay.metrics.exposition(), as: UTF8.self)
-        for line in text.split(separator: "\n") where line.hasPrefix(name + " ") {
-            return Double(line.split(separator: " ").last ?? "") ?? 0
-        }
-        return 0
     }
 }

@@ -120,9 +120,9 @@ struct ClusterTests {
             let sent = (1...40).map { messageID($0) }
             for id in sent { #expect(try await a.send(alice, to: "bob", id: id).status == 201) }
             #expect(try await receive(sent.count, on: socket) == sent)
-            #expect(counter(a, "mailslot_cluster_notifications_sent_total") >= 1, "node A announced its commits")
-            #expect(counter(a, "mailslot_cluster_notifications_sent_total") <= 42, "at most one per commit batch, and one per subscription")
-            #expect(counter(b, "mailslot_cluster_notifications_received_total") >= 1)
+            #expect(a.counter("mailslot_cluster_notifications_sent_total") >= 1, "node A announced its commits")
+            #expect(a.counter("mailslot_cluster_notifications_sent_total") <= 42, "at most one per commit batch, and one per subscription")
+            #expect(b.counter("mailslot_cluster_notifications_received_total") >= 1)
             await socket.close()
         }
     }
@@ -277,7 +277,7 @@ struct ClusterTests {
             let alice = try await a.signIn("alice").session
             let bob = try await b.signIn("bob").session
             let socket = try await TestSocket.subscribed(b, "bob", session: bob)
-            let before = counter(b, "mailslot_cluster_rechecks_total")
+            let before = b.counter("mailslot_cluster_rechecks_total")
             let terminated = try await TestDatabase.admin("""
                 SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
                 WHERE application_name = '\(PostgresNotifications.applicationName)' AND datname = '\(TestDatabase.name(of: url))'
@@ -287,8 +287,8 @@ struct ClusterTests {
             for id in sent { #expect(try await a.send(alice, to: "bob", id: id).status == 201) }
             #expect(try await receive(sent.count, on: socket) == sent)
             // Bounded wait for the re-listen's re-check to be counted.
-            for _ in 0..<100 where counter(b, "mailslot_cluster_rechecks_total") <= before { try await Task.sleep(for: .milliseconds(100)) }
-            #expect(counter(b, "mailslot_cluster_rechecks_total") > before, "node B listened again and re-read its subscriptions")
+            for _ in 0..<100 where b.counter("mailslot_cluster_rechecks_total") <= before { try await Task.sleep(for: .milliseconds(100)) }
+            #expect(b.counter("mailslot_cluster_rechecks_total") > before, "node B listened again and re-read its subscriptions")
             await socket.close()
         }
     }
@@ -354,13 +354,4 @@ private func receive(_ count: Int, on socket: TestSocket) async throws -> [Strin
         }
     }
     return received
-}
-
-/// A counter's value in a relay's metrics (0 when absent).
-private func counter(_ relay: TestRelay, _ name: String) -> Double {
-    let text = String(decoding: relay.relay.metrics.exposition(), as: UTF8.self)
-    for line in text.split(separator: "\n") where line.hasPrefix(name + " ") {
-        return Double(line.split(separator: " ").last ?? "") ?? 0
-    }
-    return 0
 }

@@ -36,7 +36,7 @@ import Testing
             #expect(try FileManager.default.attributesOfItem(atPath: folder)[.posixPermissions] as? Int == 0o700)
 
             // Acknowledged once saved: the relay erases the blob.
-            #expect(Self.counter(relay, "mailslot_blobs_acknowledged_total") == 1)
+            #expect(relay.counter("mailslot_blobs_acknowledged_total") == 1)
 
             // Without --save-to, into the profile's files/ folder (private); the text output prints the path.
             let picture = try file(randomBytes(2_000), in: relay, named: "dot.png")
@@ -57,15 +57,15 @@ import Testing
             let result = try await sendFile(source, in: relay, signal: SIGKILL, afterParts: 3)
             try #require(result.status == 137, "killed mid-send: \(result.status) \(result.stderr)")
             try await Task.sleep(for: .milliseconds(200))  // the part in flight ends on the relay
-            let stored = Int(Self.counter(relay, "mailslot_blob_parts_received_total"))
+            let stored = Int(relay.counter("mailslot_blob_parts_received_total"))
             try #require(stored < parts, "the send was killed before its end")
-            let putsBefore = Self.partRequests(relay)
+            let putsBefore = relay.partUploads()
 
             let flushed = try await relay.run(["flush", "--profile", "alice"])
             #expect(flushed.status == 0, "\(flushed.stderr)")
-            #expect(Int(Self.counter(relay, "mailslot_blob_parts_received_total")) == parts)
-            #expect(Self.partRequests(relay) - putsBefore == parts - stored, "flush sends only the parts the relay does not have")
-            #expect(Self.partRequests(relay) <= parts + 1, "at most the part in flight was sent twice")
+            #expect(Int(relay.counter("mailslot_blob_parts_received_total")) == parts)
+            #expect(relay.partUploads() - putsBefore == parts - stored, "flush sends only the parts the relay does not have")
+            #expect(relay.partUploads() <= parts + 1, "at most the part in flight was sent twice")
 
             let folder = relay.folder + "/downloads"
             #expect(try await relay.run(["receive", "--profile", "bob", "--save-to", folder]).status == 0)
@@ -156,10 +156,10 @@ import Testing
         let command = "echo $$ > '\(pidFile)'; exec '\(ProcessRunner.builtProduct("mailslot").path)' send --profile alice bob --file '\(source)'"
         let environment = ["MAILSLOT_HOME": relay.folder, "HOME": relay.folder, "PATH": "/usr/bin:/bin"]
         let sending = Task { try await ProcessRunner.run(URL(fileURLWithPath: "/bin/sh"), ["-c", command], environment: environment) }
-        let start = Self.counter(relay, "mailslot_blob_parts_received_total")
+        let start = relay.counter("mailslot_blob_parts_received_total")
         var sent = false
         for _ in 0..<60_000 where !sent {
-            if Self.counter(relay, "mailslot_blob_parts_received_total") - start >= afterParts,
+            if relay.counter("mailslot_blob_parts_received_total") - start >= afterParts,
                let text = try? String(contentsOfFile: pidFile, encoding: .utf8), let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
                 kill(pid, signal)
                 sent = true
@@ -189,19 +189,5 @@ import Testing
 
     private func json(_ text: String) throws -> [[String: Any]] {
         text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
-    }
-
-    static func partRequests(_ relay: TestRelay) -> Int {
-        let text = String(decoding: relay.relay.metrics.exposition(), as: UTF8.self)
-        return text.split(separator: "\n").filter { $0.hasPrefix("mailslot_http_requests_total{") && $0.contains("PUT") && $0.contains("parts") }
-            .reduce(0) { $0 + (Int(Double($1.split(separator: " ").last ?? "") ?? 0)) }
-    }
-
-    static func counter(_ relay: TestRelay, _ name: String) -> Double {
-        let text = String(decoding: relay.relay.metrics.exposition(), as: UTF8.self)
-        for line in text.split(separator: "\n") where line.hasPrefix(name + " ") {
-            return Double(line.split(separator: " ").last ?? "") ?? 0
-        }
-        return 0
     }
 }

@@ -128,27 +128,12 @@ struct RunCommand: AsyncParsableCommand {
                                    senders: senders, recipients: recipients, slowRecipients: slowRecipients,
                                    subscribers: subscribers, size: size, duration: duration ?? (messages == nil ? 10 : nil),
                                    messages: messages, rate: rate, window: window ?? 32, drainTimeout: output.drainTimeout, quiet: output.quiet)
-        let report: RunReport
-        do {
+        try await RunReport.measure(json: output.json, start: {
             let body = try MessageBody(size: size, senderUID: "bench-xxxxxxxxxx-s0000", recipientUIDLength: "bench-xxxxxxxxxx-r0000".count,
                                        version: mode == .e2e ? envelope : .v1)
-            let relay = try await RelayTarget.start(target, maxEnvelopeBytes: body.envelopeBytes > 65536 ? body.envelopeBytes : nil)
-            do {
-                report = try await Benchmark(settings: settings, target: relay).run()
-            } catch {
-                await relay.finish()
-                throw error
-            }
-            await relay.finish()
-        } catch let failure as BenchFailure {
-            Console.error("mailslot-bench: error: \(failure.description)")
-            throw ExitCode(failure.status)
-        }
-        print(report.summary)
-        if output.json { print(report.json.text) }
-        if !report.problems.isEmpty {
-            Console.error("mailslot-bench: FAILED: " + report.problems.joined(separator: "; "))
-            throw ExitCode(1)
+            return try await RelayTarget.start(target, maxEnvelopeBytes: body.envelopeBytes > 65536 ? body.envelopeBytes : nil)
+        }) { relay in
+            try await Benchmark(settings: settings, target: relay).run()
         }
     }
 }

@@ -1,3 +1,4 @@
+import ArgumentParser
 import Foundation
 import Histogram
 import MailslotWire
@@ -28,6 +29,34 @@ struct RunReport {
     /// The send → delivery latency's 99th percentile, in milliseconds (what `transfer
     /// --alongside-rate` compares with and without transfers).
     var deliveryP99: Double = 0
+
+    /// The one way each command measures: starts its relays, runs `body` against them, stops them
+    /// whatever happens (a failure shows the first spawned relay's last log lines), turns a
+    /// ``BenchFailure`` into its exit status; then prints the summary, with `json` the JSON line
+    /// last, and fails the command (exit 1) when the run found problems.
+    static func measure(json: Bool, start: () async throws -> RelayTarget, _ body: (RelayTarget) async throws -> RunReport) async throws {
+        let report: RunReport
+        do {
+            let target = try await start()
+            do {
+                report = try await body(target)
+            } catch {
+                if let node = target.nodes.first?.spawned { Console.error(node.logTail()) }
+                await target.finish()
+                throw error
+            }
+            await target.finish()
+        } catch let failure as BenchFailure {
+            Console.error("mailslot-bench: error: \(failure.description)")
+            throw ExitCode(failure.status)
+        }
+        print(report.summary)
+        if json { print(report.json.text) }
+        if !report.problems.isEmpty {
+            Console.error("mailslot-bench: FAILED: " + report.problems.joined(separator: "; "))
+            throw ExitCode(1)
+        }
+    }
 }
 
 /// One measured run against one relay, or several nodes on one database (each client on the

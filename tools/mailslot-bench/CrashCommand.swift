@@ -66,24 +66,12 @@ struct CrashCommand: AsyncParsableCommand {
     func run() async throws {
         Teardown.installSignalHandlers()
         ProcessStats.raiseFileLimit()
-        let report: RunReport
-        do {
-            let target = try await RelayTarget.spawn(binary: relayBinary, durability: durability, audience: Defaults.audience,
-                                                     maxEnvelopeBytes: nil, cluster: cluster)
-            do {
-                report = try await CrashTest(command: self, target: target).run()
-            } catch {
-                await target.finish()
-                throw error
-            }
-            await target.finish()
-        } catch let failure as BenchFailure {
-            Console.error("mailslot-bench: error: \(failure.description)")
-            throw ExitCode(failure.status)
+        try await RunReport.measure(json: output.json, start: {
+            try await RelayTarget.spawn(binary: relayBinary, durability: durability, audience: Defaults.audience,
+                                        maxEnvelopeBytes: nil, cluster: cluster)
+        }) { target in
+            try await CrashTest(command: self, target: target).run()
         }
-        print(report.summary)
-        if output.json { print(report.json.text) }
-        if !report.problems.isEmpty { throw ExitCode(1) }
     }
 }
 

@@ -78,26 +78,10 @@ struct TransferCommand: AsyncParsableCommand {
             let sealed = FileCipher.size(plainSize: limit) ?? limit
             if sealed > Defaults.maxAuthorBlobBytes { relayArguments += ["--max-author-blob-bytes", "\(sealed)"] }
         }
-        let report: RunReport
-        do {
-            let relay = try await RelayTarget.start(target, maxEnvelopeBytes: nil, extraArguments: target.spawn ? relayArguments : [])
-            do {
-                report = try await TransferRun(settings: settings, target: relay).run()
-            } catch {
-                if let node = relay.nodes.first?.spawned { Console.error(node.logTail()) }
-                await relay.finish()
-                throw error
-            }
-            await relay.finish()
-        } catch let failure as BenchFailure {
-            Console.error("mailslot-bench: error: \(failure.description)")
-            throw ExitCode(failure.status)
-        }
-        print(report.summary)
-        if output.json { print(report.json.text) }
-        if !report.problems.isEmpty {
-            Console.error("mailslot-bench: FAILED: " + report.problems.joined(separator: "; "))
-            throw ExitCode(1)
+        try await RunReport.measure(json: output.json, start: {
+            try await RelayTarget.start(target, maxEnvelopeBytes: nil, extraArguments: target.spawn ? relayArguments : [])
+        }) { relay in
+            try await TransferRun(settings: settings, target: relay).run()
         }
     }
 }

@@ -16,6 +16,11 @@ public struct Relay: Sendable {
     let mailboxes: MailboxService
     let erasure: ErasureScheduler
     let metrics: RelayMetrics
+
+    /// This relay's metrics as `GET /metrics` serves them (Prometheus text), for the project's
+    /// tests: they count what reached the relay without a request of their own.
+    package func metricsText() -> String { String(decoding: metrics.exposition(), as: UTF8.self) }
+
     /// Blobs: the service of their routes, and the eraser of their bytes.
     let blobs: BlobService
     let blobEraser: BlobEraser
