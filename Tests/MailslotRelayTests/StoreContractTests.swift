@@ -53,6 +53,19 @@ import Testing
         }
     }
 
+    /// A PostgreSQL database as a relay of migration `version` left it: its migrations applied
+    /// and recorded, none after.
+    static func migrate(_ store: PostgresStore, upTo version: Int32) async throws {
+        try await store.pool.client.query("""
+            CREATE TABLE mailslot_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
+                applied_at TIMESTAMPTZ NOT NULL DEFAULT now())
+            """)
+        for migration in PostgresSchema.migrations where migration.version <= version {
+            for statement in migration.sql { try await store.pool.client.query(PostgresQuery(unsafeSQL: statement)) }
+            try await store.pool.client.query("INSERT INTO mailslot_migrations (version, name) VALUES (\(migration.version), \(migration.name))")
+        }
+    }
+
     static let now: Int64 = 1_800_000_000_000
     static let roomy = CreateLimits(maxPending: 10_000, maxAuthorBytes: 1 << 40)
 
@@ -641,14 +654,7 @@ import Testing
                 let store = try PostgresStore(url: url, logger: TestRelay.logger)
                 do {
                     // The schema of a relay before prekeys, as its migrations left it.
-                    try await store.pool.client.query("""
-                        CREATE TABLE mailslot_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
-                            applied_at TIMESTAMPTZ NOT NULL DEFAULT now())
-                        """)
-                    for migration in PostgresSchema.migrations where migration.version <= 2 {
-                        for statement in migration.sql { try await store.pool.client.query(PostgresQuery(unsafeSQL: statement)) }
-                        try await store.pool.client.query("INSERT INTO mailslot_migrations (version, name) VALUES (\(migration.version), \(migration.name))")
-                    }
+                    try await Self.migrate(store, upTo: 2)
                     for (uid, bundle) in rows {
                         try await store.pool.client.query("INSERT INTO key_bundles (uid, bundle, updated_at) VALUES (\(uid), \(bundle), 1)")
                     }
@@ -1324,14 +1330,7 @@ extension StoreContractTests {
             try await TestDatabase.with { url in
                 let store = try PostgresStore(url: url, logger: TestRelay.logger)
                 do {
-                    try await store.pool.client.query("""
-                        CREATE TABLE mailslot_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL,
-                            applied_at TIMESTAMPTZ NOT NULL DEFAULT now())
-                        """)
-                    for migration in PostgresSchema.migrations where migration.version <= 4 {
-                        for statement in migration.sql { try await store.pool.client.query(PostgresQuery(unsafeSQL: statement)) }
-                        try await store.pool.client.query("INSERT INTO mailslot_migrations (version, name) VALUES (\(migration.version), \(migration.name))")
-                    }
+                    try await Self.migrate(store, upTo: 4)
                     try await store.pool.client.query("""
                         INSERT INTO messages (recipient, id, author, created_at, expires_at, size, envelope)
                         VALUES ('bob', 'm1', 'alice', \(Self.now), \(Self.now + 3_600_000), 512, 'envelope')
