@@ -20,13 +20,14 @@ extension RelayAPI {
     }
 
     /// `PUT /v1/blobs/{id}/parts/{n}`: uploads part `number` with its BLAKE2b-256 digest, which the
-    /// relay checks before storing it. Repeating a stored part with the same bytes is answered 200.
-    func putPart(_ id: String, number: Int, bytes: Data, session: String) async throws -> BlobRecord {
-        let digest = bytes.withUnsafeBytes { buffer in
+    /// relay checks before storing it (`digest`, computed here if the caller has none). Repeating a
+    /// stored part with the same bytes is answered 200.
+    func putPart(_ id: String, number: Int, bytes: Data, digest known: [UInt8]? = nil, session: String) async throws -> BlobRecord {
+        let digest = Base64URL.encode(known ?? bytes.withUnsafeBytes { buffer in
             let hasher = BLAKE2bHasher()
             hasher.update(buffer)
-            return Base64URL.encode(hasher.finalize())
-        }
+            return hasher.finalize()
+        })
         let (data, _) = try await exchange("PUT", "/v1/blobs/\(id)/parts/\(number)", session: session, body: bytes,
                                            headers: ["Content-Type": "application/octet-stream", BlobLayout.digestHeader: digest])
         return try decode(BlobRecord.self, data)
