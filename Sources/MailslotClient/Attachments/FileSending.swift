@@ -201,14 +201,9 @@ extension MailslotClient {
         let encryption = Task.detached { [plainSize = upload.plainSize] () throws -> SealedFile in
             defer { sealedParts.finish() }
             guard let encryptor = FileEncryptor(key: cipher.key, plainSize: plainSize, header: cipher.header) else { throw FileError.badLength }
-            let input = try FileDescriptor(opening: upload.source, flags: O_RDONLY)
-            guard try input.regularFileSize() == plainSize else { throw FileError.sourceChanged }
-            let output = try FileDescriptor(opening: upload.spool, flags: O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, mode: 0o600)
-            var reader = FileDescriptorSource(input) { progress.report(.encrypting, $0, plainSize) }
-            var spool = PartSpool(output, layout: layout) { sealedParts.yield((number: $0, digest: $1)) }
-            let sealed = try FileCipher.encrypt(from: &reader, with: encryptor, to: &spool)
-            try output.sync()
-            return sealed
+            return try FileCipher.encryptFile(at: upload.source, to: upload.spool, with: encryptor, partSize: layout.partSize,
+                                              progress: { progress.report(.encrypting, $0, plainSize) },
+                                              part: { sealedParts.yield((number: $0, digest: $1)) })
         }
 
         var failure: (any Error)?
