@@ -216,9 +216,18 @@ struct TransferRun {
     }
 
     private func uploadOne(_ file: Int, id: String, lane: Lane, http: BlobHTTP, work: TransferWorkload) async throws {
-        let size = try work.prepareUpload(file)
+        let size = work.uploadSize
         let record = try await http.create(id: id, size: size, recipients: [lane.recipient.uid], session: lane.uploader.session)
         guard let layout = BlobLayout(size: size, partSize: record.partSize) else { throw BenchFailure.failed("the relay's part size \(record.partSize) does not fit") }
+        if let sealing = work.startSealing(file, partSize: layout.partSize) {
+            // E2e: each part goes up as soon as it is sealed, while encryption goes on.
+            for await part in sealing.parts {
+                let body = try work.spoolBytes(file, layout.range(ofPart: part.number)!)
+                try await http.putPart(id: id, number: part.number, body: body, digest: part.digest, session: lane.uploader.session)
+            }
+            try await sealing.sealed.value
+            return
+        }
         for number in 1...layout.parts {
             let (body, digest) = try work.part(file, layout.range(ofPart: number)!)
             try await http.putPart(id: id, number: number, body: body, digest: digest, session: lane.uploader.session)

@@ -7,8 +7,8 @@ import NIOCore
 /// Relay mode: one buffer of random bytes the size of a file's ciphertext, shared by every file
 /// (the relay checks part digests, not the file format), with each part's digest computed once;
 /// downloads are compared with it as they stream in. E2e mode: one random source file per file in
-/// a temporary folder; each upload encrypts its source to a spool file and sends the parts read
-/// from it, each download writes the ciphertext to a file and opens it into a new one.
+/// a temporary folder; each upload seals its source to a spool file and sends each part read back
+/// from it as soon as it is sealed (the client library's pipeline), each download writes the ciphertext to a file and opens it into a new one.
 final class TransferWorkload: Sendable {
     private let mode: Mode
     private let cipherSize: Int64
@@ -75,17 +75,31 @@ final class TransferWorkload: Sendable {
     private func downloaded(_ file: Int) -> URL { folder.appendingPathComponent("download-\(file)") }
     private func output(_ file: Int) -> URL { folder.appendingPathComponent("output-\(file)") }
 
-    /// Makes file `file`'s ciphertext ready to upload (e2e: encrypts its source to the spool);
-    /// its size.
-    func prepareUpload(_ file: Int) throws -> Int64 {
-        guard mode == .e2e else { return cipherSize }
-        do {
-            let sealed = try FileCipher.encryptFile(at: source(file), to: spool(file))
-            self.sealed.withLock { $0[file] = sealed }
-            return sealed.size
-        } catch {
-            throw BenchFailure.failed("encrypting file \(file): \(error.code)")
+    /// The ciphertext size of every file.
+    var uploadSize: Int64 { cipherSize }
+
+    /// E2e mode: starts sealing file `file`'s source into its spool, as the client library's file
+    /// send does (a pipeline: `parts` yields each part's number and digest once it is in the
+    /// spool, while the rest is sealed; `sealed` ends with what the file was sealed as, which
+    /// the download checks against). Nil in relay mode (the ciphertext is ready).
+    func startSealing(_ file: Int, partSize: Int64) -> (parts: AsyncStream<(number: Int, digest: [UInt8])>, sealed: Task<Void, any Error>)? {
+        guard mode == .e2e else { return nil }
+        let (parts, continuation) = AsyncStream.makeStream(of: (number: Int, digest: [UInt8]).self)
+        let source = source(file), spool = spool(file), sealed = sealed
+        let task = Task.detached {
+            defer { continuation.finish() }
+            do throws(FileError) {
+                let plainSize = try FileDescriptor(opening: source, flags: O_RDONLY).regularFileSize()
+                guard let encryptor = FileEncryptor(key: FileKey(), plainSize: plainSize) else { throw FileError.badLength }
+                let result = try FileCipher.encryptFile(at: source, to: spool, with: encryptor, partSize: partSize) {
+                    continuation.yield((number: $0, digest: $1))
+                }
+                sealed.withLock { $0[file] = result }
+            } catch {
+                throw BenchFailure.failed("encrypting file \(file): \(error.code)")
+            }
         }
+        return (parts, task)
     }
 
     /// The bytes of `range` of file `file`'s ciphertext and their BLAKE2b-256 digest.
@@ -94,14 +108,20 @@ final class TransferWorkload: Sendable {
             let slice = ciphertext.getSlice(at: Int(range.lowerBound), length: range.count)!
             return (slice, digests[range.lowerBound] ?? Self.digest(slice))
         }
+        let buffer = try spoolBytes(file, range)
+        return (buffer, Self.digest(buffer))
+    }
+
+    /// E2e mode: the bytes of `range` of file `file`'s spool, read back as the client library
+    /// does (their digest came with the part from ``startSealing(_:partSize:)``).
+    func spoolBytes(_ file: Int, _ range: Range<Int64>) throws -> ByteBuffer {
         guard let handle = FileHandle(forReadingAtPath: spool(file).path) else { throw BenchFailure.failed("cannot read \(spool(file).path)") }
         defer { try? handle.close() }
         try handle.seek(toOffset: UInt64(range.lowerBound))
         guard let data = try handle.read(upToCount: range.count), data.count == range.count else {
             throw BenchFailure.failed("the spool of file \(file) is short")
         }
-        let buffer = ByteBuffer(data: data)
-        return (buffer, Self.digest(buffer))
+        return ByteBuffer(data: data)
     }
 
     /// Where a download of file `file` goes.

@@ -13,6 +13,8 @@ extension ClientStore {
         case created
         /// The relay holds the (empty) blob; the file is not encrypted yet.
         case registered
+        /// (Not a stored stage: encryption under way, parts uploading as they are sealed; the row
+        /// says `registered` with its ``Upload/cipher`` until encryption ends.)
         /// The ciphertext is in the spool and the message body in `sent`: parts are uploading.
         case encrypted
     }
@@ -32,6 +34,17 @@ extension ClientStore {
         let caption: String?
         let senderName: String?
         let stage: UploadStage
+        /// What the file is sealed with, stored before its first part goes up; nil until then.
+        var cipher: UploadCipher? = nil
+    }
+
+    /// The key and stream header an upload's file is sealed with, and its source's stamp then: a
+    /// resumed send seals the same file again into the same bytes, or is refused if the source
+    /// changed (sealing other bytes under the same key and header would repeat the keystream).
+    struct UploadCipher: Sendable {
+        let key: FileKey
+        let header: [UInt8]
+        let sourceStamp: String
     }
 
     /// Stores a new file send: its upload (stage `created`) and its `sent` row (`uploading`, no
@@ -62,8 +75,24 @@ extension ClientStore {
                               source: URL(fileURLWithPath: row["source_path"]), spool: URL(fileURLWithPath: row["spool_path"]),
                               plainSize: row["plain_size"], size: row["size"], mediaType: row["media_type"], name: row["name"],
                               preview: preview, caption: row["caption"], senderName: row["sender_name"],
-                              stage: UploadStage(rawValue: row["stage"]) ?? .created)
+                              stage: UploadStage(rawValue: row["stage"]) ?? .created, cipher: Self.uploadCipher(row))
             }
+        }
+    }
+
+    /// The stored cipher of an upload row, if any.
+    private static func uploadCipher(_ row: Row) -> UploadCipher? {
+        guard let keyBytes = row["file_key"] as Data?, let header = row["stream_header"] as Data?, let stamp = row["source_stamp"] as String?,
+              let key = FileKey(bytes: SecretBytes(copying: keyBytes)), header.count == FileCipher.headerSize else { return nil }
+        return UploadCipher(key: key, header: Array(header), sourceStamp: stamp)
+    }
+
+    /// Stores what upload `id` is sealed with, before its first part goes up.
+    func setUploadCipher(_ id: String, _ cipher: UploadCipher) async throws {
+        let keyData = cipher.key.bytes.withUnsafeBytes { Data($0) }
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE uploads SET file_key = ?, stream_header = ?, source_stamp = ? WHERE message_id = ?",
+                           arguments: [keyData, Data(cipher.header), cipher.sourceStamp, id])
         }
     }
 

@@ -7,7 +7,8 @@ import Synchronization
 // next one starts: the send is stored (`uploads` + `sent` in state `uploading`); the relay
 // creates the blob; the file is encrypted to a spool file in the outbox folder and the message
 // carrying its reference is stored; the parts the relay does not have yet are uploaded, one at
-// a time (memory: one part); then the message is sealed and sent through the outbox like any
+// a time (memory: one part), each as soon as encryption has written it (a pipeline: see
+// `sealAndUpload`); then the message is sealed and sent through the outbox like any
 // other. A crash or a lost network at any step leaves the send in `outgoing()`, and `flush()`
 // resumes it: the relay's record of received parts says what is missing, so at most the part
 // in flight is sent again.
@@ -133,15 +134,11 @@ extension MailslotClient {
         guard runningUploads.insert(id).inserted else { return .queued(id: id, reason: "already running") }
         defer { runningUploads.remove(id) }
         do {
-            var stage = upload.stage
-            if stage == .registered {
-                try await encrypt(upload, progress: progress)
-                stage = .encrypted
-            }
-            if try await !uploadParts(upload, progress: progress, stop: stop) {
-                // The spool is gone before any part was stored (a crash before its sync): encrypt again.
-                try await encrypt(upload, progress: progress)
-                guard try await uploadParts(upload, progress: progress, stop: stop) else { throw ClientError.unreadableFile(upload.spool.path) }
+            if upload.stage == .registered {
+                try await sealAndUpload(upload, progress: progress, stop: stop)
+            } else if try await !uploadParts(upload, progress: progress, stop: stop) {
+                // The spool is gone before any part was stored (a crash before its sync): seal again.
+                try await sealAndUpload(upload, progress: progress, stop: stop)
             }
             try? FileManager.default.removeItem(at: upload.spool)
             return try await finish(upload, progress: progress)
@@ -162,16 +159,101 @@ extension MailslotClient {
         }
     }
 
-    /// Encrypts the file to the spool (fresh key), then stores the message with its reference.
-    private func encrypt(_ upload: ClientStore.Upload, progress: ProgressSink) async throws {
+    /// Seals the file into the spool and uploads each part the relay lacks as soon as its last
+    /// byte is sealed, while encryption goes on (memory: a chunk for encryption, the part in
+    /// flight for the upload; encryption runs ahead into the spool on disk, unbounded, so that it
+    /// ends, and the message is stored, as early as it can). Each part's digest is computed as
+    /// it is sealed, not read back.
+    ///
+    /// The key and stream header are stored before the first part goes up. A send resumed
+    /// before encryption ended (a crash, a lost network) seals the file again with them, which
+    /// gives the same ciphertext, so the parts the relay holds stay valid and only the missing
+    /// ones are sent; if the source changed since (size, modification time, inode), the send is
+    /// refused (`file_source_changed`), as other bytes under that key and header would repeat
+    /// the keystream. Once encryption ends the spool is synced and the message with the
+    /// reference stored (stage `encrypted`); a resume from there reads parts from the spool.
+    private func sealAndUpload(_ upload: ClientStore.Upload, progress: ProgressSink, stop: StopSignal) async throws {
+        let record = try await authorized { try await api.blob(upload.blobID, session: $0) }
+        guard record.size == upload.size, let layout = BlobLayout(size: record.size, partSize: record.partSize) else {
+            throw ClientError.invalidResponse("the relay's blob \(record.id) does not have the size of the file sent")
+        }
+        let received = record.state == .complete ? Set(1...layout.parts) : Set(record.received ?? [])
+        let stamp = try Self.sourceStamp(upload.source)
+        let cipher: ClientStore.UploadCipher
+        if let stored = upload.cipher {
+            guard stored.sourceStamp == stamp else { throw FileError.sourceChanged }
+            cipher = stored
+        } else {
+            // Parts from a sealing whose key was never stored cannot be matched: none exist, as
+            // the key is stored before the first part goes up.
+            guard received.isEmpty else { throw FileError.io("the relay holds parts of an unknown sealing", errno: EEXIST) }
+            let key = FileKey()
+            guard let encryptor = FileEncryptor(key: key, plainSize: upload.plainSize) else { throw FileError.badLength }
+            cipher = ClientStore.UploadCipher(key: key, header: encryptor.header, sourceStamp: stamp)
+            try await store.setUploadCipher(upload.messageID, cipher)
+        }
         try FileManager.default.createDirectory(at: spoolFolder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        let source = upload.source, spool = upload.spool
-        // Off the actor: a large file takes seconds to encrypt, and the client serves other calls meanwhile.
-        let sealed = try await Task.detached {
-            try FileCipher.encryptFile(at: source, to: spool) { report in progress.report(.encrypting, report.done, report.total) }
-        }.value
+
+        let (parts, sealedParts) = AsyncStream.makeStream(of: (number: Int, digest: [UInt8]).self)
+        // Off the actor: encryption takes seconds for a large file, and the client serves other
+        // calls meanwhile. It goes on to its end even if the upload stops, so that the message
+        // is stored and a resume reads the spool rather than sealing again.
+        let encryption = Task.detached { [plainSize = upload.plainSize] () throws -> SealedFile in
+            defer { sealedParts.finish() }
+            guard let encryptor = FileEncryptor(key: cipher.key, plainSize: plainSize, header: cipher.header) else { throw FileError.badLength }
+            return try FileCipher.encryptFile(at: upload.source, to: upload.spool, with: encryptor, partSize: layout.partSize,
+                                              progress: { progress.report(.encrypting, $0, plainSize) },
+                                              part: { sealedParts.yield((number: $0, digest: $1)) })
+        }
+
+        var failure: (any Error)?
+        var done = received.reduce(Int64(0)) { $0 + (layout.range(ofPart: $1).map { Int64($0.count) } ?? 0) }
+        var stored = received.count
+        var spool: FileHandle?
+        defer { try? spool?.close() }
+        for await part in parts where failure == nil && !received.contains(part.number) {
+            do {
+                if stop.isSet { throw CancellationError() }
+                try Task.checkCancellation()
+                guard let range = layout.range(ofPart: part.number) else { continue }
+                if spool == nil { spool = try FileHandle(forReadingFrom: upload.spool) }
+                try spool!.seek(toOffset: UInt64(range.lowerBound))
+                let bytes = try spool!.read(upToCount: range.count) ?? Data()
+                guard bytes.count == range.count else { throw FileError.io("the outbox spool \(upload.spool.path) is short", errno: EIO) }
+                _ = try await authorized { try await api.putPart(upload.blobID, number: part.number, bytes: bytes, digest: part.digest, session: $0) }
+                done += Int64(range.count)
+                stored += 1
+                progress.report(.uploading, done, layout.size, force: true)
+            } catch {
+                failure = error
+            }
+        }
+        // The stream also ends when this task is cancelled: then some parts were never sent.
+        if failure == nil && stored < layout.parts { failure = CancellationError() }
+        let sealed: SealedFile
+        do { sealed = try await encryption.value } catch {
+            try? FileManager.default.removeItem(at: upload.spool)
+            throw error
+        }
+        try await storeReference(upload, sealed)
+        if let failure { throw failure }
+    }
+
+    /// The source file's stamp: size, modification time and inode, which a resumed sealing
+    /// checks before it seals the file again under the same key and header.
+    static func sourceStamp(_ url: URL) throws -> String {
+        guard let attributes = try? FileManager.default.attributesOfItem(atPath: url.path),
+              let size = (attributes[.size] as? NSNumber)?.int64Value, let modified = attributes[.modificationDate] as? Date else {
+            throw FileError.io("cannot read \(url.path)", errno: ENOENT)
+        }
+        let inode = (attributes[.systemFileNumber] as? NSNumber)?.uint64Value ?? 0
+        return "\(size):\(modified.timeIntervalSince1970.bitPattern):\(inode)"
+    }
+
+    /// Encryption ended: the message with the file's reference is stored (stage `encrypted`).
+    private func storeReference(_ upload: ClientStore.Upload, _ sealed: SealedFile) async throws {
         guard sealed.plainSize == upload.plainSize else {
-            try? FileManager.default.removeItem(at: spool)
+            try? FileManager.default.removeItem(at: upload.spool)
             throw FileError.sourceChanged
         }
         let me = try await identity()
@@ -265,7 +347,7 @@ extension ClientStore.Upload {
     init(_ upload: ClientStore.Upload, stage: ClientStore.UploadStage) {
         self.init(messageID: upload.messageID, blobID: upload.blobID, recipient: upload.recipient, source: upload.source, spool: upload.spool,
                   plainSize: upload.plainSize, size: upload.size, mediaType: upload.mediaType, name: upload.name, preview: upload.preview,
-                  caption: upload.caption, senderName: upload.senderName, stage: stage)
+                  caption: upload.caption, senderName: upload.senderName, stage: stage, cipher: upload.cipher)
     }
 }
 

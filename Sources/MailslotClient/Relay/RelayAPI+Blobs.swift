@@ -2,9 +2,12 @@ import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
+import AsyncHTTPClient
 import MailslotWire
+import NIOCore
 
-// The blob endpoints (spec/protocol.md §4.15–§4.21; docs/design/attachments.md §2.2). One part per
+// The blob endpoints (spec/protocol.md §4.15–§4.21; docs/design/attachments.md §2.2). Parts go
+// both ways over AsyncHTTPClient (BlobTransport.swift), the rest over URLSession. One part per
 // request both ways, so what a transfer holds in memory is one part (8 MiB by default), whatever
 // the file's size.
 extension RelayAPI {
@@ -20,31 +23,48 @@ extension RelayAPI {
     }
 
     /// `PUT /v1/blobs/{id}/parts/{n}`: uploads part `number` with its BLAKE2b-256 digest, which the
-    /// relay checks before storing it. Repeating a stored part with the same bytes is answered 200.
-    func putPart(_ id: String, number: Int, bytes: Data, session: String) async throws -> BlobRecord {
-        let digest = bytes.withUnsafeBytes { buffer in
+    /// relay checks before storing it (`digest`, computed here if the caller has none). Repeating a
+    /// stored part with the same bytes is answered 200.
+    func putPart(_ id: String, number: Int, bytes: Data, digest known: [UInt8]? = nil, session: String) async throws -> BlobRecord {
+        let digest = Base64URL.encode(known ?? bytes.withUnsafeBytes { buffer in
             let hasher = BLAKE2bHasher()
             hasher.update(buffer)
-            return Base64URL.encode(hasher.finalize())
-        }
-        let (data, _) = try await exchange("PUT", "/v1/blobs/\(id)/parts/\(number)", session: session, body: bytes,
-                                           headers: ["Content-Type": "application/octet-stream", BlobLayout.digestHeader: digest])
-        return try decode(BlobRecord.self, data)
+            return hasher.finalize()
+        })
+        var request = HTTPClientRequest(url: try blobURL("/v1/blobs/\(id)/parts/\(number)"))
+        request.method = .PUT
+        request.headers.add(name: "Authorization", value: "Bearer \(session)")
+        request.headers.add(name: "Content-Type", value: "application/octet-stream")
+        request.headers.add(name: BlobLayout.digestHeader, value: digest)
+        request.body = .bytes(ByteBuffer(bytes: bytes))
+        let answer = try await BlobTransport.exchange(request, host: base.host ?? "relay", limit: 1 << 20)
+        return try decode(BlobRecord.self, Data(answer.body.readableBytesView))
     }
 
     /// `GET /v1/blobs/{id}/content` with `Range: bytes=range`: those ciphertext bytes. An answer
     /// that is not exactly the range asked for (another range, a whole body, another total) is
     /// refused as not the protocol.
     func blobContent(_ id: String, range: Range<Int64>, size: Int64, session: String) async throws -> Data {
-        let (data, response) = try await exchange("GET", "/v1/blobs/\(id)/content", session: session,
-                                                  headers: ["Range": "bytes=\(range.lowerBound)-\(range.upperBound - 1)"])
+        var request = HTTPClientRequest(url: try blobURL("/v1/blobs/\(id)/content"))
+        request.headers.add(name: "Authorization", value: "Bearer \(session)")
+        request.headers.add(name: "Range", value: "bytes=\(range.lowerBound)-\(range.upperBound - 1)")
+        let answer = try await BlobTransport.exchange(request, host: base.host ?? "relay", limit: Int(range.count))
         let expected = "bytes \(range.lowerBound)-\(range.upperBound - 1)/\(size)"
-        let whole = range.lowerBound == 0 && range.upperBound == size && response.statusCode == 200
-        guard whole || (response.statusCode == 206 && response.value(forHTTPHeaderField: "Content-Range") == expected),
-              Int64(data.count) == range.count else {
-            throw ClientError.invalidResponse("the relay answered \(data.count) bytes (HTTP \(response.statusCode)) for \(expected)")
+        let whole = range.lowerBound == 0 && range.upperBound == size && answer.status == 200
+        guard whole || (answer.status == 206 && answer.headers.first(name: "Content-Range") == expected),
+              Int64(answer.body.readableBytes) == range.count else {
+            throw ClientError.invalidResponse("the relay answered \(answer.body.readableBytes) bytes (HTTP \(answer.status)) for \(expected)")
         }
-        return data
+        return Data(answer.body.readableBytesView)
+    }
+
+    /// The URL of a blob route, as ``exchange(_:_:session:body:headers:)`` forms it (every id in
+    /// `path` was checked against the identifier grammar: no escaping needed).
+    private func blobURL(_ path: String) throws -> String {
+        guard let url = URL(string: base.absoluteString.trimmingTrailingSlash + path) else {
+            throw ClientError.invalidResponse("cannot form a URL for \(path)")
+        }
+        return url.absoluteString
     }
 
     /// `POST /v1/blobs/{id}/ack`: this recipient has the whole file; the relay erases the blob

@@ -181,6 +181,17 @@ final class ClientStore: Sendable {
                 ) WITHOUT ROWID;
                 """)
         }
+        // v6: what an upload was sealed with (file key, secretstream header) and what its source
+        // looked like then, stored before the first part goes up: encryption and upload run as a
+        // pipeline, and a send resumed before encryption finished seals the same file again into
+        // the same ciphertext, so the parts the relay holds stay valid.
+        migrator.registerMigration("v6: uploads.file_key, stream_header, source_stamp") { db in
+            try db.execute(sql: """
+                ALTER TABLE uploads ADD COLUMN file_key BLOB;
+                ALTER TABLE uploads ADD COLUMN stream_header BLOB;
+                ALTER TABLE uploads ADD COLUMN source_stamp TEXT;
+                """)
+        }
         return migrator
     }
 }

@@ -88,11 +88,12 @@ extension FileCipher {
 }
 
 /// An open file descriptor, closed with its owner.
-final class FileDescriptor {
+package final class FileDescriptor {
     let fd: Int32
     let path: String
 
-    init(opening url: URL, flags: Int32, mode: mode_t = 0) throws(FileError) {
+    /// Opens `url` with `open(2)` flags (close-on-exec added) and `mode` for a created file.
+    package init(opening url: URL, flags: Int32, mode: mode_t = 0) throws(FileError) {
         guard url.isFileURL else { throw .io("not a file URL: \(url)", errno: EINVAL) }
         path = url.path
         var opened: Int32
@@ -120,7 +121,7 @@ final class FileDescriptor {
     }
 
     /// The size of a regular file; anything else (a folder, a pipe, a device) is refused.
-    func regularFileSize() throws(FileError) -> Int64 {
+    package func regularFileSize() throws(FileError) -> Int64 {
         var status = stat()
         guard fstat(fd, &status) == 0 else { throw .io("cannot stat \(path)", errno: errno) }
         guard status.st_mode & S_IFMT == S_IFREG else { throw .io("not a regular file: \(path)", errno: EINVAL) }
@@ -131,7 +132,8 @@ final class FileDescriptor {
         guard lseek(fd, 0, SEEK_SET) == 0 else { throw .io("cannot seek in \(path)", errno: errno) }
     }
 
-    func sync() throws(FileError) {
+    /// `fsync(2)`.
+    package func sync() throws(FileError) {
         guard fsync(fd) == 0 else { throw .io("cannot sync \(path)", errno: errno) }
     }
 }
@@ -157,17 +159,17 @@ public struct FileProgress: Sendable, Equatable {
 }
 
 /// Reads a file descriptor from where it stands, reporting the bytes read so far.
-struct FileDescriptorSource: FileChunkSource {
+package struct FileDescriptorSource: FileChunkSource {
     let file: FileDescriptor
     let progress: ((Int64) -> Void)?
     private var done: Int64 = 0
 
-    init(_ file: FileDescriptor, progress: ((Int64) -> Void)? = nil) {
+    package init(_ file: FileDescriptor, progress: ((Int64) -> Void)? = nil) {
         self.file = file
         self.progress = progress
     }
 
-    mutating func read(into buffer: UnsafeMutableRawBufferPointer) throws(FileError) -> Int {
+    package mutating func read(into buffer: UnsafeMutableRawBufferPointer) throws(FileError) -> Int {
         guard let base = buffer.baseAddress, buffer.count > 0 else { return 0 }
         while true {
             let got = systemRead(file.fd, base, buffer.count)
@@ -182,12 +184,12 @@ struct FileDescriptorSource: FileChunkSource {
 }
 
 /// Appends to a file descriptor.
-struct FileDescriptorSink: FileChunkSink {
+package struct FileDescriptorSink: FileChunkSink {
     let file: FileDescriptor
 
-    init(_ file: FileDescriptor) { self.file = file }
+    package init(_ file: FileDescriptor) { self.file = file }
 
-    mutating func write(_ bytes: UnsafeRawBufferPointer) throws(FileError) {
+    package mutating func write(_ bytes: UnsafeRawBufferPointer) throws(FileError) {
         var offset = 0
         while offset < bytes.count {
             let done = systemWrite(file.fd, bytes.baseAddress! + offset, bytes.count - offset)

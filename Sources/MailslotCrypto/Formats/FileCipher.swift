@@ -73,8 +73,8 @@ public enum FileCipher {
     }
 
     /// ``encrypt(from:plainSize:key:to:)`` with a ready encryptor (the vectors start theirs from
-    /// a fixed header).
-    static func encrypt(from source: inout some FileChunkSource, with encryptor: FileEncryptor,
+    /// a fixed header; a resumed upload restarts from its stored one).
+    package static func encrypt(from source: inout some FileChunkSource, with encryptor: FileEncryptor,
                         to sink: inout some FileChunkSink) throws(FileError) -> SealedFile {
         let hasher = BLAKE2bHasher()
         let plain = ScratchBuffer(count: chunkSize), sealed = ScratchBuffer(count: sealedChunkSize)
@@ -372,10 +372,13 @@ package final class FileEncryptor {
         (chunkCount, additionalData) = (padded / Int64(FileCipher.chunkSize), FileCipher.additionalData(plainSize: plainSize))
     }
 
-    /// Starts a file with a chosen header, for reproducible vectors only. `init_pull` sets up the
-    /// same state `init_push` does for that header (libsodium derives both the same way), so the
-    /// chunks are those a random header would give, with this header.
-    init?(key: FileKey, plainSize: Int64, header: [UInt8]) {
+    /// Starts a file with a chosen header: reproducible vectors, and an upload resumed after a
+    /// crash, which seals the same file again into the same ciphertext (the parts the relay
+    /// already holds stay valid). `init_pull` sets up the same state `init_push` does for that
+    /// header (libsodium derives both the same way), so the chunks are those a random header
+    /// would give, with this header. Never use a (key, header) pair for other plaintext: the
+    /// keystream would repeat.
+    package init?(key: FileKey, plainSize: Int64, header: [UInt8]) {
         guard header.count == FileCipher.headerSize, let padded = FileCipher.paddedSize(plainSize: plainSize),
               let size = FileCipher.size(plainSize: plainSize) else { return nil }
         let state = StreamState()
