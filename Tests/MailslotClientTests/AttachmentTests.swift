@@ -94,7 +94,7 @@ import Testing
             break
         }
         guard case .queued = try await transfer.outcome() else { throw CancellationError() }
-        let stored = Int(Self.counter(relay, "mailslot_blob_parts_received_total"))
+        let stored = Int(relay.counter("mailslot_blob_parts_received_total"))
         try await alice.store.setUploadStage(transfer.messageID, .registered)
         for spool in try FileManager.default.contentsOfDirectory(atPath: relay.folder + "/alice/outbox") {
             try FileManager.default.removeItem(atPath: relay.folder + "/alice/outbox/" + spool)
@@ -113,9 +113,9 @@ import Testing
             let (id, _, storedBefore) = try await Self.cutOffWhileSealing(relay, alice, bytes)
             try #require(storedBefore > 0 && storedBefore < parts, "some parts on the relay, not all")
 
-            let putsBefore = Self.partRequests(relay)
+            let putsBefore = relay.partUploads()
             #expect(try await alice.flush() == 0)
-            #expect(Self.partRequests(relay) - putsBefore == parts - storedBefore, "only the missing parts were sent")
+            #expect(relay.partUploads() - putsBefore == parts - storedBefore, "only the missing parts were sent")
             #expect(try await alice.outgoing().first { $0.id == id }?.state == .sent)
             // Sealed again with the stored key and header: the parts from before fit the new ones.
             let received = try #require(try await bob.receive().first?.attachments.first)
@@ -132,11 +132,11 @@ import Testing
             let (id, source, _) = try await Self.cutOffWhileSealing(relay, alice, randomBytes(12 * (1 << 20)))
             // Same size, other bytes: sealing them under the stored key and header would repeat the keystream.
             try Data(randomBytes(12 * (1 << 20))).write(to: source)
-            let putsBefore = Self.partRequests(relay)
+            let putsBefore = relay.partUploads()
             _ = try await alice.flush()
             let send = try #require(try await alice.outgoing().first { $0.id == id })
             #expect(send.state == .refused && send.lastError == "file_source_changed")
-            #expect(Self.partRequests(relay) == putsBefore, "nothing sealed again, nothing sent")
+            #expect(relay.partUploads() == putsBefore, "nothing sealed again, nothing sent")
         }
     }
 

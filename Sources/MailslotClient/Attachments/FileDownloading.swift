@@ -111,8 +111,8 @@ extension MailslotClient {
         }
         let stem = SafeFileName.make(reference.name, mediaType: reference.mediaType, fallback: "file-\(reference.blob.prefix(8))")
         let sealed = reference.sealed
-        // Off the actor: checking and decrypting a large file takes seconds.
-        let opened: Result<URL, FileError> = await Task.detached {
+        // Off the actor and off Swift's cooperative pool: checking and decrypting a large file takes seconds.
+        let opened: Result<URL, FileError> = try await FileWork.run {
             var attempt = 0
             while true {
                 let destination = folder.appendingPathComponent(SafeFileName.candidate(stem, attempt: attempt))
@@ -126,7 +126,7 @@ extension MailslotClient {
                     attempt += 1
                 }
             }
-        }.value
+        }
         switch opened {
         case .success(let path):
             try? FileManager.default.removeItem(at: partial)

@@ -195,15 +195,18 @@ extension MailslotClient {
         try FileManager.default.createDirectory(at: spoolFolder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
 
         let (parts, sealedParts) = AsyncStream.makeStream(of: (number: Int, digest: [UInt8]).self)
-        // Off the actor: encryption takes seconds for a large file, and the client serves other
-        // calls meanwhile. It goes on to its end even if the upload stops, so that the message
-        // is stored and a resume reads the spool rather than sealing again.
-        let encryption = Task.detached { [plainSize = upload.plainSize] () throws -> SealedFile in
-            defer { sealedParts.finish() }
-            guard let encryptor = FileEncryptor(key: cipher.key, plainSize: plainSize, header: cipher.header) else { throw FileError.badLength }
-            return try FileCipher.encryptFile(at: upload.source, to: upload.spool, with: encryptor, partSize: layout.partSize,
-                                              progress: { progress.report(.encrypting, $0, plainSize) },
-                                              part: { sealedParts.yield((number: $0, digest: $1)) })
+        // Off the actor and off Swift's cooperative pool (``FileWork``): encryption takes seconds
+        // for a large file, and the client serves other calls meanwhile. It goes on to its end
+        // even if the upload stops, so that the message is stored and a resume reads the spool
+        // rather than sealing again.
+        let encryption = Task.detached { [plainSize = upload.plainSize] () async throws -> SealedFile in
+            try await FileWork.run {
+                defer { sealedParts.finish() }
+                guard let encryptor = FileEncryptor(key: cipher.key, plainSize: plainSize, header: cipher.header) else { throw FileError.badLength }
+                return try FileCipher.encryptFile(at: upload.source, to: upload.spool, with: encryptor, partSize: layout.partSize,
+                                                  progress: { progress.report(.encrypting, $0, plainSize) },
+                                                  part: { sealedParts.yield((number: $0, digest: $1)) })
+            }
         }
 
         var failure: (any Error)?
