@@ -53,6 +53,22 @@ import Testing
         }
     }
 
+    /// Runs `check` on an SQLite store opened on a database of migration `migration` (in a
+    /// temporary folder, removed afterwards), into which `fill` first wrote that release's rows.
+    static func withSQLite(migratedTo migration: String, _ check: (any RelayStore) async throws -> Void,
+                           fill: @escaping @Sendable (Database) throws -> Void) async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("migration-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let path = folder.appendingPathComponent("relay.sqlite").path
+        do {
+            let queue = try DatabaseQueue(path: path)
+            try Schema.migrator.migrate(queue, upTo: migration)
+            try await queue.write(fill)
+        }
+        try await check(try SQLiteStore(path: path))
+    }
+
     /// A PostgreSQL database as a relay of migration `version` left it: its migrations applied
     /// and recorded, none after.
     static func migrate(_ store: PostgresStore, upTo version: Int32) async throws {
@@ -635,20 +651,11 @@ import Testing
         }
         switch backend {
         case .sqlite:
-            let folder = FileManager.default.temporaryDirectory.appendingPathComponent("identity-keys-\(UUID().uuidString)")
-            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-            defer { try? FileManager.default.removeItem(at: folder) }
-            let path = folder.appendingPathComponent("relay.sqlite").path
-            do {
-                let queue = try DatabaseQueue(path: path)
-                try Schema.migrator.migrate(queue, upTo: "v6: key ids")
-                try await queue.write { db in
-                    for (uid, bundle) in rows {
-                        try db.execute(sql: "INSERT INTO key_bundles (uid, bundle, updated_at) VALUES (?, ?, 1)", arguments: [uid, bundle])
-                    }
+            try await Self.withSQLite(migratedTo: "v6: key ids", check) { db in
+                for (uid, bundle) in rows {
+                    try db.execute(sql: "INSERT INTO key_bundles (uid, bundle, updated_at) VALUES (?, ?, 1)", arguments: [uid, bundle])
                 }
             }
-            try await check(try SQLiteStore(path: path))
         case .postgresql:
             try await TestDatabase.with { url in
                 let store = try PostgresStore(url: url, logger: TestRelay.logger)
@@ -1311,21 +1318,12 @@ extension StoreContractTests {
         }
         switch backend {
         case .sqlite:
-            let folder = FileManager.default.temporaryDirectory.appendingPathComponent("blob-migration-\(UUID().uuidString)")
-            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-            defer { try? FileManager.default.removeItem(at: folder) }
-            let path = folder.appendingPathComponent("relay.sqlite").path
-            do {
-                let queue = try DatabaseQueue(path: path)
-                try Schema.migrator.migrate(queue, upTo: "v7: one-time prekeys, identity keys")
-                try await queue.write { db in
-                    try db.execute(sql: """
-                        INSERT INTO messages (recipient, id, author, created_at, expires_at, size, envelope)
-                        VALUES ('bob', 'm1', 'alice', ?, ?, 512, 'envelope')
-                        """, arguments: [Self.now, Self.now + 3_600_000])
-                }
+            try await Self.withSQLite(migratedTo: "v7: one-time prekeys, identity keys", check) { db in
+                try db.execute(sql: """
+                    INSERT INTO messages (recipient, id, author, created_at, expires_at, size, envelope)
+                    VALUES ('bob', 'm1', 'alice', ?, ?, 512, 'envelope')
+                    """, arguments: [Self.now, Self.now + 3_600_000])
             }
-            try await check(try SQLiteStore(path: path))
         case .postgresql:
             try await TestDatabase.with { url in
                 let store = try PostgresStore(url: url, logger: TestRelay.logger)
