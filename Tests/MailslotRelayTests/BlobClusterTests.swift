@@ -23,17 +23,11 @@ import Testing
         let store = server[..<query] + "/" + prefix + server[query...]
         let location = try S3Location(String(store))
         let objects = try #require(Self.environment["MAILSLOT_TEST_S3_DATA"]) + "/\(location.bucket)/\(prefix)"
-        let issuer = IdentityKeyPair()
-        let configure: (inout RelayConfiguration) throws -> Void = {
+        try await withTestRelay(store: .cluster(2), configure: {
             $0.blobStore = .s3(String(store))
             $0.blobPartBytes = RelayConfiguration.minS3PartBytes
-        }
-        try await TestDatabase.with { url in
-            try await withTestRelay(issuer: issuer, configure: { $0.databaseURL = url; try configure(&$0) }) { a in
-                try await withTestRelay(issuer: issuer, configure: { $0.databaseURL = url; try configure(&$0) }) { b in
-                    try await body(a, b, objects)
-                }
-            }
+        }) { a in
+            try await body(a, a.peers[0], objects)
         }
     }
 

@@ -95,15 +95,10 @@ struct ClusterTests {
 
     // MARK: Relays on one PostgreSQL database
 
-    /// Two relays (same issuer) on one new database.
+    /// Two relays (same issuer) on one new database, and its URL.
     private func withTwoRelays(_ body: (TestRelay, TestRelay, String) async throws -> Void) async throws {
-        let issuer = IdentityKeyPair()
-        try await TestDatabase.with { url in
-            try await withTestRelay(issuer: issuer, configure: { $0.databaseURL = url }) { a in
-                try await withTestRelay(issuer: issuer, configure: { $0.databaseURL = url }) { b in
-                    try await body(a, b, url)
-                }
-            }
+        try await withTestRelay(store: .cluster(2)) { a in
+            try await body(a, a.peers[0], try #require(a.databaseURL))
         }
     }
 

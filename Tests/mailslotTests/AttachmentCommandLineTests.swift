@@ -113,7 +113,7 @@ import Testing
     }
 
     @Test func exitCodesOfFileSends() async throws {
-        try await withTestRelay(configure: { $0.blobPartBytes = 1 << 20; $0.maxFileBytes = 1 << 20 }) { relay in
+        try await withTestRelay(store: try .configured.singleNode, configure: { $0.blobPartBytes = 1 << 20; $0.maxFileBytes = 1 << 20 }) { relay in
             try await loginBoth(relay)
             // Larger than the relay takes: 65, with a clear message, and nothing queued.
             let big = try file(randomBytes((1 << 20) + 1), in: relay, named: "big.bin")
@@ -145,8 +145,9 @@ import Testing
 
     struct CLIError: Error {}
 
+    /// One relay even on a cluster: blobs without S3 are files in one relay's data folder.
     private func withBlobRelay(_ body: (TestRelay) async throws -> Void) async throws {
-        try await withTestRelay(configure: { $0.blobPartBytes = 1 << 20 }, body)
+        try await withTestRelay(store: try .configured.singleNode, configure: { $0.blobPartBytes = 1 << 20 }, body)
     }
 
     /// Runs `mailslot send --profile alice bob --file source` and sends it `signal` once the relay
@@ -175,7 +176,7 @@ import Testing
 
     private func loginBoth(_ relay: TestRelay) async throws {
         for uid in ["alice", "bob"] {
-            let login = try await relay.run(["login", "--profile", uid, "--relay", relay.url.absoluteString, "--token", try relay.token(uid)])
+            let login = try await relay.run(["login", "--profile", uid, "--relay", relay.url(for: uid).absoluteString, "--token", try relay.token(uid)])
             try #require(login.status == 0, "\(login.stderr)")
         }
     }
