@@ -74,11 +74,11 @@ import Testing
             #expect(try await b.call("GET", "/v1/blobs/\(blob.id)/content", session: carolOnB).status == 200)
             #expect(try await b.call("POST", "/v1/blobs/\(blob.id)/ack", session: carolOnB).status == 204)
             #expect(try await a.call("GET", "/v1/blobs/\(blob.id)", session: alice).status == 404)
-            #expect(try await a.eventually { Self.files(under: objects).isEmpty }, "the object is erased: \(Self.files(under: objects))")
+            try await eventually("the object is erased: \(Self.files(under: objects))") { Self.files(under: objects).isEmpty }
             for relay in [a, b] {
                 let records = relay.relay.blobs.records
-                #expect(try await records.blob(id: blob.id, now: Clock.now()) == .none)
-                #expect(try await relay.eventually { try await records.blobErasures(limit: 10).isEmpty }, "the erasure is done")
+                #expect(try await records.blob(id: blob.id, now: EpochMilliseconds.now()) == .none)
+                try await eventually("the erasure is done") { try await records.blobErasures(limit: 10).isEmpty }
             }
 
             // An unfinished upload, deleted by its author through the other relay: aborted, nothing left.
@@ -87,8 +87,8 @@ import Testing
             #expect(try await a.putPart(unfinished, 1, session: alice).status == 200)
             #expect(try await b.call("DELETE", "/v1/blobs/\(unfinished.id)", session: aliceOnB).status == 204)
             let records = b.relay.blobs.records
-            #expect(try await b.eventually { try await records.blobErasures(limit: 10).isEmpty }, "the abort is done")
-            #expect(try await b.eventually { Self.files(under: objects).isEmpty }, "no object or upload left: \(Self.files(under: objects))")
+            try await eventually("the abort is done") { try await records.blobErasures(limit: 10).isEmpty }
+            try await eventually("no object or upload left: \(Self.files(under: objects))") { Self.files(under: objects).isEmpty }
             let usage = try await records.blobUsage(author: "alice")
             #expect(usage.bytes == 0 && usage.uploading == 0)
             for relay in [a, b] {

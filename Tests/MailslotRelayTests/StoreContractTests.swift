@@ -930,7 +930,7 @@ import Testing
                     let acked = try #require(try await socket.next())
                     #expect(acked.type == "acked" && acked.id == messageID(n))
                 }
-                #expect(try await relay.relay.store.pendingCount(recipient: "bob", now: Clock.now()) == 0, "nothing is left")
+                #expect(try await relay.relay.store.pendingCount(recipient: "bob", now: EpochMilliseconds.now()) == 0, "nothing is left")
                 #expect(try await relay.call("GET", "/readyz").status == 200)
                 await socket.close()
             }
