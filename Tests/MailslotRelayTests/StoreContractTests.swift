@@ -863,11 +863,9 @@ import Testing
         for await _ in locked {}
         // A first write, whose batch waits for the lock; the rest queue behind it.
         let first = store.submitDeleteMessage(recipient: "nobody", id: "none", author: nil, now: Self.now)
-        let deadline = ContinuousClock.now + .seconds(10)
-        while try await holder.pool.client.query("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
-            .collect().first?.decode(Int64.self) ?? 0 == 0 {
-            guard ContinuousClock.now < deadline else { throw PostgresSchema.Refusal(description: "no batch waited for the write lock") }
-            try await Task.sleep(for: .milliseconds(5))
+        try await eventually("a batch waits for the write lock") {
+            try await holder.pool.client.query("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+                .collect().first?.decode(Int64.self) ?? 0 > 0
         }
         let submitted = submit()
         releasing.finish()

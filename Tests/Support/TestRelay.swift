@@ -151,7 +151,7 @@ public func withTestRelay<T>(store: TestStore? = nil, issuer: IdentityKeyPair = 
         let count: Int
         if case .cluster(let n) = store { count = n } else { count = 1 }
         guard count >= 1 else { throw TestRelayError("\(store): a cluster has at least one relay") }
-        return try await TestDatabase.with { url in
+        return try await RelaySlots.shared.with(count) { try await TestDatabase.with { url in
             // The others first, each in folders of its own; the first node owns them from then on.
             var peers: [TestRelay] = []
             do {
@@ -172,7 +172,7 @@ public func withTestRelay<T>(store: TestStore? = nil, issuer: IdentityKeyPair = 
                 throw error
             }
             return try await runThenFinish(relay, body)
-        }
+        } }
     }
 }
 
