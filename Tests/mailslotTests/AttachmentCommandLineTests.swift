@@ -56,7 +56,8 @@ import Testing
             // Killed (as by a crash or `kill -9`) once a few parts are stored.
             let result = try await sendFile(source, in: relay, signal: SIGKILL, afterParts: 3)
             try #require(result.status == 137, "killed mid-send: \(result.status) \(result.stderr)")
-            try await Task.sleep(for: .milliseconds(200))  // the part in flight ends on the relay
+            // The part in flight ends on the relay (stored or dropped): Alice holds no transfer.
+            try await eventually("alice's part in flight ended on the relay") { relay.relay.blobs.transfers.count("alice") == 0 }
             let stored = Int(relay.counter("mailslot_blob_parts_received_total"))
             try #require(stored < parts, "the send was killed before its end")
             let putsBefore = relay.partUploads()
@@ -159,13 +160,14 @@ import Testing
         let sending = Task { try await ProcessRunner.run(URL(fileURLWithPath: "/bin/sh"), ["-c", command], environment: environment) }
         let start = relay.counter("mailslot_blob_parts_received_total")
         var sent = false
-        for _ in 0..<60_000 where !sent {
+        // Signalled as soon as the relay has stored that many parts (checked every few ms).
+        try? await eventually(within: .seconds(60), "the relay stored \(afterParts) parts of the send") {
             if relay.counter("mailslot_blob_parts_received_total") - start >= afterParts,
                let text = try? String(contentsOfFile: pidFile, encoding: .utf8), let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
                 kill(pid, signal)
                 sent = true
             }
-            try await Task.sleep(for: .milliseconds(1))
+            return sent
         }
         if !sent, let text = try? String(contentsOfFile: pidFile, encoding: .utf8), let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
             kill(pid, SIGKILL)  // never left running, whatever happened
