@@ -345,8 +345,8 @@ import Testing
                     let page = try await reader.messages(recipient: "bob", after: 0, limit: 10_000, maxBytes: .max, now: Self.now)
                     polls.append(page.messages.map(\.seq))
                     if finished { break }
-                    // A short pause: the writers (and the tests running beside this one) need the CPU too.
-                    try await Task.sleep(for: .milliseconds(1))
+                    // Let the writers (and the tests running beside this one) run between polls.
+                    await Task.yield()
                 }
                 return polls
             }
@@ -1121,14 +1121,15 @@ extension StoreContractTests {
             let blob = Self.newBlob("blob-0000000000001", size: 2048)
             try await Self.created(stores[0], blob)
             for number in 1...2 { _ = try await stores[0].recordPart(blob: blob.id, part: Self.part(number), now: Self.now) }
-            let finishes = Shared(0)
+            let finishes = Shared(0), arrived = Shared(0)
             let results = try await withThrowingTaskGroup(of: StoredBlob?.self) { group in
                 for store in stores {
                     group.addTask {
-                        try await store.completeBlob(id: blob.id, now: Self.now, finish: { _ in
+                        arrived.update { $0 += 1 }
+                        return try await store.completeBlob(id: blob.id, now: Self.now, finish: { _ in
                             finishes.update { $0 += 1 }
-                            // Long enough for the other completer to arrive meanwhile.
-                            try await Task.sleep(for: .milliseconds(300))
+                            // Held until the other completer has called too: the two overlap.
+                            try await eventually("both completers called") { arrived.value == 2 }
                         })
                     }
                 }
