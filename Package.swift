@@ -153,7 +153,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
-                // A fresh database per PostgreSQL test (TestDatabase.swift).
+                // ClusterTests' own connections (listening, pg_sleep).
                 .product(name: "PostgresNIO", package: "postgres-nio"),
             ],
             // The AWS SigV4 test suite's case files, read from disk by SigV4Tests.
@@ -180,11 +180,16 @@ let package = Package(
             ]
         ),
         .testTarget(name: "mailslotTests", dependencies: ["mailslot", "MailslotClient", "MailslotRelay", "MailslotTestSupport"]),
-        // The testing module: `withTestRelay` (a relay on port 0, torn down when its test ends) with
-        // typed HTTP and WebSocket clients for it, and the runner of the project's executables.
+        // The testing module: `withTestRelay` (relays on port 0 on SQLite, PostgreSQL or several
+        // sharing one database, torn down when their test ends) with typed HTTP and WebSocket
+        // clients for them, a clock tests move, `eventually`, and the runner of the project's executables.
         .target(
             name: "MailslotTestSupport",
-            dependencies: ["MailslotRelay", "MailslotAudit", "MailslotWire", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "MailslotRelay", "MailslotAudit", "MailslotWire", .product(name: "Logging", package: "swift-log"),
+                // A fresh PostgreSQL database per test (TestDatabase.swift).
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+            ],
             path: "Tests/Support"
         ),
         .testTarget(name: "mailslot-relayTests", dependencies: ["mailslot-relay", "MailslotCrypto", "MailslotRelay", "MailslotTestSupport"]),

@@ -6,11 +6,12 @@ import Testing
 
 extension TestRelay {
     /// A client for `uid` with its own database in the test's folder (`profile` names another one
-    /// for the same uid: a reinstall); its token provider mints from the relay's issuer. `url`
-    /// points it elsewhere (a port where nothing listens).
+    /// for the same uid: a reinstall), connected to ``TestRelay/node(for:)`` (on two relays,
+    /// Alice's and Bob's clients are on different ones); its token provider mints from the
+    /// relay's issuer. `url` points it elsewhere (a port where nothing listens).
     func client(_ uid: String, profile: String? = nil, url: URL? = nil, attachments: AttachmentPolicy = AttachmentPolicy()) throws -> MailslotClient {
         let issuer = issuer, audience = audience
-        return try MailslotClient(relay: url ?? self.url, databasePath: "\(folder)/\(profile ?? uid)/client.sqlite", attachments: attachments) {
+        return try MailslotClient(relay: url ?? self.url(for: uid), databasePath: "\(folder)/\(profile ?? uid)/client.sqlite", attachments: attachments) {
             try TokenIssuer(key: issuer, audience: audience).mint(uid: uid)
         }
     }

@@ -180,7 +180,9 @@ import Testing
             #expect(throws: EnvelopeError.self) { try bob.receive((next.id, altered)) }
         }
         // For another recipient identity (Bob's record read as if Carol held the session) it fails too.
-        guard case .version2(let intact) = try Envelope.unseal(next.envelope, id: next.id, recipient: "bob", keys: bob.mailbox) else { return }
+        guard case .version2(let intact) = try Envelope.unseal(next.envelope, id: next.id, recipient: "bob", keys: bob.mailbox) else {
+            Issue.record("sealed as version 1: sealing must produce version 2"); return
+        }
         #expect(throws: EnvelopeError.sessionMismatch) {
             _ = try intact.open(with: bob.sessions[session]!, identity: IdentityKeyPair().publicKey, now: 0)
         }
@@ -298,7 +300,9 @@ import Testing
 
         _ = try alice.receive(try bob.send("b1", to: alice, in: session))  // Bob's key from before the theft
         let a2 = try alice.send("a2", to: bob, in: session)
-        guard case .version2(let sealedA2) = try Envelope.unseal(a2.envelope, id: a2.id, recipient: "bob", keys: bob.mailbox) else { return }
+        guard case .version2(let sealedA2) = try Envelope.unseal(a2.envelope, id: a2.id, recipient: "bob", keys: bob.mailbox) else {
+            Issue.record("sealed as version 1: sealing must produce version 2"); return
+        }
         let (readByThief, _) = try sealedA2.open(with: stolen, identity: bob.identity.publicKey, now: bob.now)
         #expect(readByThief.message.payload.text == "a2", "before healing the stolen state reads on")
 
@@ -306,7 +310,9 @@ import Testing
         _ = try alice.receive(try bob.send("b2", to: alice, in: session))
         for text in ["a3", "a4"] {
             let delivery = try alice.send(text, to: bob, in: session)
-            guard case .version2(let sealed) = try Envelope.unseal(delivery.envelope, id: delivery.id, recipient: "bob", keys: bob.mailbox) else { return }
+            guard case .version2(let sealed) = try Envelope.unseal(delivery.envelope, id: delivery.id, recipient: "bob", keys: bob.mailbox) else {
+                Issue.record("sealed as version 1: sealing must produce version 2"); return
+            }
             #expect(throws: EnvelopeError.sessionMismatch) { _ = try sealed.open(with: stolen, identity: bob.identity.publicKey, now: bob.now) }
             #expect(try bob.receive(delivery) == text)
         }

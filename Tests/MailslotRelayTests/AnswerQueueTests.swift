@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import MailslotTestSupport
 import Testing
 @testable import MailslotRelay
 
@@ -35,9 +36,9 @@ import Testing
                 third.store(true, ordering: .sequentiallyConsistent)
                 return queued
             }
-            try await Task.sleep(for: .milliseconds(100))
-            let waited = !third.load(ordering: .sequentiallyConsistent)
-            #expect(waited, "full (count \(maxCount), bytes \(maxBytes)): the third waits")
+            try await eventually("full (count \(maxCount), bytes \(maxBytes)): the third waits for room") { queue.isReaderWaiting }
+            let queued = third.load(ordering: .sequentiallyConsistent)
+            #expect(!queued, "and is not queued meanwhile")
             #expect(try await queue.takeOrRetire()?() == "1")
             #expect(await reader.value == false, "room again: it is queued, for the writer already running")
             #expect(try await drain(queue) == ["2", "3"])
@@ -52,9 +53,9 @@ import Testing
             defer { second.store(true, ordering: .sequentiallyConsistent) }
             return await queue.append({ "small" }, bytes: 1)
         }
-        try await Task.sleep(for: .milliseconds(100))
-        let waited = !second.load(ordering: .sequentiallyConsistent)
-        #expect(waited, "nothing joins it")
+        try await eventually("nothing joins it: the second waits for room") { queue.isReaderWaiting }
+        let joined = second.load(ordering: .sequentiallyConsistent)
+        #expect(!joined)
         #expect(try await queue.takeOrRetire()?() == "big")
         #expect(await reader.value == false)
         #expect(try await drain(queue) == ["small"])
@@ -64,7 +65,7 @@ import Testing
         let full = AnswerQueue(maxCount: 1, maxBytes: 100)
         #expect(await full.append({ "1" }, bytes: 1) == true)
         let reader = Task { await full.append({ "2" }, bytes: 1) }
-        try await Task.sleep(for: .milliseconds(50))
+        try await eventually("the second reader waits for room") { full.isReaderWaiting }
         #expect(full.closeWhileWriting(), "a writer still owes the queued answer")
         #expect(await reader.value == nil, "a closed queue takes no more answers")
         #expect(try await drain(full) == ["1"])

@@ -23,17 +23,11 @@ import Testing
         let store = server[..<query] + "/" + prefix + server[query...]
         let location = try S3Location(String(store))
         let objects = try #require(Self.environment["MAILSLOT_TEST_S3_DATA"]) + "/\(location.bucket)/\(prefix)"
-        let issuer = IdentityKeyPair()
-        let configure: (inout RelayConfiguration) throws -> Void = {
+        try await withTestRelay(store: .cluster(2), configure: {
             $0.blobStore = .s3(String(store))
             $0.blobPartBytes = RelayConfiguration.minS3PartBytes
-        }
-        try await TestDatabase.with { url in
-            try await withTestRelay(issuer: issuer, configure: { $0.databaseURL = url; try configure(&$0) }) { a in
-                try await withTestRelay(issuer: issuer, configure: { $0.databaseURL = url; try configure(&$0) }) { b in
-                    try await body(a, b, objects)
-                }
-            }
+        }) { a in
+            try await body(a, a.peers[0], objects)
         }
     }
 
@@ -80,11 +74,11 @@ import Testing
             #expect(try await b.call("GET", "/v1/blobs/\(blob.id)/content", session: carolOnB).status == 200)
             #expect(try await b.call("POST", "/v1/blobs/\(blob.id)/ack", session: carolOnB).status == 204)
             #expect(try await a.call("GET", "/v1/blobs/\(blob.id)", session: alice).status == 404)
-            #expect(try await a.eventually { Self.files(under: objects).isEmpty }, "the object is erased: \(Self.files(under: objects))")
+            try await eventually("the object is erased: \(Self.files(under: objects))") { Self.files(under: objects).isEmpty }
             for relay in [a, b] {
                 let records = relay.relay.blobs.records
-                #expect(try await records.blob(id: blob.id, now: Clock.now()) == .none)
-                #expect(try await relay.eventually { try await records.blobErasures(limit: 10).isEmpty }, "the erasure is done")
+                #expect(try await records.blob(id: blob.id, now: EpochMilliseconds.now()) == .none)
+                try await eventually("the erasure is done") { try await records.blobErasures(limit: 10).isEmpty }
             }
 
             // An unfinished upload, deleted by its author through the other relay: aborted, nothing left.
@@ -93,8 +87,8 @@ import Testing
             #expect(try await a.putPart(unfinished, 1, session: alice).status == 200)
             #expect(try await b.call("DELETE", "/v1/blobs/\(unfinished.id)", session: aliceOnB).status == 204)
             let records = b.relay.blobs.records
-            #expect(try await b.eventually { try await records.blobErasures(limit: 10).isEmpty }, "the abort is done")
-            #expect(try await b.eventually { Self.files(under: objects).isEmpty }, "no object or upload left: \(Self.files(under: objects))")
+            try await eventually("the abort is done") { try await records.blobErasures(limit: 10).isEmpty }
+            try await eventually("no object or upload left: \(Self.files(under: objects))") { Self.files(under: objects).isEmpty }
             let usage = try await records.blobUsage(author: "alice")
             #expect(usage.bytes == 0 && usage.uploading == 0)
             for relay in [a, b] {

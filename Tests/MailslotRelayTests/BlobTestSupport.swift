@@ -68,22 +68,4 @@ extension TestRelay {
         return folders.flatMap { folder in ((try? FileManager.default.contentsOfDirectory(atPath: root + "/" + folder)) ?? []) }
     }
 
-    /// Whether `condition` holds within about 5 s.
-    func eventually(_ condition: () async throws -> Bool) async throws -> Bool {
-        for _ in 0..<100 {
-            if try await condition() { return true }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        return try await condition()
-    }
-}
-
-/// A clock the tests move: the relay's blob time is the wall clock plus `offset`.
-final class ManualClock: Sendable {
-    private let offset = Atomic<Int64>(0)
-
-    /// Moves the clock forward by `seconds`.
-    func advance(seconds: Int64) { offset.add(seconds * 1000, ordering: .relaxed) }
-
-    var now: @Sendable () -> Int64 { { [self] in Clock.now() + offset.load(ordering: .relaxed) } }
 }

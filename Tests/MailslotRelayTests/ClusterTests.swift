@@ -95,15 +95,10 @@ struct ClusterTests {
 
     // MARK: Relays on one PostgreSQL database
 
-    /// Two relays (same issuer) on one new database.
+    /// Two relays (same issuer) on one new database, and its URL.
     private func withTwoRelays(_ body: (TestRelay, TestRelay, String) async throws -> Void) async throws {
-        let issuer = IdentityKeyPair()
-        try await TestDatabase.with { url in
-            try await withTestRelay(issuer: issuer, configure: { $0.databaseURL = url }) { a in
-                try await withTestRelay(issuer: issuer, configure: { $0.databaseURL = url }) { b in
-                    try await body(a, b, url)
-                }
-            }
+        try await withTestRelay(store: .cluster(2)) { a in
+            try await body(a, a.peers[0], try #require(a.databaseURL))
         }
     }
 
@@ -286,9 +281,9 @@ struct ClusterTests {
             let sent = (1...5).map { messageID($0) }
             for id in sent { #expect(try await a.send(alice, to: "bob", id: id).status == 201) }
             #expect(try await receive(sent.count, on: socket) == sent)
-            // Bounded wait for the re-listen's re-check to be counted.
-            for _ in 0..<100 where b.counter("mailslot_cluster_rechecks_total") <= before { try await Task.sleep(for: .milliseconds(100)) }
-            #expect(b.counter("mailslot_cluster_rechecks_total") > before, "node B listened again and re-read its subscriptions")
+            try await eventually("node B listened again and re-read its subscriptions") {
+                b.counter("mailslot_cluster_rechecks_total") > before
+            }
             await socket.close()
         }
     }
@@ -330,12 +325,7 @@ struct ClusterTests {
                 throw error
             }
             // Recovered without a restart: bounded wait for readiness, then the same send succeeds.
-            var ready = false
-            for _ in 0..<60 where !ready {
-                ready = try await a.call("GET", "/readyz").status == 200
-                if !ready { try await Task.sleep(for: .milliseconds(500)) }
-            }
-            #expect(ready)
+            try await eventually(within: .seconds(30), "node A is ready again") { try await a.call("GET", "/readyz").status == 200 }
             #expect(try await a.send(alice, to: "bob", id: messageID(1)).status == 201)
             #expect(try await receive(1, on: socket) == [messageID(1)], "the subscription opened before the outage carries on")
             await socket.close()

@@ -18,8 +18,10 @@ import Testing
 
     @Test func connectionsBeyondTheLimitWaitUntilOneCloses() async throws {
         try await withTestRelay(configure: { $0.maxConnections = 3 }) { relay in
+            // Connected (each `RawConnection` returns once the kernel queued it) before the extra
+            // one: the listening socket's queue is first in, first out, so these three are the
+            // ones the relay accepts, whatever the timing.
             var held = try (0..<3).map { _ in try RawConnection(port: relay.port) }
-            try await Task.sleep(for: .milliseconds(200))
             let extra = try RawConnection(port: relay.port)
             extra.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             #expect(await extra.receive() == nil, "not served while the limit is reached")
@@ -34,21 +36,13 @@ import Testing
 @Suite struct RelayStartTests {
     @Test func aPortInUseIsAStartErrorNotAWaitForever() async throws {
         try await withTestRelay { first in
-            let outcome = await withTaskGroup(of: String.self) { group in
-                group.addTask {
-                    do {
-                        return try await withTestRelay(configure: { $0.port = first.port }) { _ in "started" }
-                    } catch {
-                        return "refused"
-                    }
+            let port = first.port
+            let outcome = try await withDeadline(.seconds(20), "a start on a port in use ends") {
+                do {
+                    return try await withTestRelay(store: .sqlite, configure: { $0.port = port }) { _ in "started" }
+                } catch {
+                    return "refused"
                 }
-                group.addTask {
-                    try? await Task.sleep(for: .seconds(20))
-                    return "still waiting"
-                }
-                let first = await group.next() ?? ""
-                group.cancelAll()
-                return first
             }
             #expect(outcome == "refused")
         }
@@ -59,8 +53,8 @@ import Testing
 @Suite struct FirstRequestDeadlineTests {
     @Test func silentSocketsAtTheConnectionLimitAreClosedAndTheRelayServesAgain() async throws {
         try await withTestRelay(configure: { $0.maxConnections = 8; $0.headerTimeout = 1 }) { relay in
+            // Queued in the kernel before the waiting one (first in, first out): these are the eight accepted.
             let silent = try (0..<8).map { _ in try RawConnection(port: relay.port) }
-            try await Task.sleep(for: .milliseconds(200))
             let waiting = try RawConnection(port: relay.port)
             waiting.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             // Served once the relay closes the silent ones: they stay open on this side for the
@@ -97,9 +91,12 @@ import Testing
         try await withTestRelay(configure: { $0.headerTimeout = 1; $0.idleTimeout = 1 }) { relay in
             let bob = try await relay.signIn("bob"), alice = try await relay.signIn("alice")
             let socket = try await TestSocket.subscribed(relay, "bob", session: bob.session)
-            // Past both deadlines. (Alice signs in before: after the sleep her send goes on a new
-            // connection, not on a kept-alive one the 1 s idle timeout may be closing that moment.)
-            try await Task.sleep(for: .seconds(2.5))
+            // Past both deadlines: a silent socket connected after the subscription is closed by
+            // them, so the subscription's own would have passed too. (Alice signs in before: her
+            // send then goes on a new connection, not on a kept-alive one the 1 s idle timeout
+            // may be closing that moment.)
+            let sentinel = try RawConnection(port: relay.port)
+            #expect(await sentinel.receive(attempts: 20) == "", "the deadlines closed a silent socket")
             #expect(await !socket.isFinished, "an upgraded connection is the ping's to watch")
             try await relay.send(alice.session, to: "bob", id: messageID(1))
             #expect(try await socket.next()?.type == "message")

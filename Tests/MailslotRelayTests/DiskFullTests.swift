@@ -69,7 +69,10 @@ import MailslotWire
 
                 // One ack, so that the erasure truncates the WAL; then something else fills the disk.
                 #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(stored.removeFirst())", session: bob.session).status == 204)
-                try await Task.sleep(for: .milliseconds(300))
+                try await eventually("the erasure truncated the WAL") {
+                    let wal = (data as NSString).appendingPathComponent("relay.sqlite-wal")
+                    return (try? FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int) ?? 0 == 0
+                }
                 Self.fill((disk as NSString).appendingPathComponent("filler"))
                 let reserve = (data as NSString).appendingPathComponent("relay.reserve")
                 #expect(FileManager.default.fileExists(atPath: reserve))
@@ -108,12 +111,7 @@ import MailslotWire
                 #expect(listed.count == stored.count && listed == stored,
                         "nothing answered 201 is lost: missing \(Set(stored).subtracting(listed).sorted()), extra \(Set(listed).subtracting(stored).sorted())")
                 for id in listed { _ = try await relay.call("DELETE", "/v1/users/bob/messages/\(id)", session: session) }
-                var readyAgain = false
-                for _ in 0..<40 where !readyAgain {
-                    try await Task.sleep(for: .milliseconds(250))
-                    readyAgain = try await relay.call("GET", "/readyz").status == 200
-                }
-                #expect(readyAgain, "ready again without a restart")
+                try await eventually("ready again without a restart") { try await relay.call("GET", "/readyz").status == 200 }
                 #expect(try await relay.send(alice.session, to: "bob", id: messageID(1000)).status == 201)
                 #expect(FileManager.default.fileExists(atPath: reserve), "the reserve is back")
             }
@@ -133,13 +131,14 @@ import MailslotWire
                 let alice = try await relay.signIn("alice"), bob = try await relay.signIn("bob")
                 #expect(try await relay.send(alice.session, to: "bob", id: messageID(1)).status == 201)
                 free.store(1000, ordering: .relaxed)
-                try await Task.sleep(for: .milliseconds(300))
+                // The relay reads the free space again once its last reading is old enough.
+                try await eventually("not ready once the free space is below the watermark") {
+                    try await relay.call("GET", "/readyz").status == 503
+                }
                 #expect(try await relay.send(alice.session, to: "bob", id: messageID(2)).problem == .storageFull)
-                #expect(try await relay.call("GET", "/readyz").status == 503)
                 #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(messageID(1))", session: bob.session).status == 204)
                 free.store(1 << 40, ordering: .relaxed)
-                try await Task.sleep(for: .milliseconds(300))
-                #expect(try await relay.call("GET", "/readyz").status == 200)
+                try await eventually("ready again once space returns") { try await relay.call("GET", "/readyz").status == 200 }
                 #expect(try await relay.send(alice.session, to: "bob", id: messageID(2)).status == 201)
             }
         }

@@ -22,14 +22,6 @@ import MailslotWire
         return false
     }
 
-    func waitUntil(_ condition: () throws -> Bool) async throws -> Bool {
-        for _ in 0..<100 {
-            if try condition() { return true }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        return false
-    }
-
     @Test func anAcknowledgedEnvelopeIsGoneFromTheDatabaseFiles() async throws {
         try await withTestRelay { relay in
             let alice = try await relay.signIn("alice").session
@@ -44,11 +36,10 @@ import MailslotWire
 
             #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(messageID(0))", session: bob).status == 204)
             #expect(try await relay.call("DELETE", "/v1/users/bob/messages/\(messageID(1))", session: alice).status == 204, "unsend")
-            let erased = try await waitUntil {
+            try await eventually("acked and unsent ciphertext is overwritten in the main file and the WAL is truncated") {
                 try !databaseFilesContain(envelopes[0], 300..<364, in: relay.dataDirectory)
                     && !databaseFilesContain(envelopes[1], 300..<364, in: relay.dataDirectory)
             }
-            #expect(erased, "acked and unsent ciphertext is overwritten in the main file and the WAL is truncated")
             for envelope in envelopes.prefix(2) {
                 for offset in stride(from: 0, to: 4096 - 32, by: 512) {
                     #expect(try !databaseFilesContain(envelope, offset..<offset + 32, in: relay.dataDirectory), "no 32-byte piece remains")
@@ -59,13 +50,16 @@ import MailslotWire
     }
 
     @Test func anExpiredEnvelopeIsGoneFromTheDatabaseFiles() async throws {
-        try await withTestRelay(configure: { $0.sweepInterval = 0.1 }) { relay in
+        let clock = TestClock()
+        try await withTestRelay(configure: { $0.sweepInterval = 0.1; $0.clock = clock.relayClock }) { relay in
             let alice = try await relay.signIn("alice").session
             let envelope = randomBytes(2048)
             try await relay.send(alice, to: "bob", id: messageID(1), envelope: envelope, ttl: 1)
             #expect(try databaseFilesContain(envelope, 500..<564, in: relay.dataDirectory))
-            try await Task.sleep(for: .seconds(1))
-            #expect(try await waitUntil { try !databaseFilesContain(envelope, 500..<564, in: relay.dataDirectory) })
+            clock.advance(by: .seconds(1))
+            try await eventually("the expired envelope is erased from the database files") {
+                try !databaseFilesContain(envelope, 500..<564, in: relay.dataDirectory)
+            }
         }
     }
 

@@ -7,8 +7,8 @@ import MailslotWire
 @Suite struct FrameTextTests {
     @Test func messageAndAckedFramesMatchTheEncoder() {
         for n in 0..<50 {
-            let record = MessageRecord(id: MessageID.generate(), author: "user.\(n)_x-\(n)", createdAt: Clock.format(Int64(n) * 1_234_567),
-                                       expiresAt: Clock.format(Int64(n) * 7_654_321 + 1), size: 512 << (n % 4), seq: Int64(n * 977),
+            let record = MessageRecord(id: MessageID.generate(), author: "user.\(n)_x-\(n)", createdAt: EpochMilliseconds.format(Int64(n) * 1_234_567),
+                                       expiresAt: EpochMilliseconds.format(Int64(n) * 7_654_321 + 1), size: 512 << (n % 4), seq: Int64(n * 977),
                                        envelope: Base64URL.encode(randomBytes(n * 7)))
             let encoded = String(decoding: JSONBody.encode(RelayFrame.message(record)), as: UTF8.self)
             #expect(FrameText.message(record) == encoded)
@@ -16,8 +16,8 @@ import MailslotWire
             #expect(FrameText.acked(record.id) == acked)
         }
         for (n, ref) in ["r1", "a.b_c-D9", "x y", "q\"uote", "ünï"].enumerated() {
-            let record = MessageRecord(id: MessageID.generate(), author: "alice", createdAt: Clock.format(Int64(n) * 1000),
-                                       expiresAt: Clock.format(Int64(n) * 9000), size: 1024, seq: nil)
+            let record = MessageRecord(id: MessageID.generate(), author: "alice", createdAt: EpochMilliseconds.format(Int64(n) * 1000),
+                                       expiresAt: EpochMilliseconds.format(Int64(n) * 9000), size: 1024, seq: nil)
             for created in [true, false] {
                 let encoded = String(decoding: JSONBody.encode(RelayFrame.sent(ref: ref, created: created, message: record)), as: UTF8.self)
                 if let fast = FrameText.sent(record, ref: ref, created: created) {

@@ -205,20 +205,13 @@ import MailslotWire
                         .range(of: Data(prekey.key.utf8)) != nil
                 }
             }
-            func eventually(_ condition: () -> Bool) async throws -> Bool {
-                for _ in 0..<100 {
-                    if condition() { return true }
-                    try await Task.sleep(for: .milliseconds(20))
-                }
-                return false
-            }
             #expect(try await Self.upload(relay, prekeys, as: bob).status == 200)
             #expect(prekeys.allSatisfy(stored), "the search finds stored prekeys (so that it can fail)")
             #expect(try await Self.claim(relay, alice).decoded(PrekeyClaim.self).prekey == prekeys[0])
-            #expect(try await eventually { !stored(prekeys[0]) }, "the claimed prekey is overwritten and the WAL truncated")
+            try await eventually("the claimed prekey is overwritten and the WAL truncated") { !stored(prekeys[0]) }
             #expect(stored(prekeys[1]) && stored(prekeys[2]))
             #expect(try await relay.call("DELETE", "/v1/users/bob/prekeys", session: bob).status == 204)
-            #expect(try await eventually { !stored(prekeys[1]) && !stored(prekeys[2]) }, "withdrawn prekeys too")
+            try await eventually("withdrawn prekeys too") { !stored(prekeys[1]) && !stored(prekeys[2]) }
         }
     }
 

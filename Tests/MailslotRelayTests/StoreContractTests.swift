@@ -345,8 +345,8 @@ import Testing
                     let page = try await reader.messages(recipient: "bob", after: 0, limit: 10_000, maxBytes: .max, now: Self.now)
                     polls.append(page.messages.map(\.seq))
                     if finished { break }
-                    // A short pause: the writers (and the tests running beside this one) need the CPU too.
-                    try await Task.sleep(for: .milliseconds(1))
+                    // Let the writers (and the tests running beside this one) run between polls.
+                    await Task.yield()
                 }
                 return polls
             }
@@ -863,11 +863,9 @@ import Testing
         for await _ in locked {}
         // A first write, whose batch waits for the lock; the rest queue behind it.
         let first = store.submitDeleteMessage(recipient: "nobody", id: "none", author: nil, now: Self.now)
-        let deadline = ContinuousClock.now + .seconds(10)
-        while try await holder.pool.client.query("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
-            .collect().first?.decode(Int64.self) ?? 0 == 0 {
-            guard ContinuousClock.now < deadline else { throw PostgresSchema.Refusal(description: "no batch waited for the write lock") }
-            try await Task.sleep(for: .milliseconds(5))
+        try await eventually("a batch waits for the write lock") {
+            try await holder.pool.client.query("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+                .collect().first?.decode(Int64.self) ?? 0 > 0
         }
         let submitted = submit()
         releasing.finish()
@@ -930,7 +928,7 @@ import Testing
                     let acked = try #require(try await socket.next())
                     #expect(acked.type == "acked" && acked.id == messageID(n))
                 }
-                #expect(try await relay.relay.store.pendingCount(recipient: "bob", now: Clock.now()) == 0, "nothing is left")
+                #expect(try await relay.relay.store.pendingCount(recipient: "bob", now: EpochMilliseconds.now()) == 0, "nothing is left")
                 #expect(try await relay.call("GET", "/readyz").status == 200)
                 await socket.close()
             }
@@ -1123,14 +1121,15 @@ extension StoreContractTests {
             let blob = Self.newBlob("blob-0000000000001", size: 2048)
             try await Self.created(stores[0], blob)
             for number in 1...2 { _ = try await stores[0].recordPart(blob: blob.id, part: Self.part(number), now: Self.now) }
-            let finishes = Shared(0)
+            let finishes = Shared(0), arrived = Shared(0)
             let results = try await withThrowingTaskGroup(of: StoredBlob?.self) { group in
                 for store in stores {
                     group.addTask {
-                        try await store.completeBlob(id: blob.id, now: Self.now, finish: { _ in
+                        arrived.update { $0 += 1 }
+                        return try await store.completeBlob(id: blob.id, now: Self.now, finish: { _ in
                             finishes.update { $0 += 1 }
-                            // Long enough for the other completer to arrive meanwhile.
-                            try await Task.sleep(for: .milliseconds(300))
+                            // Held until the other completer has called too: the two overlap.
+                            try await eventually("both completers called") { arrived.value == 2 }
                         })
                     }
                 }

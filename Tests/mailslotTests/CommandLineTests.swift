@@ -9,10 +9,10 @@ import Testing
 @Suite struct CommandLineTests {
     @Test func twoProfilesExchangeMessages() async throws {
         try await withTestRelay { relay in
-            let alice = try await relay.run(["login", "--profile", "alice", "--relay", relay.url.absoluteString, "--token", try relay.token("alice")])
+            let alice = try await relay.run(["login", "--profile", "alice", "--relay", relay.url(for: "alice").absoluteString, "--token", try relay.token("alice")])
             #expect(alice.status == 0, "\(alice.stderr)")
             #expect(alice.stdout.contains("logged in as alice"))
-            let bob = try await relay.run(["login", "--profile", "bob", "--relay", relay.url.absoluteString, "--token", "-", "--json"], stdin: try relay.token("bob") + "\n")
+            let bob = try await relay.run(["login", "--profile", "bob", "--relay", relay.url(for: "bob").absoluteString, "--token", "-", "--json"], stdin: try relay.token("bob") + "\n")
             #expect(bob.status == 0, "\(bob.stderr)")
             let login = try JSONSerialization.jsonObject(with: Data(bob.stdout.utf8)) as? [String: Any]
             #expect(login?["uid"] as? String == "bob")
@@ -53,12 +53,12 @@ import Testing
     /// Global options go before the subcommand (as git and kubectl take theirs) or after it.
     @Test func globalOptionsOnEitherSideOfTheSubcommand() async throws {
         try await withTestRelay { relay in
-            let login = try await relay.run(["--profile", "alice", "--json", "login", "--relay", relay.url.absoluteString, "--token", "-"],
+            let login = try await relay.run(["--profile", "alice", "--json", "login", "--relay", relay.url(for: "alice").absoluteString, "--token", "-"],
                                             stdin: try relay.token("alice") + "\n")
             #expect(login.status == 0, "\(login.stderr)")
             #expect((try? JSONSerialization.jsonObject(with: Data(login.stdout.utf8)) as? [String: Any])?["uid"] as? String == "alice")
             #expect(FileManager.default.fileExists(atPath: relay.folder + "/alice/profile.json"), "the profile given before the subcommand")
-            #expect(try await relay.run(["--profile=bob", "login", "--relay", relay.url.absoluteString, "--token", try relay.token("bob")]).status == 0)
+            #expect(try await relay.run(["--profile=bob", "login", "--relay", relay.url(for: "bob").absoluteString, "--token", try relay.token("bob")]).status == 0)
             #expect(try await relay.run(["--profile", "alice", "send", "bob", "before"]).status == 0)
             #expect(try await relay.run(["send", "--profile", "alice", "bob", "after"]).status == 0)
             let received = try await relay.run(["--json", "--profile", "bob", "receive"])
@@ -74,10 +74,10 @@ import Testing
     @Test func exitCodesSayWhatHappened() async throws {
         try await withTestRelay { relay in
             #expect(try await relay.run(["send", "--profile", "nobody", "bob", "hi"]).status == 77, "not logged in")
-            #expect(try await relay.run(["login", "--profile", "alice", "--relay", relay.url.absoluteString, "--token", try relay.token("alice")]).status == 0)
+            #expect(try await relay.run(["login", "--profile", "alice", "--relay", relay.url(for: "alice").absoluteString, "--token", try relay.token("alice")]).status == 0)
             #expect(try await relay.run(["send", "--profile", "alice", "b/ob", "hi"]).status == 64, "invalid uid")
             #expect(try await relay.run(["fingerprint", "--profile", "alice", "b/ob"]).status == 64, "invalid uid, checked by the library")
-            let mismatch = try await relay.run(["login", "--profile", "alice", "--relay", relay.url.absoluteString, "--token", try relay.token("mallory")])
+            let mismatch = try await relay.run(["login", "--profile", "alice", "--relay", relay.url(for: "alice").absoluteString, "--token", try relay.token("mallory")])
             #expect(mismatch.status == 65 && mismatch.stderr.contains("belongs to alice"), "\(mismatch.stderr)")
             let noKeys = try await relay.run(["send", "--profile", "alice", "carol", "hi"])
             #expect(noKeys.status == 65, "carol never logged in: no keys")
@@ -85,7 +85,7 @@ import Testing
             #expect(try await relay.run(["send", "--profile", "alice", "bob", "--location", "91,0"]).status == 64)
 
             // The relay goes away: the message is queued (75), and flush sends it once it is back.
-            #expect(try await relay.run(["login", "--profile", "bob", "--relay", relay.url.absoluteString, "--token", try relay.token("bob")]).status == 0)
+            #expect(try await relay.run(["login", "--profile", "bob", "--relay", relay.url(for: "bob").absoluteString, "--token", try relay.token("bob")]).status == 0)
             #expect(try await relay.run(["send", "--profile", "alice", "bob", "first"]).status == 0, "pins bob's keys")
             let settingsPath = relay.folder + "/alice/profile.json"
             let settings = try Data(contentsOf: URL(fileURLWithPath: settingsPath))

@@ -17,7 +17,7 @@ import Testing
         // One pending message per mailbox: alice's second send waits in her outbox (75).
         try await withTestRelay(configure: { $0.maxPendingPerMailbox = 1 }) { relay in
             for uid in ["alice", "bob", "carol"] {
-                #expect(try await relay.run(["login", "--profile", uid, "--relay", relay.url.absoluteString, "--token", try relay.token(uid)]).status == 0)
+                #expect(try await relay.run(["login", "--profile", uid, "--relay", relay.url(for: uid).absoluteString, "--token", try relay.token(uid)]).status == 0)
             }
             #expect(try await relay.run(["send", "--profile", "alice", "bob", "one"]).status == 0)
             let queued = try await relay.run(["send", "--profile", "alice", "bob", "two", "--json"])
@@ -47,7 +47,7 @@ import Testing
     @Test func rejectedListsWhatWasNotAcceptedBothWays() async throws {
         try await withTestRelay { relay in
             for uid in ["alice", "bob"] {
-                #expect(try await relay.run(["login", "--profile", uid, "--relay", relay.url.absoluteString, "--token", try relay.token(uid)]).status == 0)
+                #expect(try await relay.run(["login", "--profile", uid, "--relay", relay.url(for: uid).absoluteString, "--token", try relay.token(uid)]).status == 0)
             }
             #expect(try await relay.run(["rejected", "--profile", "bob"]).stdout.isEmpty)
             // In: an envelope from alice that opens for nobody.

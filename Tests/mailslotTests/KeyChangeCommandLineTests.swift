@@ -17,7 +17,7 @@ import Testing
     @Test func aReinstalledContactLosesNothing() async throws {
         try await withTestRelay { relay in
             for (profile, uid) in [("alice", "alice"), ("bob", "bob")] {
-                let login = try await relay.run(["login", "--profile", profile, "--relay", relay.url.absoluteString, "--token", try relay.token(uid)])
+                let login = try await relay.run(["login", "--profile", profile, "--relay", relay.url(for: uid).absoluteString, "--token", try relay.token(uid)])
                 #expect(login.status == 0, "\(login.stderr)")
             }
             #expect(try await relay.run(["send", "--profile", "alice", "bob", "hello"]).status == 0)
@@ -27,7 +27,7 @@ import Testing
             let inFlight = try await relay.run(["send", "--profile", "alice", "bob", "in flight"])
             #expect(inFlight.status == 0)
             let inFlightID = inFlight.stdout.trimmingCharacters(in: .newlines)
-            let reinstall = try await relay.run(["login", "--profile", "bob-new", "--relay", relay.url.absoluteString, "--token", try relay.token("bob")])
+            let reinstall = try await relay.run(["login", "--profile", "bob-new", "--relay", relay.url(for: "bob").absoluteString, "--token", try relay.token("bob")])
             #expect(reinstall.status == 0, "\(reinstall.stderr)")
 
             // Alice's next send is told of the new identity key: held, exit 65, and said so.
@@ -76,11 +76,11 @@ import Testing
     @Test func aForgedKeyChangeIsCaughtByComparingNumbers() async throws {
         try await withTestRelay { relay in
             for (profile, uid) in [("alice", "alice"), ("bob", "bob")] {
-                #expect(try await relay.run(["login", "--profile", profile, "--relay", relay.url.absoluteString, "--token", try relay.token(uid)]).status == 0)
+                #expect(try await relay.run(["login", "--profile", profile, "--relay", relay.url(for: uid).absoluteString, "--token", try relay.token(uid)]).status == 0)
             }
             #expect(try await relay.run(["send", "--profile", "alice", "bob", "hello"]).status == 0)
             #expect(try await relay.run(["receive", "--profile", "bob"]).stdout.contains("hello"))
-            let forged = try await relay.run(["login", "--profile", "mallory", "--relay", relay.url.absoluteString, "--token", try relay.token("bob")])
+            let forged = try await relay.run(["login", "--profile", "mallory", "--relay", relay.url(for: "bob").absoluteString, "--token", try relay.token("bob")])
             #expect(forged.status == 0, "\(forged.stderr)")
 
             let held = try await relay.run(["send", "--profile", "alice", "bob", "the launch code is 0000"])
@@ -125,7 +125,7 @@ import Testing
     func aTerminalIsAskedForTheNumber() async throws {
         try await withTestRelay { relay in
             for uid in ["alice", "bob"] {
-                #expect(try await relay.run(["login", "--profile", uid, "--relay", relay.url.absoluteString, "--token", try relay.token(uid)]).status == 0)
+                #expect(try await relay.run(["login", "--profile", uid, "--relay", relay.url(for: uid).absoluteString, "--token", try relay.token(uid)]).status == 0)
             }
             let bobReadsOut = try await relay.run(["fingerprint", "--profile", "bob", "alice"]).stdout
             #expect(bobReadsOut.split(separator: "\n").count == 3)
@@ -152,7 +152,7 @@ import Testing
     @Test func aRotatedMailboxKeyIsFollowedWithoutAsking() async throws {
         try await withTestRelay { relay in
             for uid in ["alice", "bob"] {
-                #expect(try await relay.run(["login", "--profile", uid, "--relay", relay.url.absoluteString, "--token", try relay.token(uid)]).status == 0)
+                #expect(try await relay.run(["login", "--profile", uid, "--relay", relay.url(for: uid).absoluteString, "--token", try relay.token(uid)]).status == 0)
             }
             #expect(try await relay.run(["send", "--profile", "alice", "bob", "one"]).status == 0)
             let rotated = try await relay.run(["rotate-key", "--profile", "bob"])

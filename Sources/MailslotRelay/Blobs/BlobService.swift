@@ -23,7 +23,7 @@ struct BlobService: Sendable {
     typealias Principal = SessionService.Principal
 
     /// The time now, in milliseconds (``RelayConfiguration/clock``: injected by tests).
-    var now: Int64 { configuration.clock() }
+    var now: Int64 { configuration.clock.now() }
 
     /// The one answer for a blob that does not exist, is past its life, or is not the asker's
     /// business: byte for byte the same, so that no one learns which.
@@ -168,8 +168,8 @@ struct BlobService: Sendable {
         let forAuthor = blob.author == uid
         let uploading = blob.state == .uploading
         return BlobRecord(id: blob.id, author: blob.author, size: blob.size, partSize: blob.partSize, parts: blob.parts, state: blob.state,
-                          createdAt: Clock.format(blob.createdAt), expiresAt: uploading ? nil : blob.expiresAt.map(Clock.format),
-                          uploadExpiresAt: uploading ? Clock.format(blob.uploadExpiresAt) : nil,
+                          createdAt: EpochMilliseconds.format(blob.createdAt), expiresAt: uploading ? nil : blob.expiresAt.map(EpochMilliseconds.format),
+                          uploadExpiresAt: uploading ? EpochMilliseconds.format(blob.uploadExpiresAt) : nil,
                           received: forAuthor && uploading ? blob.received.map(\.number).sorted() : nil,
                           recipients: forAuthor ? blob.recipients.sorted() : nil)
     }

@@ -81,6 +81,6 @@ struct BlobRoutes: Sendable {
     }
 
     private func principal(_ request: Request) async throws -> SessionService.Principal {
-        try await sessions.authenticate(authorization: request.headers[.authorization], now: Clock.now())
+        try await sessions.authenticate(authorization: request.headers[.authorization], now: configuration.clock.now())
     }
 }

@@ -27,7 +27,7 @@ struct OperationsRoutes: Sendable {
         router.get("/metrics") { request, _ in
             try authorizeScrape(request.headers[.authorization])
             // The store-wide gauges are read when scraped, not kept up to date on every write.
-            let now = Clock.now()
+            let now = configuration.clock.now()
             if let summary = try? await store.pendingSummary(now: now) {
                 metrics.messagesPending.record(summary.count)
                 metrics.oldestPendingAge.record(summary.oldestCreatedAt.map { Double(max(0, now - $0)) / 1000 } ?? 0)

@@ -13,11 +13,11 @@ struct Routes: Sendable {
     func add(to router: Router<RelayContext>) {
         router.post("/v1/sessions") { request, _ in
             let body = try await JSONBody.decode(SignInRequest.self, from: request, limit: 16 * 1024, maxDepth: configuration.maxJSONDepth)
-            return JSONBody.response(try await sessions.signIn(token: body.token, now: Clock.now()), status: .created)
+            return JSONBody.response(try await sessions.signIn(token: body.token, now: configuration.clock.now()), status: .created)
         }
         router.post("/v1/sessions/refresh") { request, _ in
             let body = try await JSONBody.decode(RefreshRequest.self, from: request, limit: 4096, maxDepth: configuration.maxJSONDepth)
-            return JSONBody.response(try await sessions.refresh(body.refresh, now: Clock.now()), status: .created)
+            return JSONBody.response(try await sessions.refresh(body.refresh, now: configuration.clock.now()), status: .created)
         }
         router.delete("/v1/sessions/current") { request, _ in
             try await sessions.signOut(try await principal(request))
@@ -30,7 +30,7 @@ struct Routes: Sendable {
         router.put("/v1/users/:uid") { request, context in
             let principal = try await principal(request)
             let body = try await JSONBody.bytes(of: request, limit: configuration.maxDocumentBytes, maxDepth: configuration.maxJSONDepth)
-            try await mailboxes.putDocument(principal, owner: try context.uid(), body: body, now: Clock.now())
+            try await mailboxes.putDocument(principal, owner: try context.uid(), body: body, now: configuration.clock.now())
             return Response(status: .noContent)
         }
 
@@ -45,7 +45,7 @@ struct Routes: Sendable {
         router.put("/v1/users/:uid/keys") { request, context in
             let principal = try await principal(request)
             let body = try await JSONBody.bytes(of: request, limit: 4096, maxDepth: configuration.maxJSONDepth)
-            try await mailboxes.putKeyBundle(principal, owner: try context.uid(), body: body, now: Clock.now())
+            try await mailboxes.putKeyBundle(principal, owner: try context.uid(), body: body, now: configuration.clock.now())
             return Response(status: .noContent)
         }
 
@@ -58,7 +58,7 @@ struct Routes: Sendable {
             let principal = try await principal(request)
             let body = try await JSONBody.decode(PrekeyUpload.self, from: request, limit: Self.prekeyUploadBytes,
                                                  maxDepth: configuration.maxJSONDepth)
-            return JSONBody.response(try await mailboxes.uploadPrekeys(principal, owner: try context.uid(), body, now: Clock.now()))
+            return JSONBody.response(try await mailboxes.uploadPrekeys(principal, owner: try context.uid(), body, now: configuration.clock.now()))
         }
         router.get("/v1/users/:uid/prekeys") { request, context in
             JSONBody.response(try await mailboxes.prekeyCount(try await principal(request), owner: try context.uid()))
@@ -71,7 +71,7 @@ struct Routes: Sendable {
             let principal = try await principal(request)
             // No body, or an empty object: nothing to say yet, but room to say it later.
             _ = try await JSONBody.decodeIfPresent(PrekeyClaimRequest.self, from: request, limit: 4096, maxDepth: configuration.maxJSONDepth)
-            return JSONBody.response(try await mailboxes.claimPrekey(principal, owner: try context.uid(), now: Clock.now()))
+            return JSONBody.response(try await mailboxes.claimPrekey(principal, owner: try context.uid(), now: configuration.clock.now()))
         }
 
         router.put("/v1/users/:uid/messages/:id") { request, context in
@@ -80,27 +80,27 @@ struct Routes: Sendable {
                                                  maxDepth: configuration.maxJSONDepth)
             let (record, created) = try await mailboxes.send(principal, to: try context.uid(), id: try context.messageID(),
                                                              envelope: body.envelope, ttlSeconds: body.ttlSeconds, keyID: body.keyID,
-                                                             now: Clock.now())
+                                                             now: configuration.clock.now())
             return JSONBody.response(record, status: created ? .created : .ok)
         }
         router.get("/v1/users/:uid/messages") { request, context in
             let principal = try await principal(request)
             let after = request.uri.queryParameters.get("after")
             return JSONBody.response(try await mailboxes.list(principal, owner: try context.uid(), after: after, limit: try limit(request),
-                                                              now: Clock.now()), on: context.channel)
+                                                              now: configuration.clock.now()), on: context.channel)
         }
         router.get("/v1/users/:uid/messages/:id") { request, context in
             JSONBody.response(try await mailboxes.message(try await principal(request), owner: try context.uid(),
-                                                          id: try context.messageID(), now: Clock.now()), on: context.channel)
+                                                          id: try context.messageID(), now: configuration.clock.now()), on: context.channel)
         }
         router.patch("/v1/users/:uid/messages/:id") { request, context in
             let principal = try await principal(request)
             let patch = try await JSONBody.decode(MessagePatch.self, from: request, limit: 4096, maxDepth: configuration.maxJSONDepth)
             return JSONBody.response(try await mailboxes.patch(principal, owner: try context.uid(), id: try context.messageID(),
-                                                               patch, now: Clock.now()))
+                                                               patch, now: configuration.clock.now()))
         }
         router.delete("/v1/users/:uid/messages/:id") { request, context in
-            try await mailboxes.delete(try await principal(request), owner: try context.uid(), id: try context.messageID(), now: Clock.now())
+            try await mailboxes.delete(try await principal(request), owner: try context.uid(), id: try context.messageID(), now: configuration.clock.now())
             return Response(status: .noContent)
         }
 
@@ -111,7 +111,7 @@ struct Routes: Sendable {
         }
         router.put("/v1/users/:uid/blocked/:author") { request, context in
             try await mailboxes.block(try await principal(request), owner: try context.uid(), author: try context.parameter("author"),
-                                      now: Clock.now())
+                                      now: configuration.clock.now())
             return Response(status: .noContent)
         }
         router.delete("/v1/users/:uid/blocked/:author") { request, context in
@@ -139,7 +139,7 @@ struct Routes: Sendable {
     }
 
     private func principal(_ request: Request) async throws -> SessionService.Principal {
-        try await sessions.authenticate(authorization: request.headers[.authorization], now: Clock.now())
+        try await sessions.authenticate(authorization: request.headers[.authorization], now: configuration.clock.now())
     }
 }
 

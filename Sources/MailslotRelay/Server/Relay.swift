@@ -62,7 +62,7 @@ public struct Relay: Sendable {
             // Other relays on the same database see these blobs' rows but cannot read their files.
             logger.warning("blobs are kept in this relay's data folder: other relays sharing the database cannot serve them; use --blob-store s3://… for several relays")
         }
-        blobEraser = BlobEraser(records: store, storage: storage, erasure: erasure, metrics: metrics, clock: configuration.clock,
+        blobEraser = BlobEraser(records: store, storage: storage, erasure: erasure, metrics: metrics, clock: { [clock = configuration.clock] in clock.now() },
                                 interval: configuration.sweepInterval)
         blobs = BlobService(records: store, storage: storage, configuration: configuration, rateLimiter: mailboxes.rateLimiter,
                             transfers: TransferLimiter(limit: configuration.maxTransfersPerUID), eraser: blobEraser, metrics: metrics,
@@ -126,7 +126,7 @@ public struct Relay: Sendable {
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "mailslot",
                                  availableConnectionsDelegate: MaximumAvailableConnections(configuration.maxConnections)),
             services: [Sweeper(store: store, erasure: erasure, metrics: metrics, interval: configuration.sweepInterval,
-                               batch: configuration.sweepBatch, logger: logger),
+                               batch: configuration.sweepBatch, clock: configuration.clock, logger: logger),
                        ErasureService(erasure: erasure, logger: logger), BlobEraserService(eraser: blobEraser, logger: logger),
                        SubscriberShutdown(tasks: subscriberTasks)] + (blobStorageService.map { [$0] } ?? []),
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? 0) },
@@ -207,13 +207,14 @@ struct Sweeper: Service {
     let metrics: RelayMetrics
     let interval: Double
     let batch: Int
+    let clock: RelayClock
     let logger: Logger
 
     func run() async throws {
         try? await cancelWhenGracefulShutdown {
             while !Task.isCancelled {
                 do {
-                    let erased = try await store.sweepExpired(now: Clock.now(), batch: batch)
+                    let erased = try await store.sweepExpired(now: clock.now(), batch: batch)
                     if erased > 0 {
                         logger.info("expired messages erased", metadata: ["count": "\(erased)"])
                         metrics.messagesExpired.increment(by: erased)

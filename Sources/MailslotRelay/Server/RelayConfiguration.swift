@@ -119,9 +119,11 @@ public struct RelayConfiguration: Sendable {
     public var blobStore = BlobStore.files
     /// The most part uploads and downloads of one uid in progress on this relay (fixed outside tests).
     var maxTransfersPerUID = Defaults.maxTransfersPerUID
-    /// The relay's time for blobs, in milliseconds since the epoch: the wall clock outside tests,
-    /// which move it to expire blobs without waiting (internal on purpose).
-    var clock: @Sendable () -> Int64 = { Clock.now() }
+    /// Where the relay reads "now" (sign-in and session expiry, message expiry and the sweep, rate
+    /// limits, blob deadlines): the wall clock outside tests, which move a clock of their own
+    /// instead of sleeping (MailslotTestSupport's `TestClock`). Package-only: no setting, no
+    /// public API.
+    package var clock = RelayClock.system
 
     /// Where blob bytes live.
     public enum BlobStore: Sendable, Equatable {

@@ -100,8 +100,8 @@ struct SessionService: Sendable {
     }
 
     private func grant(uid: String, _ secrets: Secrets, now: Int64) -> SessionGrant {
-        SessionGrant(uid: uid, session: secrets.access, refresh: secrets.refresh, expiresAt: Clock.format(now + sessionLifetime),
-                     refreshExpiresAt: Clock.format(now + refreshLifetime))
+        SessionGrant(uid: uid, session: secrets.access, refresh: secrets.refresh, expiresAt: EpochMilliseconds.format(now + sessionLifetime),
+                     refreshExpiresAt: EpochMilliseconds.format(now + refreshLifetime))
     }
 
     /// BLAKE2b-256 of a well-formed secret with the expected prefix; nil for anything else.

@@ -56,14 +56,16 @@ struct StoredMessage: Sendable, Equatable {
     /// The wire form. The envelope, the mailbox position and the lease only for the owner: `seq`
     /// counts every message the relay stored, which is no business of a sender.
     func record(forOwner: Bool) -> MessageRecord {
-        MessageRecord(id: id, author: author, createdAt: Clock.format(createdAt), expiresAt: Clock.format(expiresAt),
-                      size: size, seq: forOwner ? seq : nil, leaseUntil: forOwner ? leaseUntil.map(Clock.format) : nil,
+        MessageRecord(id: id, author: author, createdAt: EpochMilliseconds.format(createdAt), expiresAt: EpochMilliseconds.format(expiresAt),
+                      size: size, seq: forOwner ? seq : nil, leaseUntil: forOwner ? leaseUntil.map(EpochMilliseconds.format) : nil,
                       leaseHolder: forOwner ? leaseHolder : nil, envelope: forOwner ? envelope : nil)
     }
 }
 
-/// Milliseconds since the epoch, the relay's unit of time.
-enum Clock {
+/// Milliseconds since the epoch, the relay's unit of time: the wall clock, and the format of its
+/// values. (Not named `Clock`, which would shadow Swift's protocol in this module.) The relay
+/// reads "now" through ``RelayConfiguration/clock``, whose default reads this.
+enum EpochMilliseconds {
     static func now() -> Int64 { Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)) }
 
     /// RFC 3339 with milliseconds, in UTC.

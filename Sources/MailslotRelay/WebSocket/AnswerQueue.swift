@@ -110,6 +110,10 @@ final class AnswerQueue: Sendable {
     /// multiple of `maxCount` however long the socket stays busy.
     var storageCount: Int { state.withLock { $0.answers.capacity } }
 
+    /// Whether a reader waits for room (``append(_:bytes:)`` suspended): what tests await instead
+    /// of guessing how long a reader takes to get there.
+    var isReaderWaiting: Bool { state.withLock { $0.waitingForRoom != nil } }
+
     /// No more answers: a reader waiting for room is told so. What is queued can still be taken.
     func close() { _ = closeWhileWriting() }
 }

@@ -86,7 +86,7 @@ final class Subscriber: Sendable {
         let principal: SessionService.Principal
         let generation: Int64?
         do {
-            principal = try await session.sessions.authenticate(authorization: authorization, now: Clock.now())
+            principal = try await session.sessions.authenticate(authorization: authorization, now: session.clock.now())
             try session.mailboxes.authorizeSubscription(principal, owner: owner)
             // With other relays on the store, they end their older subscriptions to this mailbox.
             generation = try await session.mailboxes.store.cluster?.announceSubscription(to: owner)
@@ -106,7 +106,7 @@ final class Subscriber: Sendable {
             return
         }
         do {
-            let pending = try await session.mailboxes.store.pendingCount(recipient: owner, now: Clock.now())
+            let pending = try await session.mailboxes.store.pendingCount(recipient: owner, now: session.clock.now())
             // The owner learns here when its one-time prekeys run low (spec/protocol.md §8.4).
             let prekeys = try await session.mailboxes.store.prekeyCount(uid: owner)
             try await write(SubscriptionSession.text(.ready(pending: pending, prekeys: prekeys)), waiting: true)
@@ -116,7 +116,7 @@ final class Subscriber: Sendable {
         let (startReader, prekeysOwed) = state.withLock { state -> (Bool, Int?) in
             guard state.phase == .starting else { return (false, nil) }
             state.phase = .open
-            state.lastPing = Clock.now()
+            state.lastPing = session.clock.now()
             defer { state.prekeysOwed = nil }
             guard !state.waiting.isEmpty, !state.readerRunning else { return (false, state.prekeysOwed) }
             state.readerRunning = true
@@ -202,7 +202,7 @@ final class Subscriber: Sendable {
     /// began); from then on it delivers what the hub hands it, in commit order, without reading
     /// the store — until the hub reports that it did not keep everything, and it reads again.
     private func deliver(principal: SessionService.Principal, subscription: MailboxHub.Subscription) async -> SubscriptionSession.CloseReason? {
-        if Clock.now() >= principal.expiresAt { return .sessionEnded }
+        if session.clock.now() >= principal.expiresAt { return .sessionEnded }
         var (cursor, caughtUp) = self.cursor.withLock { $0 }
         defer { self.cursor.withLock { $0 = (cursor, caughtUp) } }
         do {
@@ -215,13 +215,13 @@ final class Subscriber: Sendable {
                 let batch: [StoredMessage]
                 if caughtUp, let fresh = subscription.takeFresh(limit: room) {
                     guard !fresh.isEmpty else { return nil }
-                    let now = Clock.now()
+                    let now = session.clock.now()
                     // A message read by the last store read may be handed over as well.
                     batch = fresh.filter { $0.seq > cursor && $0.expiresAt > now }
                 } else {
                     subscription.startStoreRead()
                     let read = try await session.mailboxes.store.messages(recipient: owner, after: cursor, limit: room,
-                                                                          maxBytes: session.maxReadBytes, now: Clock.now())
+                                                                          maxBytes: session.maxReadBytes, now: session.clock.now())
                     batch = read.messages
                     caughtUp = !read.more
                 }
@@ -287,7 +287,7 @@ final class Subscriber: Sendable {
             }
             if resumeReading { channel.read() }
             guard case let (data, isText)? = next, let principal, let subscription else { return }
-            if Clock.now() >= principal.expiresAt { return finish(.sessionEnded) }
+            if session.clock.now() >= principal.expiresAt { return finish(.sessionEnded) }
             let answer: AnswerQueue.Answer
             var bytes = 0
             var garbage = false
@@ -329,7 +329,7 @@ final class Subscriber: Sendable {
 
     private func scheduleTick() {
         guard let principal = state.withLock({ $0.phase == .open ? $0.principal : nil }) else { return }
-        let remaining = max(0, principal.expiresAt - Clock.now())
+        let remaining = max(0, principal.expiresAt - session.clock.now())
         let pause = min(Double(remaining) / 1000, session.sessionCheckInterval, session.pingInterval)
         let tick = channel.eventLoop.scheduleTask(in: .milliseconds(Int64(pause * 1000))) { self.tick() }
         let keep = state.withLock { state -> Bool in
@@ -343,7 +343,7 @@ final class Subscriber: Sendable {
     /// On the event loop: pings when a ping is due (closing a socket that did not answer the
     /// last one), then re-checks the session.
     private func tick() {
-        let now = Clock.now()
+        let now = session.clock.now()
         enum Ping { case none, send, timeout }
         let ping = state.withLock { state -> Ping in
             guard state.phase == .open else { return .none }
@@ -365,9 +365,9 @@ final class Subscriber: Sendable {
         }
         guard let principal = state.withLock({ $0.phase == .open ? $0.principal : nil }) else { return }
         session.tasks.spawn {
-            guard Clock.now() < principal.expiresAt else { return self.finish(.sessionEnded) }
+            guard self.session.clock.now() < principal.expiresAt else { return self.finish(.sessionEnded) }
             do {
-                _ = try await self.session.sessions.authenticate(authorization: self.authorization, now: Clock.now())
+                _ = try await self.session.sessions.authenticate(authorization: self.authorization, now: self.session.clock.now())
             } catch let failure as StoreFailure where failure.isTemporary {
                 // The database is out of reach or busy: the session may well be valid; check at the next tick.
             } catch {

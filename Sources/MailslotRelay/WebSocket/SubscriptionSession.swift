@@ -30,6 +30,8 @@ final class SubscriptionSession: Sendable {
     let pingInterval: Double
     /// Every subscription's tasks, and whether the relay is stopping.
     let tasks: SubscriberTasks
+    /// Where "now" is read (``RelayConfiguration/clock``).
+    var clock: RelayClock { mailboxes.configuration.clock }
 
     init(mailboxes: MailboxService, sessions: SessionService, hub: MailboxHub, window: Int, maxFrameBytes: Int, maxFragments: Int,
          maxReadBytes: Int, maxJSONDepth: Int, sessionCheckInterval: Double, logger: Logger, metrics: RelayMetrics,
@@ -99,7 +101,7 @@ final class SubscriptionSession: Sendable {
                        subscription: MailboxHub.Subscription, inFlight: InFlight) -> AnswerQueue.Answer {
         switch frame {
         case .ack(let id):
-            let erase = mailboxes.startDelete(principal, owner: owner, id: id, now: Clock.now())
+            let erase = mailboxes.startDelete(principal, owner: owner, id: id, now: clock.now())
             return {
                 defer { if inFlight.remove(id) { subscription.wake() } }
                 do {
@@ -119,7 +121,7 @@ final class SubscriptionSession: Sendable {
                 return { error }
             }
             let stored = mailboxes.startSend(principal, to: send.to, id: send.id, envelope: send.envelope,
-                                             ttlSeconds: send.ttlSeconds, keyID: send.keyID, now: Clock.now())
+                                             ttlSeconds: send.ttlSeconds, keyID: send.keyID, now: clock.now())
             return {
                 do {
                     let (record, created) = try await stored()
