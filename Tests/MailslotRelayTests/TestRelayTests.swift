@@ -84,7 +84,7 @@ import Testing
         #expect(try await withDeadline(.seconds(10)) { 42 } == 42)
         let failure = await #expect(throws: DeadlinePassed.self) {
             try await withDeadline(.milliseconds(50), "a wait for ever") { () async throws -> Int in
-                try await AsyncStream<Int> { _ in }.first { _ in true } ?? 0
+                await AsyncStream<Int> { _ in }.first { _ in true } ?? 0
             }
         }
         #expect(failure?.description.hasPrefix("a wait for ever did not finish within") == true)
