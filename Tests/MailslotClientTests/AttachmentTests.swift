@@ -140,6 +140,44 @@ import Testing
         }
     }
 
+    /// A change the source stamp cannot see (same size, inode and modification time, set back
+    /// with `utimensat`): the resumed sealing makes other parts under the stored key and header,
+    /// and the stored part digests refuse them before any goes up.
+    @Test func aSourceChangedUnderTheSameStampIsRefusedByThePartDigests() async throws {
+        try await Self.withBlobRelay { relay in
+            let alice = try relay.client("alice")
+            try await alice.signIn()
+            try await relay.client("bob").signIn()
+            let size = 12 * (1 << 20)
+            let (id, source, storedBefore) = try await Self.cutOffWhileSealing(relay, alice, randomBytes(size))
+            try #require(storedBefore > 0, "some parts of the first sealing are on the relay")
+            let blob = try #require(try await alice.store.uploads().first { $0.messageID == id }?.blobID)
+            let digests = try await alice.store.partDigests(id)
+            #expect(digests.count >= storedBefore, "every part's digest stored before it went up")
+
+            var before = stat()
+            try #require(stat(source.path, &before) == 0)
+            let handle = try FileHandle(forWritingTo: source)  // in place: the same inode
+            try handle.write(contentsOf: Data(randomBytes(size)))
+            try handle.close()
+            var times = [before.st_atim, before.st_mtim]
+            try #require(utimensat(AT_FDCWD, source.path, &times, 0) == 0)
+            let stamp = try await alice.store.uploads().first { $0.messageID == id }?.cipher?.sourceStamp
+            try #require(try MailslotClient.sourceStamp(source) == stamp, "the stamp does not show the change")
+
+            let putsBefore = relay.partUploads()
+            _ = try await alice.flush()
+            let send = try #require(try await alice.outgoing().first { $0.id == id })
+            #expect(send.state == .refused && send.lastError == FileSendFailure.resealedPartDiffers.rawValue)
+            #expect(relay.partUploads() == putsBefore, "no part of the other sealing reached the relay")
+            let (uploadsLeft, digestsLeft) = (try await alice.store.uploads(), try await alice.store.partDigests(id))
+            #expect(uploadsLeft.isEmpty && digestsLeft.isEmpty, "key and digests forgotten")
+            #expect(try await relay.call("GET", "/v1/blobs/\(blob)", session: try await relay.signIn("alice").session).status == 404,
+                    "the blob is erased")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: relay.folder + "/alice/outbox").isEmpty, "no spool left")
+        }
+    }
+
     @Test func aBlobThatIsNotWhatWasSealedIsCorruptAndNotAcknowledged() async throws {
         try await Self.withBlobRelay { relay in
             let alice = try relay.client("alice"), bob = try relay.client("bob")

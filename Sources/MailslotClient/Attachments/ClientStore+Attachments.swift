@@ -96,6 +96,26 @@ extension ClientStore {
         }
     }
 
+    /// The ciphertext digests of upload `id`'s parts stored so far, by part number.
+    func partDigests(_ id: String) async throws -> [Int: [UInt8]] {
+        try await pool.read { db in
+            var digests: [Int: [UInt8]] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT part, digest FROM upload_parts WHERE message_id = ?", arguments: [id]) {
+                digests[row["part"]] = Array(row["digest"] as Data)
+            }
+            return digests
+        }
+    }
+
+    /// Stores the ciphertext digest of part `part` of upload `id`, before the part goes up. A
+    /// digest stored already is kept (the caller compared it first).
+    func setPartDigest(_ id: String, part: Int, digest: [UInt8]) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "INSERT OR IGNORE INTO upload_parts (message_id, part, digest) VALUES (?, ?, ?)",
+                           arguments: [id, part, Data(digest)])
+        }
+    }
+
     /// Moves upload `id` to `stage`.
     func setUploadStage(_ id: String, _ stage: UploadStage) async throws {
         try await pool.write { db in
@@ -125,6 +145,7 @@ extension ClientStore {
     func finishUpload(_ id: String, sealed: Sealed?) async throws {
         try await pool.write { db in
             try db.execute(sql: "DELETE FROM uploads WHERE message_id = ?", arguments: [id])
+            try db.execute(sql: "DELETE FROM upload_parts WHERE message_id = ?", arguments: [id])
             try db.execute(sql: """
                 UPDATE sent SET state = ?, envelope = ?, key_id = ?, last_error = ?, next_attempt_at = 0 WHERE id = ?
                 """, arguments: [sealed == nil ? OutgoingMessage.State.held.rawValue : OutgoingMessage.State.queued.rawValue,
@@ -136,6 +157,7 @@ extension ClientStore {
     func abandonUpload(_ id: String, reason: String) async throws {
         try await pool.write { db in
             try db.execute(sql: "DELETE FROM uploads WHERE message_id = ?", arguments: [id])
+            try db.execute(sql: "DELETE FROM upload_parts WHERE message_id = ?", arguments: [id])
             try db.execute(sql: "UPDATE sent SET state = 'refused', envelope = NULL, last_error = ? WHERE id = ?", arguments: [reason, id])
         }
     }
@@ -144,6 +166,7 @@ extension ClientStore {
     func forgetUpload(_ id: String) async throws {
         try await pool.write { db in
             try db.execute(sql: "DELETE FROM uploads WHERE message_id = ?", arguments: [id])
+            try db.execute(sql: "DELETE FROM upload_parts WHERE message_id = ?", arguments: [id])
             try db.execute(sql: "DELETE FROM sent WHERE id = ?", arguments: [id])
         }
     }

@@ -145,6 +145,8 @@ extension MailslotClient {
         } catch let error as FileError {
             // The file changed or vanished while it was read: what the blob would hold is no longer the file.
             return await abandon(upload, reason: error.code)
+        } catch let failure as FileSendFailure {
+            return await abandon(upload, reason: failure.rawValue)
         } catch ClientError.relay(let problem) where Self.isFinal(problem) || problem.code.status == 410 {
             return await abandon(upload, reason: problem.code.rawValue)
         } catch ClientError.keyChanged(let uid) {
@@ -170,8 +172,12 @@ extension MailslotClient {
     /// gives the same ciphertext, so the parts the relay holds stay valid and only the missing
     /// ones are sent; if the source changed since (size, modification time, inode), the send is
     /// refused (`file_source_changed`), as other bytes under that key and header would repeat
-    /// the keystream. Once encryption ends the spool is synced and the message with the
-    /// reference stored (stage `encrypted`); a resume from there reads parts from the spool.
+    /// the keystream. A change the stamp misses (within the modification time's granularity, or
+    /// a time set back) is caught part by part: each part's digest is stored before it goes up,
+    /// and a part sealed again must match it, or the send is refused
+    /// (``FileSendFailure/resealedPartDiffers``) before that part or any later one is sent.
+    /// Once encryption ends the spool is synced and the message with the reference stored
+    /// (stage `encrypted`); a resume from there reads parts from the spool.
     private func sealAndUpload(_ upload: ClientStore.Upload, progress: ProgressSink, stop: StopSignal) async throws {
         let record = try await authorized { try await api.blob(upload.blobID, session: $0) }
         guard record.size == upload.size, let layout = BlobLayout(size: record.size, partSize: record.partSize) else {
@@ -209,16 +215,28 @@ extension MailslotClient {
             }
         }
 
+        // Every part's digest is stored before the part goes up; a sealing resumed from the
+        // stored key and header must make every part again exactly as before, or nothing of it
+        // is sent (the source stamp misses a change within the modification time's granularity).
+        let known = try await store.partDigests(upload.messageID)
         var failure: (any Error)?
         var done = received.reduce(Int64(0)) { $0 + (layout.range(ofPart: $1).map { Int64($0.count) } ?? 0) }
         var stored = received.count
         var spool: FileHandle?
         defer { try? spool?.close() }
-        for await part in parts where failure == nil && !received.contains(part.number) {
+        for await part in parts where failure == nil {
             do {
+                if let before = known[part.number] {
+                    guard constantTimeEquals(before, part.digest) else { throw FileSendFailure.resealedPartDiffers }
+                } else if received.contains(part.number) {
+                    // On the relay, but its digest never stored (a send from before v7): it cannot be matched.
+                    throw FileSendFailure.resealedPartDiffers
+                }
+                if received.contains(part.number) { continue }
                 if stop.isSet { throw CancellationError() }
                 try Task.checkCancellation()
                 guard let range = layout.range(ofPart: part.number) else { continue }
+                if known[part.number] == nil { try await store.setPartDigest(upload.messageID, part: part.number, digest: part.digest) }
                 if spool == nil { spool = try FileHandle(forReadingFrom: upload.spool) }
                 try spool!.seek(toOffset: UInt64(range.lowerBound))
                 let bytes = try spool!.read(upToCount: range.count) ?? Data()
@@ -237,6 +255,11 @@ extension MailslotClient {
         do { sealed = try await encryption.value } catch {
             try? FileManager.default.removeItem(at: upload.spool)
             throw error
+        }
+        if let failure = failure as? FileSendFailure {
+            // Not the sealing whose parts were stored: no reference to it is kept either.
+            try? FileManager.default.removeItem(at: upload.spool)
+            throw failure
         }
         try await storeReference(upload, sealed)
         if let failure { throw failure }
