@@ -3,6 +3,7 @@ import Foundation
 @testable import MailslotRelay
 import MailslotTestSupport
 import MailslotWire
+import Synchronization
 import Testing
 
 /// Files sent as blobs between clients, through a real relay with 1 MiB parts: round trips byte
@@ -178,6 +179,60 @@ import Testing
         }
     }
 
+    /// An upload the relay no longer holds — its unfinished upload expired (`410`), or the blob
+    /// erased (`404`) — starts over on `flush` or `resend`: a new blob, a new key, the message
+    /// referring to the new blob, the file arriving whole.
+    static func lostUploadStartsOver(expire: Bool) async throws {
+        let clock = RelayClock()
+        try await withTestRelay(configure: { $0.blobPartBytes = 1 << 20; $0.blobUploadTTL = 60; $0.clock = clock.now }) { relay in
+            let alice = try relay.client("alice")
+            let bob = try relay.client("bob", attachments: AttachmentPolicy(downloadAutomaticallyBelow: .max))
+            try await alice.signIn()
+            try await bob.signIn()
+            let bytes = randomBytes(6 * (1 << 20))
+            let transfer = try await alice.send(file: OutgoingFile(url: try Self.file(bytes, in: relay, named: "lost.bin")), to: "bob")
+            for await progress in transfer.progress where progress.stage == .uploading && progress.bytes > 0 {
+                transfer.cancel()
+                break
+            }
+            guard case .queued = try await transfer.outcome() else { Issue.record("not queued"); return }
+            let before = try #require(try await alice.store.upload(transfer.messageID))
+            let oldKey = try #require(before.cipher?.key)
+            let session = try await relay.signIn("alice").session
+
+            let outcome: MailslotClient.SendOutcome
+            if expire {
+                clock.advance(seconds: 61)
+                let answer = try await relay.call("GET", "/v1/blobs/\(before.blobID)", session: session)
+                #expect(answer.status == 410 && answer.problem == .uploadExpired)
+                #expect(try await alice.flush() == 0)
+                outcome = try #require(try await alice.outgoing().first { $0.id == transfer.messageID }).state == .sent
+                    ? .sent(id: transfer.messageID) : .queued(id: transfer.messageID, reason: "not sent")
+            } else {
+                #expect(try await relay.call("DELETE", "/v1/blobs/\(before.blobID)", session: session).status == 204)
+                outcome = try await alice.resend(transfer.messageID)
+            }
+            #expect(outcome == .sent(id: transfer.messageID))
+            #expect(try await alice.store.upload(transfer.messageID) == nil)
+
+            let received = try #require(try await bob.receive().first)
+            let reference = try #require(received.message.payload.files?.first)
+            #expect(received.id == transfer.messageID)
+            #expect(reference.blob != before.blobID, "a new blob")
+            #expect(reference.key != oldKey, "a new file key: nothing sealed twice under one keystream")
+            guard case .saved(let path) = received.attachments.first?.state else { Issue.record("not saved"); return }
+            #expect(FileManager.default.contents(atPath: path.path) == Data(bytes))
+        }
+    }
+
+    @Test func anExpiredUploadStartsOverOnFlush() async throws {
+        try await Self.lostUploadStartsOver(expire: true)
+    }
+
+    @Test func anErasedUploadStartsOverOnResend() async throws {
+        try await Self.lostUploadStartsOver(expire: false)
+    }
+
     @Test func aBlobThatIsNotWhatWasSealedIsCorruptAndNotAcknowledged() async throws {
         try await Self.withBlobRelay { relay in
             let alice = try relay.client("alice"), bob = try relay.client("bob")
@@ -313,6 +368,16 @@ import Testing
     }
 
     // MARK: Helpers
+
+    /// A clock the test moves: the relay's time is the wall clock plus `offset`.
+    final class RelayClock: Sendable {
+        private let offset = Atomic<Int64>(0)
+
+        /// Moves the clock forward by `seconds`.
+        func advance(seconds: Int64) { offset.add(seconds * 1000, ordering: .relaxed) }
+
+        var now: @Sendable () -> Int64 { { [self] in Clock.now() + offset.load(ordering: .relaxed) } }
+    }
 
     /// Writes `bytes` to a new file in the test's folder.
     static func file(_ bytes: [UInt8], in relay: TestRelay, named name: String) throws -> URL {

@@ -140,6 +140,26 @@ extension ClientStore {
         }
     }
 
+    /// The relay lost upload `id` (`reason`): it starts over under blob `blobID` with spool
+    /// `spool`, at stage `created`, with no key, header, source stamp or part digests (the next
+    /// sealing draws a fresh key), and the send's body (the old reference, with the old key) is
+    /// emptied; the send stays `uploading`, showing why. One transaction.
+    func restartUpload(_ id: String, blobID: String, spool: URL, reason: String) async throws {
+        try await pool.write { db in
+            try db.execute(sql: """
+                UPDATE uploads SET blob_id = ?, spool_path = ?, stage = ?, file_key = NULL, stream_header = NULL, source_stamp = NULL
+                WHERE message_id = ?
+                """, arguments: [blobID, spool.path, UploadStage.created.rawValue, id])
+            try db.execute(sql: "DELETE FROM upload_parts WHERE message_id = ?", arguments: [id])
+            try db.execute(sql: "UPDATE sent SET body = ?, last_error = ? WHERE id = ? AND state = 'uploading'", arguments: [Data(), reason, id])
+        }
+    }
+
+    /// Unfinished upload `id`, or nil.
+    func upload(_ id: String) async throws -> Upload? {
+        try await uploads().first { $0.messageID == id }
+    }
+
     /// The blob is complete: the upload row goes and the send is queued with its envelope (or
     /// held unsealed for a changed key), in one transaction.
     func finishUpload(_ id: String, sealed: Sealed?) async throws {

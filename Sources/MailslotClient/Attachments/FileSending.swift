@@ -64,14 +64,14 @@ extension MailslotClient {
         let stop = StopSignal()
         let task: Task<SendOutcome, any Error>
         switch created {
-        case .failure(let error):
+        case .refused(let error):
+            try? await store.forgetUpload(upload.messageID)
             continuation.finish()
             throw error
-        case .success(false):
-            let reason = try await outgoing().first { $0.id == upload.messageID }?.lastError ?? "queued"
+        case .later(let reason):
             continuation.finish()
             task = Task { .queued(id: upload.messageID, reason: reason) }
-        case .success(true):
+        case .created:
             task = Task {
                 defer { continuation.finish() }
                 return try await self.runUpload(ClientStore.Upload(upload, stage: .registered), progress: ProgressSink(continuation), stop: stop)
@@ -99,41 +99,90 @@ extension MailslotClient {
     func resumeUploads() async {
         guard let uploads = try? await store.uploads() else { return }
         for upload in uploads {
-            if upload.stage == .created {
-                guard case .success(true) = await register(upload) else { continue }
-            }
-            _ = try? await runUpload(upload.stage == .created ? ClientStore.Upload(upload, stage: .registered) : upload, progress: ProgressSink(nil),
-                                     stop: StopSignal())
+            _ = try? await runUpload(upload, progress: ProgressSink(nil), stop: StopSignal())
         }
     }
 
-    /// Creates the blob on the relay. `true`: created (or it was already); `false`: not now (the
-    /// relay unreachable or asking to wait: the reason is noted, `flush` tries again); a
-    /// failure: refused for good (the send is forgotten, nothing was stored on the relay).
-    private func register(_ upload: ClientStore.Upload) async -> Result<Bool, any Error> {
+    /// How the relay answered a blob's creation.
+    private enum Registration {
+        /// Created (or it was already).
+        case created
+        /// Not now (the relay unreachable or asking to wait): the reason is noted, `flush` tries again.
+        case later(String)
+        /// Refused for good: nothing was stored on the relay.
+        case refused(any Error)
+    }
+
+    /// Creates the blob on the relay and, once it holds it, moves the upload to `registered`.
+    private func register(_ upload: ClientStore.Upload) async -> Registration {
         let request = BlobCreateRequest(id: upload.blobID, size: upload.size, recipients: [upload.recipient])
         do {
             let record = try await authorized { try await api.createBlob(request, session: $0) }
             guard record.size == upload.size else { throw ClientError.invalidResponse("the relay created blob \(record.id) with another size") }
             try await store.setUploadStage(upload.messageID, .registered)
-            return .success(true)
+            return .created
         } catch ClientError.relay(let problem) where Self.isFinal(problem) {
-            try? await store.forgetUpload(upload.messageID)
-            return .failure(ClientError.relay(problem))
+            return .refused(ClientError.relay(problem))
         } catch {
-            try? await store.noteUploadProblem(upload.messageID, Self.describe(error))
-            return .success(false)
+            let reason = Self.describe(error)
+            try? await store.noteUploadProblem(upload.messageID, reason)
+            return .later(reason)
         }
     }
 
-    /// Takes a registered or encrypted upload to the end: encrypts (if not done), uploads the
-    /// missing parts, then seals and sends the message. Transient failures leave it in the
-    /// outbox (`queued`, with why); a lost or refused upload ends it (`refused`).
+    /// Relay answers meaning that the upload under this blob id cannot go on, though the file can
+    /// (spec/attachments.md §6.1): the blob is gone (`404`: erased, deleted, expired and swept),
+    /// its unfinished upload expired or lost (`410`), the relay holds other bytes for a part
+    /// (`part_conflict`), or the id is taken (`conflict`, on a create). The send starts over.
+    static func isLostUpload(_ problem: Problem) -> Bool {
+        [.notFound, .uploadExpired, .uploadLost, .partConflict, .conflict].contains(problem.code)
+    }
+
+    /// The relay lost an upload (``isLostUpload(_:)``): the answer that said so.
+    private struct UploadLost: Error {
+        let problem: Problem
+    }
+
+    /// Takes an upload to the end: creates its blob (if not done), encrypts (if not done),
+    /// uploads the missing parts, then seals and sends the message. Transient failures leave it
+    /// in the outbox (`queued`, with why); a refusal or a changed file ends it (`refused`). An
+    /// upload the relay lost starts over once per call — a new blob id, a new file key, a fresh
+    /// sealing, the message then referencing the new blob; lost again, it waits for the next
+    /// `flush`, which starts over again. Never dropped in silence.
     func runUpload(_ upload: ClientStore.Upload, progress: ProgressSink, stop: StopSignal) async throws -> SendOutcome {
         let id = upload.messageID
         guard runningUploads.insert(id).inserted else { return .queued(id: id, reason: "already running") }
         defer { runningUploads.remove(id) }
+        var current = upload, restarted = false
+        while true {
+            do {
+                return try await attemptUpload(current, progress: progress, stop: stop)
+            } catch let lost as UploadLost {
+                let reason = lost.problem.code.rawValue
+                guard !restarted else {
+                    let store = store
+                    await Task { try? await store.noteUploadProblem(id, reason) }.value
+                    return .queued(id: id, reason: reason)
+                }
+                restarted = true
+                logger.info("the relay lost a file's upload: starting over", metadata: ["id": "\(id)", "reason": "\(reason)"])
+                current = try await startOver(current, reason: reason)
+            }
+        }
+    }
+
+    /// One try at ``runUpload(_:progress:stop:)``; throws ``UploadLost`` when the relay lost it.
+    private func attemptUpload(_ upload: ClientStore.Upload, progress: ProgressSink, stop: StopSignal) async throws -> SendOutcome {
+        let id = upload.messageID
+        var upload = upload
         do {
+            if upload.stage == .created {
+                switch await register(upload) {
+                case .created: upload = ClientStore.Upload(upload, stage: .registered)
+                case .later(let reason): return .queued(id: id, reason: reason)
+                case .refused(let error): throw error
+                }
+            }
             if upload.stage == .registered {
                 try await sealAndUpload(upload, progress: progress, stop: stop)
             } else if try await !uploadParts(upload, progress: progress, stop: stop) {
@@ -147,6 +196,8 @@ extension MailslotClient {
             return await abandon(upload, reason: error.code)
         } catch let failure as FileSendFailure {
             return await abandon(upload, reason: failure.rawValue)
+        } catch ClientError.relay(let problem) where Self.isLostUpload(problem) {
+            throw UploadLost(problem: problem)
         } catch ClientError.relay(let problem) where Self.isFinal(problem) || problem.code.status == 410 {
             return await abandon(upload, reason: problem.code.rawValue)
         } catch ClientError.keyChanged(let uid) {
@@ -159,6 +210,21 @@ extension MailslotClient {
             await Task { try? await store.noteUploadProblem(id, reason) }.value
             return .queued(id: id, reason: reason)
         }
+    }
+
+    /// Starts a lost upload over: a new blob id, no key, header, part digests, spool or message
+    /// body (so the next sealing draws a fresh key), stage `created`; the old blob is deleted on
+    /// the relay (best effort: it is gone or expires). The send keeps its message id: nothing was
+    /// sent under it yet.
+    private func startOver(_ upload: ClientStore.Upload, reason: String) async throws -> ClientStore.Upload {
+        let fresh = ClientStore.Upload(messageID: upload.messageID, blobID: BlobLayout.newID(), recipient: upload.recipient, source: upload.source,
+                                       spool: spoolFolder.appendingPathComponent("\(UUID().uuidString).enc"), plainSize: upload.plainSize,
+                                       size: upload.size, mediaType: upload.mediaType, name: upload.name, preview: upload.preview,
+                                       caption: upload.caption, senderName: upload.senderName, stage: .created)
+        try await store.restartUpload(upload.messageID, blobID: fresh.blobID, spool: fresh.spool, reason: reason)
+        try? FileManager.default.removeItem(at: upload.spool)
+        _ = try? await authorized { try await api.deleteBlob(upload.blobID, session: $0) }
+        return fresh
     }
 
     /// Seals the file into the spool and uploads each part the relay lacks as soon as its last
