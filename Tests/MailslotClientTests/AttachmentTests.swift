@@ -233,6 +233,53 @@ import Testing
         try await Self.lostUploadStartsOver(expire: false)
     }
 
+    /// spec/attachments.md §6.4, tried as a thief would: the database files taken once a file is
+    /// saved and acknowledged (the recipient's) or its blob erased (the sender's, after a flush
+    /// learns it) hold the file's key nowhere, raw or in base64url; the messages still show the
+    /// file's name, type, size and preview.
+    @Test func theStoresForgetAFileKeyOnceTheFileIsDoneWith() async throws {
+        try await Self.withBlobRelay { relay in
+            let alice = try relay.client("alice")
+            let bob = try relay.client("bob", attachments: AttachmentPolicy(downloadAutomaticallyBelow: .max))
+            try await alice.signIn()
+            try await bob.signIn()
+            let bytes = randomBytes(1_500_000)
+            let preview = try FilePreview(mediaType: "image/png", data: randomBytes(300))
+            let file = OutgoingFile(url: try Self.file(bytes, in: relay, named: "scan.pdf"), mediaType: "application/pdf", preview: preview)
+            let transfer = try await alice.send(file: file, to: "bob")
+            #expect(try await transfer.outcome() == .sent(id: transfer.messageID))
+            let received = try #require(try await bob.receive().first)
+            let key = try #require(received.message.payload.files?.first?.key)
+            guard case .saved = received.attachments.first?.state else { Issue.record("not saved"); return }
+
+            #expect(!(try Self.storeHolds(key, relay.folder + "/bob")), "saved and acknowledged: the recipient keeps no key")
+            let shown = try #require(try await bob.history().first { $0.id == received.id }?.attachments.first)
+            #expect(shown.name == "scan.pdf" && shown.mediaType == "application/pdf" && shown.plainSize == Int64(bytes.count) && shown.preview == preview)
+            #expect(try Self.storeHolds(key, relay.folder + "/alice"), "the sender has not learnt of the erasure yet")
+            _ = try await alice.flush()
+            #expect(!(try Self.storeHolds(key, relay.folder + "/alice")), "the blob erased: the sender keeps no key")
+            #expect(try await alice.outgoing().first { $0.id == transfer.messageID }?.state == .sent)
+        }
+    }
+
+    @Test func aRecipientForgetsTheKeyOfAFileThatIsGone() async throws {
+        try await Self.withBlobRelay { relay in
+            let alice = try relay.client("alice")
+            let bob = try relay.client("bob", attachments: AttachmentPolicy(downloadAutomaticallyBelow: 0))
+            try await alice.signIn()
+            try await bob.signIn()
+            let transfer = try await alice.send(file: OutgoingFile(url: try Self.file(randomBytes(200_000), in: relay, named: "a.bin")), to: "bob")
+            #expect(try await transfer.outcome() == .sent(id: transfer.messageID))
+            let received = try #require(try await bob.receive().first)
+            let reference = try #require(received.message.payload.files?.first)
+            #expect(try Self.storeHolds(reference.key, relay.folder + "/bob"), "not downloaded yet: the key is needed")
+            #expect(try await relay.call("DELETE", "/v1/blobs/\(reference.blob)", session: try await relay.signIn("alice").session).status == 204)
+            #expect(try await bob.download(try #require(received.attachments.first).id).state == .gone)
+            #expect(!(try Self.storeHolds(reference.key, relay.folder + "/bob")), "gone: the key is of no use")
+            #expect(try await bob.attachments(of: received.id).first?.name == "a.bin")
+        }
+    }
+
     @Test func aBlobThatIsNotWhatWasSealedIsCorruptAndNotAcknowledged() async throws {
         try await Self.withBlobRelay { relay in
             let alice = try relay.client("alice"), bob = try relay.client("bob")
@@ -377,6 +424,23 @@ import Testing
         func advance(seconds: Int64) { offset.add(seconds * 1000, ordering: .relaxed) }
 
         var now: @Sendable () -> Int64 { { [self] in Clock.now() + offset.load(ordering: .relaxed) } }
+    }
+
+    /// Whether the client database files in `folder` (the database, its WAL and shared memory,
+    /// read as raw bytes, as a thief would take them) hold `key`, raw or in base64url.
+    static func storeHolds(_ key: FileKey, _ folder: String) throws -> Bool {
+        let raw = key.bytes.withUnsafeBytes { Array($0) }
+        let needles = [raw, Array(Base64URL.encode(raw).utf8)]
+        for suffix in ["", "-wal", "-shm"] {
+            guard let data = FileManager.default.contents(atPath: folder + "/client.sqlite" + suffix) else { continue }
+            let bytes = Array(data)
+            for needle in needles where bytes.count >= needle.count {
+                for start in 0...(bytes.count - needle.count) where bytes[start] == needle[0] && Array(bytes[start..<start + needle.count]) == needle {
+                    return true
+                }
+            }
+        }
+        return false
     }
 
     /// Writes `bytes` to a new file in the test's folder.

@@ -58,6 +58,7 @@ extension MailslotClient {
             try? await store.setAttachment(id, state: "available", reason: Self.describe(error))
             throw error
         }
+        await scrubReceivedFileKeys(of: id.messageID)
         return try await attachments(of: id.messageID).first { $0.id == id } ?? current
     }
 
@@ -81,7 +82,10 @@ extension MailslotClient {
     func resumeDownloads() async {
         for row in (try? await store.interruptedDownloads()) ?? [] {
             if row.state == "saved", let blob = row.blobID {
-                if await acknowledge(blob: blob) { try? await store.setAttachment(row.id, state: "saved", path: row.path) }
+                if await acknowledge(blob: blob) {
+                    try? await store.setAttachment(row.id, state: "saved", path: row.path)
+                    await scrubReceivedFileKeys(of: row.id.messageID)
+                }
             } else {
                 _ = try? await download(row.id)
             }
@@ -91,6 +95,11 @@ extension MailslotClient {
     /// Fetches, checks, decrypts and saves one blob, then acknowledges it.
     private func fetchBlob(_ id: AttachmentID, _ reference: FileReference, into folder: URL,
                            progress: (@Sendable (TransferProgress) -> Void)?) async throws {
+        // A key scrubbed from the stored body (spec/attachments.md §6.4) means the file was done with.
+        guard !ClientStore.isScrubbed(reference.key) else {
+            try await store.setAttachment(id, state: "gone", reason: ProblemCode.notFound.rawValue)
+            return
+        }
         let record: BlobRecord
         do { record = try await authorized { try await api.blob(reference.blob, session: $0) } } catch ClientError.relay(let problem) where problem.code == .notFound {
             try await store.setAttachment(id, state: "gone", reason: problem.code.rawValue)

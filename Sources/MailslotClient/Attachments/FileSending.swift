@@ -95,12 +95,14 @@ extension MailslotClient {
         return FileSend(messageID: outcome.id, progress: stream, task: Task { outcome }, stop: StopSignal())
     }
 
-    /// Resumes every unfinished upload (after a crash, a lost network, a refusal to wait out).
+    /// Resumes every unfinished upload (after a crash, a lost network, a refusal to wait out),
+    /// then scrubs the keys of sent files whose blobs are erased (`FileKeyScrubbing.swift`).
     func resumeUploads() async {
         guard let uploads = try? await store.uploads() else { return }
         for upload in uploads {
             _ = try? await runUpload(upload, progress: ProgressSink(nil), stop: StopSignal())
         }
+        await scrubSentFileKeys()
     }
 
     /// How the relay answered a blob's creation.
