@@ -353,6 +353,35 @@ import Testing
         }
     }
 
+    /// The spool of a download is hashed as it is written and not synced: a prefix that a crash
+    /// damaged is caught by the digest (the prefix is hashed again on resume), and the blob is
+    /// fetched again whole, once, rather than judged corrupt.
+    @Test func aDamagedPrefixIsFetchedAgainAndTheFileStillVerified() async throws {
+        try await Self.withBlobRelay { relay in
+            let alice = try relay.client("alice")
+            let saved = URL(fileURLWithPath: relay.folder + "/saved")
+            let bob = try relay.client("bob", attachments: AttachmentPolicy(directory: saved, downloadAutomaticallyBelow: 0))
+            try await alice.signIn()
+            try await bob.signIn()
+            let bytes = randomBytes(3 * (1 << 20))
+            let transfer = try await alice.send(file: OutgoingFile(url: try Self.file(bytes, in: relay, named: "d.bin")), to: "bob")
+            #expect(try await transfer.outcome() == .sent(id: transfer.messageID))
+            let received = try #require(try await bob.receive().first)
+            let reference = try #require(received.message.payload.files?.first)
+            try FileManager.default.createDirectory(at: saved, withIntermediateDirectories: true)
+            let prefix = 1 << 20
+            try Data(randomBytes(prefix)).write(to: saved.appendingPathComponent(".mailslot-\(reference.blob).part"))
+            let sentBefore = relay.counter("mailslot_blob_bytes_sent_total")
+
+            let attachment = try await bob.download(try #require(received.attachments.first).id)
+            guard case .saved(let path) = attachment.state else { Issue.record("not saved: \(attachment.state)"); return }
+            #expect(FileManager.default.contents(atPath: path.path) == Data(bytes))
+            #expect(relay.counter("mailslot_blob_bytes_sent_total") - sentBefore == Double(2 * reference.size - Int64(prefix)),
+                    "the rest, then the whole blob again")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: saved.path) == ["d.bin"])
+        }
+    }
+
     @Test func theLiveStreamSavesFilesBeforeItShowsTheirMessage() async throws {
         try await Self.withBlobRelay { relay in
             let alice = try relay.client("alice")
