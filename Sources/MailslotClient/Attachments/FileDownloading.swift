@@ -70,7 +70,13 @@ extension MailslotClient {
         var result = message
         for attachment in (try? await attachments(of: message.id)) ?? []
         where attachment.isInline || attachment.plainSize < attachmentPolicy.downloadAutomaticallyBelow {
-            do { try await download(attachment.id) } catch {
+            var observe: (@Sendable (TransferProgress) -> Void)?
+            if !attachment.isInline, let listener = attachmentPolicy.progress {
+                observe = { listener(attachment, $0) }
+            }
+            do {
+                try await download(attachment.id, progress: observe)
+            } catch {
                 logger.info("an attachment could not be saved now", metadata: ["id": "\(attachment.id)", "error": "\(Self.describe(error))"])
             }
         }
