@@ -178,28 +178,34 @@ extension MailslotClient {
         let id = upload.messageID
         var upload = upload
         do {
-            if upload.stage == .created {
-                switch await register(upload) {
-                case .created: upload = ClientStore.Upload(upload, stage: .registered)
-                case .later(let reason): return .queued(id: id, reason: reason)
-                case .refused(let error): throw error
+            do {
+                if upload.stage == .created {
+                    switch await register(upload) {
+                    case .created: upload = ClientStore.Upload(upload, stage: .registered)
+                    case .later(let reason): return .queued(id: id, reason: reason)
+                    case .refused(let error): throw error
+                    }
                 }
-            }
-            if upload.stage == .registered {
-                try await sealAndUpload(upload, progress: progress, stop: stop)
-            } else if try await !uploadParts(upload, progress: progress, stop: stop) {
-                // The spool is gone before any part was stored (a crash before its sync): seal again.
-                try await sealAndUpload(upload, progress: progress, stop: stop)
+                if upload.stage == .registered {
+                    try await sealAndUpload(upload, progress: progress, stop: stop)
+                } else if try await !uploadParts(upload, progress: progress, stop: stop) {
+                    // The spool is gone before any part was stored (a crash before its sync): seal again.
+                    try await sealAndUpload(upload, progress: progress, stop: stop)
+                }
+            } catch ClientError.relay(let problem) where Self.isLostUpload(problem) {
+                // Only the blob's own requests say so: a `404` while the message is sealed and
+                // sent (below) is about something else.
+                throw UploadLost(problem: problem)
             }
             try? FileManager.default.removeItem(at: upload.spool)
             return try await finish(upload, progress: progress)
+        } catch let lost as UploadLost {
+            throw lost
         } catch let error as FileError {
             // The file changed or vanished while it was read: what the blob would hold is no longer the file.
             return await abandon(upload, reason: error.code)
         } catch let failure as FileSendFailure {
             return await abandon(upload, reason: failure.rawValue)
-        } catch ClientError.relay(let problem) where Self.isLostUpload(problem) {
-            throw UploadLost(problem: problem)
         } catch ClientError.relay(let problem) where Self.isFinal(problem) || problem.code.status == 410 {
             return await abandon(upload, reason: problem.code.rawValue)
         } catch ClientError.keyChanged(let uid) {
