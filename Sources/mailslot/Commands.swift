@@ -135,14 +135,14 @@ struct RotateKey: AsyncParsableCommand {
 struct Receive: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Fetch waiting messages, store them, acknowledge them (the relay erases them), print them.",
-        discussion: "Files that come with messages (inline pictures and files sent as blobs) are saved into --save-to DIR, each under a new name (the sender's, made safe; never overwriting: `name (1)`, …), and each saved path is printed. With --wait S, waits up to S seconds for at least one message. When the relay fails part way (an acknowledgement refused, the relay gone), every message stored before the failure is printed first, then the failure is reported with its exit code (69 for the relay); messages not acknowledged come again, and are acknowledged but not printed twice, at the next receive.\n\n--json prints one object per message: \(Output.receivedFieldsHelp)")
+        discussion: "Files that come with messages (inline pictures and files sent as blobs) are saved into --save-to DIR, each under a new name (the sender's, made safe; never overwriting: `name (1)`, …), and each saved path is printed; a progress bar shows each download on stderr when it is a terminal (not with --json). With --wait S, waits up to S seconds for at least one message. When the relay fails part way (an acknowledgement refused, the relay gone), every message stored before the failure is printed first, then the failure is reported with its exit code (69 for the relay); messages not acknowledged come again, and are acknowledged but not printed twice, at the next receive.\n\n--json prints one object per message: \(Output.receivedFieldsHelp)")
     @OptionGroup var options: GlobalOptions
     @OptionGroup var files: SaveOptions
     @Option(help: ArgumentHelp("Wait up to this many seconds for a message.", valueName: "S")) var wait: Double = 0
 
     func run() async throws {
         try await reporting {
-            let client = try Profile(options).client(attachments: try files.policy())
+            let client = try Profile(options).client(attachments: try files.policy(json: options.json))
             let output = Output(json: options.json)
             let deadline = Date().addingTimeInterval(max(0, wait))
             do {
@@ -166,7 +166,8 @@ struct Listen: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Stay connected and print messages as they arrive (Ctrl-C to stop).",
         discussion: """
-            Files that come with messages are saved into --save-to DIR as `receive` saves them, and each saved path is printed.
+            Files that come with messages are saved into --save-to DIR as `receive` saves them (with a progress bar on a \
+            terminal), and each saved path is printed.
 
             --json prints one object per line. Messages: \(Output.receivedFieldsHelp) The connection's state: state (started, \
             with queued: messages still in the outbox; connecting; connected; waiting, with seconds until the next try and \
@@ -177,7 +178,7 @@ struct Listen: AsyncParsableCommand {
 
     func run() async throws {
         try await reporting {
-            let client = try Profile(options).client(attachments: try files.policy())
+            let client = try Profile(options).client(attachments: try files.policy(json: options.json))
             let output = Output(json: options.json)
             let flushed = try await client.flush()
             output.emit(["state": "started", "queued": flushed], text: "listening (\(flushed) message(s) still queued); Ctrl-C to stop")

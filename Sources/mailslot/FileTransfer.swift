@@ -9,7 +9,8 @@ import Darwin
 #endif
 
 // `mailslot send --file`: any file the relay takes, as a blob (a small picture inline), with a
-// progress bar on a terminal; interrupted (Ctrl-C, SIGTERM, the relay gone), it stays in the
+// progress bar on a terminal (as `receive`/`listen --save-to` have for the files they download);
+// interrupted (Ctrl-C, SIGTERM, the relay gone), it stays in the
 // outbox and `mailslot flush` finishes it without starting over.
 extension Send {
     /// Media types by extension, for `--file` without `--media-type`.
@@ -60,6 +61,54 @@ extension Send {
         } else {
             try output.outcome(outcome, to: uid)
         }
+    }
+}
+
+extension SaveOptions {
+    /// The policy for these options; on a terminal (stderr) and without `--json`, each file
+    /// downloaded as it arrives gets a progress bar like `send --file`'s (``DownloadBars``).
+    func policy(json: Bool) throws -> AttachmentPolicy {
+        var policy = try policy()
+        if isatty(STDERR_FILENO) != 0 && !json {
+            let bars = DownloadBars()
+            policy.progress = { attachment, progress in bars.show(attachment, progress) }
+        }
+        return policy
+    }
+}
+
+/// The progress bars of the files `receive` and `listen` download, one at a time (downloads run
+/// one after the other): `clip.mp4  downloading  37%  …`, then `decrypting`, a line per file.
+final class DownloadBars: Sendable {
+    private let current = Mutex<(id: AttachmentID, bar: ProgressBar)?>(nil)
+
+    init() {}
+
+    func show(_ attachment: ReceivedAttachment, _ progress: TransferProgress) {
+        let bar = current.withLock { current -> ProgressBar in
+            if let current, current.id == attachment.id { return current.bar }
+            current?.bar.finish()  // one that stopped early (failed, or left for later)
+            let bar = ProgressBar(label: Self.label(attachment.name ?? attachment.mediaType))
+            current = (attachment.id, bar)
+            return bar
+        }
+        bar.show(progress)
+        if progress.stage == .decrypting, progress.bytes == progress.total {
+            let ended = current.withLock { current -> Bool in
+                guard current?.id == attachment.id else { return false }
+                current = nil
+                return true
+            }
+            if ended { bar.finish() }
+        }
+    }
+
+    /// The sender's file name made fit for a terminal line: no control or format characters
+    /// (which could move the cursor or reorder the line), at most 40 characters.
+    static func label(_ name: String) -> String {
+        let kept = name.unicodeScalars.filter { !CharacterSet.controlCharacters.contains($0) }
+        let label = String(String.UnicodeScalarView(kept))
+        return label.count > 40 ? String(label.prefix(39)) + "…" : label
     }
 }
 

@@ -3,6 +3,7 @@ import Foundation
 @testable import MailslotRelay
 import MailslotTestSupport
 import MailslotWire
+import Synchronization
 import Testing
 
 /// Files sent as blobs between clients, through a real relay with 1 MiB parts: round trips byte
@@ -142,6 +143,145 @@ import Testing
         }
     }
 
+    /// A change the source stamp cannot see (same size, inode and modification time, set back
+    /// with `utimensat`): the resumed sealing makes other parts under the stored key and header,
+    /// and the stored part digests refuse them before any goes up.
+    @Test func aSourceChangedUnderTheSameStampIsRefusedByThePartDigests() async throws {
+        try await Self.withBlobRelay { relay in
+            let alice = try relay.client("alice")
+            try await alice.signIn()
+            try await relay.client("bob").signIn()
+            let size = 12 * (1 << 20)
+            let (id, source, storedBefore) = try await Self.cutOffWhileSealing(relay, alice, randomBytes(size))
+            try #require(storedBefore > 0, "some parts of the first sealing are on the relay")
+            let blob = try #require(try await alice.store.uploads().first { $0.messageID == id }?.blobID)
+            let digests = try await alice.store.partDigests(id)
+            #expect(digests.count >= storedBefore, "every part's digest stored before it went up")
+
+            var before = stat()
+            try #require(stat(source.path, &before) == 0)
+            let handle = try FileHandle(forWritingTo: source)  // in place: the same inode
+            try handle.write(contentsOf: Data(randomBytes(size)))
+            try handle.close()
+            var times = [before.st_atim, before.st_mtim]
+            try #require(utimensat(AT_FDCWD, source.path, &times, 0) == 0)
+            let stamp = try await alice.store.uploads().first { $0.messageID == id }?.cipher?.sourceStamp
+            try #require(try MailslotClient.sourceStamp(source) == stamp, "the stamp does not show the change")
+
+            let putsBefore = relay.partUploads()
+            _ = try await alice.flush()
+            let send = try #require(try await alice.outgoing().first { $0.id == id })
+            #expect(send.state == .refused && send.lastError == FileSendFailure.resealedPartDiffers.rawValue)
+            #expect(relay.partUploads() == putsBefore, "no part of the other sealing reached the relay")
+            let (uploadsLeft, digestsLeft) = (try await alice.store.uploads(), try await alice.store.partDigests(id))
+            #expect(uploadsLeft.isEmpty && digestsLeft.isEmpty, "key and digests forgotten")
+            #expect(try await relay.call("GET", "/v1/blobs/\(blob)", session: try await relay.signIn("alice").session).status == 404,
+                    "the blob is erased")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: relay.folder + "/alice/outbox").isEmpty, "no spool left")
+        }
+    }
+
+    /// An upload the relay no longer holds — its unfinished upload expired (`410`), or the blob
+    /// erased (`404`) — starts over on `flush` or `resend`: a new blob, a new key, the message
+    /// referring to the new blob, the file arriving whole.
+    static func lostUploadStartsOver(expire: Bool) async throws {
+        let clock = RelayClock()
+        try await withTestRelay(configure: { $0.blobPartBytes = 1 << 20; $0.blobUploadTTL = 60; $0.clock = clock.now }) { relay in
+            let alice = try relay.client("alice")
+            let bob = try relay.client("bob", attachments: AttachmentPolicy(downloadAutomaticallyBelow: .max))
+            try await alice.signIn()
+            try await bob.signIn()
+            let bytes = randomBytes(6 * (1 << 20))
+            let transfer = try await alice.send(file: OutgoingFile(url: try Self.file(bytes, in: relay, named: "lost.bin")), to: "bob")
+            for await progress in transfer.progress where progress.stage == .uploading && progress.bytes > 0 {
+                transfer.cancel()
+                break
+            }
+            guard case .queued = try await transfer.outcome() else { Issue.record("not queued"); return }
+            let before = try #require(try await alice.store.upload(transfer.messageID))
+            let oldKey = try #require(before.cipher?.key)
+            let session = try await relay.signIn("alice").session
+
+            let outcome: MailslotClient.SendOutcome
+            if expire {
+                clock.advance(seconds: 61)
+                let answer = try await relay.call("GET", "/v1/blobs/\(before.blobID)", session: session)
+                #expect(answer.status == 410 && answer.problem == .uploadExpired)
+                #expect(try await alice.flush() == 0)
+                outcome = try #require(try await alice.outgoing().first { $0.id == transfer.messageID }).state == .sent
+                    ? .sent(id: transfer.messageID) : .queued(id: transfer.messageID, reason: "not sent")
+            } else {
+                #expect(try await relay.call("DELETE", "/v1/blobs/\(before.blobID)", session: session).status == 204)
+                outcome = try await alice.resend(transfer.messageID)
+            }
+            #expect(outcome == .sent(id: transfer.messageID))
+            #expect(try await alice.store.upload(transfer.messageID) == nil)
+
+            let received = try #require(try await bob.receive().first)
+            let reference = try #require(received.message.payload.files?.first)
+            #expect(received.id == transfer.messageID)
+            #expect(reference.blob != before.blobID, "a new blob")
+            #expect(reference.key != oldKey, "a new file key: nothing sealed twice under one keystream")
+            guard case .saved(let path) = received.attachments.first?.state else { Issue.record("not saved"); return }
+            #expect(FileManager.default.contents(atPath: path.path) == Data(bytes))
+        }
+    }
+
+    @Test func anExpiredUploadStartsOverOnFlush() async throws {
+        try await Self.lostUploadStartsOver(expire: true)
+    }
+
+    @Test func anErasedUploadStartsOverOnResend() async throws {
+        try await Self.lostUploadStartsOver(expire: false)
+    }
+
+    /// spec/attachments.md §6.4, tried as a thief would: the database files taken once a file is
+    /// saved and acknowledged (the recipient's) or its blob erased (the sender's, after a flush
+    /// learns it) hold the file's key nowhere, raw or in base64url; the messages still show the
+    /// file's name, type, size and preview.
+    @Test func theStoresForgetAFileKeyOnceTheFileIsDoneWith() async throws {
+        try await Self.withBlobRelay { relay in
+            let alice = try relay.client("alice")
+            let bob = try relay.client("bob", attachments: AttachmentPolicy(downloadAutomaticallyBelow: .max))
+            try await alice.signIn()
+            try await bob.signIn()
+            let bytes = randomBytes(1_500_000)
+            let preview = try FilePreview(mediaType: "image/png", data: randomBytes(300))
+            let file = OutgoingFile(url: try Self.file(bytes, in: relay, named: "scan.pdf"), mediaType: "application/pdf", preview: preview)
+            let transfer = try await alice.send(file: file, to: "bob")
+            #expect(try await transfer.outcome() == .sent(id: transfer.messageID))
+            let received = try #require(try await bob.receive().first)
+            let key = try #require(received.message.payload.files?.first?.key)
+            guard case .saved = received.attachments.first?.state else { Issue.record("not saved"); return }
+
+            #expect(!(try Self.storeHolds(key, relay.folder + "/bob")), "saved and acknowledged: the recipient keeps no key")
+            let shown = try #require(try await bob.history().first { $0.id == received.id }?.attachments.first)
+            #expect(shown.name == "scan.pdf" && shown.mediaType == "application/pdf" && shown.plainSize == Int64(bytes.count) && shown.preview == preview)
+            #expect(try Self.storeHolds(key, relay.folder + "/alice"), "the sender has not learnt of the erasure yet")
+            _ = try await alice.flush()
+            #expect(!(try Self.storeHolds(key, relay.folder + "/alice")), "the blob erased: the sender keeps no key")
+            #expect(try await alice.outgoing().first { $0.id == transfer.messageID }?.state == .sent)
+        }
+    }
+
+    @Test func aRecipientForgetsTheKeyOfAFileThatIsGone() async throws {
+        try await Self.withBlobRelay { relay in
+            let alice = try relay.client("alice")
+            let bob = try relay.client("bob", attachments: AttachmentPolicy(downloadAutomaticallyBelow: 0))
+            try await alice.signIn()
+            try await bob.signIn()
+            let transfer = try await alice.send(file: OutgoingFile(url: try Self.file(randomBytes(200_000), in: relay, named: "a.bin")), to: "bob")
+            #expect(try await transfer.outcome() == .sent(id: transfer.messageID))
+            let received = try #require(try await bob.receive().first)
+            let reference = try #require(received.message.payload.files?.first)
+            #expect(try Self.storeHolds(reference.key, relay.folder + "/bob"), "not downloaded yet: the key is needed")
+            #expect(try await relay.call("DELETE", "/v1/blobs/\(reference.blob)", session: try await relay.signIn("alice").session).status == 204)
+            #expect(try await bob.download(try #require(received.attachments.first).id).state == .gone)
+            #expect(!(try Self.storeHolds(reference.key, relay.folder + "/bob")), "gone: the key is of no use")
+            #expect(try await bob.attachments(of: received.id).first?.name == "a.bin")
+        }
+    }
+
     @Test func aBlobThatIsNotWhatWasSealedIsCorruptAndNotAcknowledged() async throws {
         try await Self.withBlobRelay { relay in
             let alice = try relay.client("alice"), bob = try relay.client("bob")
@@ -215,6 +355,35 @@ import Testing
         }
     }
 
+    /// The spool of a download is hashed as it is written and not synced: a prefix that a crash
+    /// damaged is caught by the digest (the prefix is hashed again on resume), and the blob is
+    /// fetched again whole, once, rather than judged corrupt.
+    @Test func aDamagedPrefixIsFetchedAgainAndTheFileStillVerified() async throws {
+        try await Self.withBlobRelay { relay in
+            let alice = try relay.client("alice")
+            let saved = URL(fileURLWithPath: relay.folder + "/saved")
+            let bob = try relay.client("bob", attachments: AttachmentPolicy(directory: saved, downloadAutomaticallyBelow: 0))
+            try await alice.signIn()
+            try await bob.signIn()
+            let bytes = randomBytes(3 * (1 << 20))
+            let transfer = try await alice.send(file: OutgoingFile(url: try Self.file(bytes, in: relay, named: "d.bin")), to: "bob")
+            #expect(try await transfer.outcome() == .sent(id: transfer.messageID))
+            let received = try #require(try await bob.receive().first)
+            let reference = try #require(received.message.payload.files?.first)
+            try FileManager.default.createDirectory(at: saved, withIntermediateDirectories: true)
+            let prefix = 1 << 20
+            try Data(randomBytes(prefix)).write(to: saved.appendingPathComponent(".mailslot-\(reference.blob).part"))
+            let sentBefore = relay.counter("mailslot_blob_bytes_sent_total")
+
+            let attachment = try await bob.download(try #require(received.attachments.first).id)
+            guard case .saved(let path) = attachment.state else { Issue.record("not saved: \(attachment.state)"); return }
+            #expect(FileManager.default.contents(atPath: path.path) == Data(bytes))
+            #expect(relay.counter("mailslot_blob_bytes_sent_total") - sentBefore == Double(2 * reference.size - Int64(prefix)),
+                    "the rest, then the whole blob again")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: saved.path) == ["d.bin"])
+        }
+    }
+
     @Test func theLiveStreamSavesFilesBeforeItShowsTheirMessage() async throws {
         try await Self.withBlobRelay { relay in
             let alice = try relay.client("alice")
@@ -277,6 +446,33 @@ import Testing
     }
 
     // MARK: Helpers
+
+    /// A clock the test moves: the relay's time is the wall clock plus `offset`.
+    final class RelayClock: Sendable {
+        private let offset = Atomic<Int64>(0)
+
+        /// Moves the clock forward by `seconds`.
+        func advance(seconds: Int64) { offset.add(seconds * 1000, ordering: .relaxed) }
+
+        var now: @Sendable () -> Int64 { { [self] in Clock.now() + offset.load(ordering: .relaxed) } }
+    }
+
+    /// Whether the client database files in `folder` (the database, its WAL and shared memory,
+    /// read as raw bytes, as a thief would take them) hold `key`, raw or in base64url.
+    static func storeHolds(_ key: FileKey, _ folder: String) throws -> Bool {
+        let raw = key.bytes.withUnsafeBytes { Array($0) }
+        let needles = [raw, Array(Base64URL.encode(raw).utf8)]
+        for suffix in ["", "-wal", "-shm"] {
+            guard let data = FileManager.default.contents(atPath: folder + "/client.sqlite" + suffix) else { continue }
+            let bytes = Array(data)
+            for needle in needles where bytes.count >= needle.count {
+                for start in 0...(bytes.count - needle.count) where bytes[start] == needle[0] && Array(bytes[start..<start + needle.count]) == needle {
+                    return true
+                }
+            }
+        }
+        return false
+    }
 
     /// Writes `bytes` to a new file in the test's folder.
     static func file(_ bytes: [UInt8], in relay: TestRelay, named name: String) throws -> URL {

@@ -182,6 +182,34 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: folder.appendingPathComponent("x").path), "a failed encryption leaves no file")
     }
 
+    /// The one-pass opening of a download hashed as it arrived: the caller's digest decides
+    /// step 3 before anything is decrypted; lengths are still checked on the file.
+    @Test func openingWithADigestComputedOnTheWayChecksItBeforeDecrypting() throws {
+        let folder = try Self.temporaryFolder()
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let source = folder.appendingPathComponent("plain"), sealed = folder.appendingPathComponent("sealed")
+        let opened = folder.appendingPathComponent("opened")
+        try Data(Self.plaintext(200_000)).write(to: source)
+        let file = try FileCipher.encryptFile(at: source, to: sealed)
+
+        var other = file.digest.bytes
+        other[0] ^= 1
+        #expect(throws: FileError.digestMismatch) { try FileCipher.decryptFile(at: sealed, file, digested: other, to: opened) }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: folder.path).sorted() == ["plain", "sealed"], "nothing written")
+
+        var reports: [FileProgress] = []
+        try FileCipher.decryptFile(at: sealed, file, digested: file.digest.bytes, to: opened) { reports.append($0) }
+        #expect(try Data(contentsOf: opened) == Data(Self.plaintext(200_000)))
+        #expect(reports.allSatisfy { $0.stage == .decrypting } && reports.last?.done == file.size, "one pass")
+        try FileManager.default.removeItem(at: opened)
+
+        let handle = try FileHandle(forWritingTo: sealed)
+        try handle.truncate(atOffset: UInt64(file.size - 1))
+        try handle.close()
+        #expect(throws: FileError.truncated) { try FileCipher.decryptFile(at: sealed, file, digested: file.digest.bytes, to: opened) }
+        #expect(!FileManager.default.fileExists(atPath: opened.path))
+    }
+
     @Test func referenceChecksEveryMember() throws {
         let (_, file) = try FileCipher.seal(Self.plaintext(10))
         let reference = try FileReference(blob: "0123456789abcdef", sealed: file, mediaType: "text/plain", name: "a.txt",

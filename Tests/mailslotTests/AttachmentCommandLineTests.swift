@@ -47,6 +47,38 @@ import Testing
         }
     }
 
+    /// `receive --save-to` on a terminal (a pseudo-terminal from `script`): a progress bar per
+    /// downloaded file on stderr, as `send --file` has; none with `--json`.
+    @Test func receiveShowsADownloadProgressBarOnATerminalOnly() async throws {
+        try await withBlobRelay { relay in
+            try await loginBoth(relay)
+            for round in 0..<2 {
+                let source = try file(randomBytes(3 << 20), in: relay, named: "clip\(round).bin")
+                #expect(try await relay.run(["send", "--profile", "alice", "bob", "--file", source, "--json"]).status == 0)
+            }
+            let folder = relay.folder + "/downloads"
+            let mailslot = ProcessRunner.builtProduct("mailslot").path
+            let environment = ["MAILSLOT_HOME": relay.folder, "HOME": relay.folder, "PATH": "/usr/bin:/bin", "TERM": "dumb"]
+            let onTerminal = try await ProcessRunner.run(URL(fileURLWithPath: "/usr/bin/script"),
+                                                         ["-qec", "'\(mailslot)' receive --profile bob --save-to '\(folder)'", "/dev/null"],
+                                                         environment: environment)
+            #expect(onTerminal.status == 0, "\(onTerminal.stdout)")
+            for name in ["clip0.bin", "clip1.bin"] {
+                #expect(onTerminal.stdout.contains("\r\(name)  downloading  100%"), "\(onTerminal.stdout)")
+                #expect(onTerminal.stdout.contains("\r\(name)  decrypting  100%"), "\(onTerminal.stdout)")
+            }
+            #expect(FileManager.default.fileExists(atPath: folder + "/clip1.bin"))
+
+            let source = try file(randomBytes(3 << 20), in: relay, named: "quiet.bin")
+            #expect(try await relay.run(["send", "--profile", "alice", "bob", "--file", source, "--json"]).status == 0)
+            let json = try await ProcessRunner.run(URL(fileURLWithPath: "/usr/bin/script"),
+                                                   ["-qec", "'\(mailslot)' receive --profile bob --save-to '\(folder)' --json", "/dev/null"],
+                                                   environment: environment)
+            #expect(json.status == 0 && json.stdout.contains("quiet.bin"), "\(json.stdout)")
+            #expect(!json.stdout.contains("downloading"), "quiet with --json")
+        }
+    }
+
     @Test func aSendKilledMidwayIsFinishedByFlushWithAtMostOnePartAgain() async throws {
         try await withBlobRelay { relay in
             try await loginBoth(relay)

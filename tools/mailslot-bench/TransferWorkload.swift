@@ -148,7 +148,8 @@ final class TransferWorkload: Sendable {
         }
         guard let sealed = sealed.withLock({ $0[file] }) else { throw BenchFailure.failed("file \(file) was never sealed") }
         try? FileManager.default.removeItem(at: output(file))
-        do { try FileCipher.decryptFile(at: downloaded(file), sealed, to: output(file)) } catch {
+        // As the client library opens a download: the digest computed as the bytes came, then one pass.
+        do { try FileCipher.decryptFile(at: downloaded(file), sealed, digested: sink.digest ?? [], to: output(file)) } catch {
             throw BenchFailure.failed("opening file \(file): \(error.code)")
         }
     }
@@ -178,6 +179,10 @@ final class DownloadSink {
     private let file: FileHandle?
     private var offset = 0
     private(set) var mismatched = false
+    /// E2e mode: the ciphertext's BLAKE2b-256, computed as it is written (as the client library does).
+    private let hasher = BLAKE2bHasher()
+    /// The digest of what was written, once ``close()`` ran (e2e mode only).
+    private(set) var digest: [UInt8]?
 
     init(expected: ByteBuffer) {
         self.expected = expected
@@ -204,12 +209,18 @@ final class DownloadSink {
             }
             offset += length
         } else if let file {
-            try buffer.withUnsafeReadableBytes { try file.write(contentsOf: $0) }
+            try buffer.withUnsafeReadableBytes { bytes in
+                try file.write(contentsOf: bytes)
+                hasher.update(bytes)
+            }
         }
     }
 
+    /// Closes the file (not synced: it is opened at once and removed, as the client library's
+    /// download spool) and finishes its digest.
     func close() throws {
-        try file?.synchronize()
-        try file?.close()
+        guard let file else { return }
+        try file.close()
+        digest = hasher.finalize()
     }
 }

@@ -96,6 +96,26 @@ extension ClientStore {
         }
     }
 
+    /// The ciphertext digests of upload `id`'s parts stored so far, by part number.
+    func partDigests(_ id: String) async throws -> [Int: [UInt8]] {
+        try await pool.read { db in
+            var digests: [Int: [UInt8]] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT part, digest FROM upload_parts WHERE message_id = ?", arguments: [id]) {
+                digests[row["part"]] = Array(row["digest"] as Data)
+            }
+            return digests
+        }
+    }
+
+    /// Stores the ciphertext digest of part `part` of upload `id`, before the part goes up. A
+    /// digest stored already is kept (the caller compared it first).
+    func setPartDigest(_ id: String, part: Int, digest: [UInt8]) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "INSERT OR IGNORE INTO upload_parts (message_id, part, digest) VALUES (?, ?, ?)",
+                           arguments: [id, part, Data(digest)])
+        }
+    }
+
     /// Moves upload `id` to `stage`.
     func setUploadStage(_ id: String, _ stage: UploadStage) async throws {
         try await pool.write { db in
@@ -120,11 +140,32 @@ extension ClientStore {
         }
     }
 
+    /// The relay lost upload `id` (`reason`): it starts over under blob `blobID` with spool
+    /// `spool`, at stage `created`, with no key, header, source stamp or part digests (the next
+    /// sealing draws a fresh key), and the send's body (the old reference, with the old key) is
+    /// emptied; the send stays `uploading`, showing why. One transaction.
+    func restartUpload(_ id: String, blobID: String, spool: URL, reason: String) async throws {
+        try await pool.write { db in
+            try db.execute(sql: """
+                UPDATE uploads SET blob_id = ?, spool_path = ?, stage = ?, file_key = NULL, stream_header = NULL, source_stamp = NULL
+                WHERE message_id = ?
+                """, arguments: [blobID, spool.path, UploadStage.created.rawValue, id])
+            try db.execute(sql: "DELETE FROM upload_parts WHERE message_id = ?", arguments: [id])
+            try db.execute(sql: "UPDATE sent SET body = ?, last_error = ? WHERE id = ? AND state = 'uploading'", arguments: [Data(), reason, id])
+        }
+    }
+
+    /// Unfinished upload `id`, or nil.
+    func upload(_ id: String) async throws -> Upload? {
+        try await uploads().first { $0.messageID == id }
+    }
+
     /// The blob is complete: the upload row goes and the send is queued with its envelope (or
     /// held unsealed for a changed key), in one transaction.
     func finishUpload(_ id: String, sealed: Sealed?) async throws {
         try await pool.write { db in
             try db.execute(sql: "DELETE FROM uploads WHERE message_id = ?", arguments: [id])
+            try db.execute(sql: "DELETE FROM upload_parts WHERE message_id = ?", arguments: [id])
             try db.execute(sql: """
                 UPDATE sent SET state = ?, envelope = ?, key_id = ?, last_error = ?, next_attempt_at = 0 WHERE id = ?
                 """, arguments: [sealed == nil ? OutgoingMessage.State.held.rawValue : OutgoingMessage.State.queued.rawValue,
@@ -136,7 +177,13 @@ extension ClientStore {
     func abandonUpload(_ id: String, reason: String) async throws {
         try await pool.write { db in
             try db.execute(sql: "DELETE FROM uploads WHERE message_id = ?", arguments: [id])
+            try db.execute(sql: "DELETE FROM upload_parts WHERE message_id = ?", arguments: [id])
             try db.execute(sql: "UPDATE sent SET state = 'refused', envelope = NULL, last_error = ? WHERE id = ?", arguments: [reason, id])
+            // Its blob is erased: the reference stored with it (from stage `encrypted`) keeps no key.
+            if let body = try Data.fetchOne(db, sql: "SELECT body FROM sent WHERE id = ?", arguments: [id]),
+               let scrubbed = Self.scrubbingFileKeys(Array(body), where: { _ in true }) {
+                try db.execute(sql: "UPDATE sent SET body = ? WHERE id = ?", arguments: [Data(scrubbed), id])
+            }
         }
     }
 
@@ -144,6 +191,7 @@ extension ClientStore {
     func forgetUpload(_ id: String) async throws {
         try await pool.write { db in
             try db.execute(sql: "DELETE FROM uploads WHERE message_id = ?", arguments: [id])
+            try db.execute(sql: "DELETE FROM upload_parts WHERE message_id = ?", arguments: [id])
             try db.execute(sql: "DELETE FROM sent WHERE id = ?", arguments: [id])
         }
     }
@@ -206,6 +254,89 @@ extension ClientStore {
         try await pool.write { db in
             try db.execute(sql: "UPDATE attachments SET state = ?, path = ?, reason = ? WHERE message_id = ? AND idx = ?",
                            arguments: [state, path, reason, id.messageID, id.index])
+        }
+    }
+
+    // MARK: File keys in stored bodies
+
+    /// The key a stored reference carries once its file is done with (spec/attachments.md
+    /// §6.4): 32 zero bytes, in place of the file key, so that the stored body still decodes
+    /// and shows the file's name, media type, size and preview, but opens nothing.
+    static let scrubbedFileKey = FileKey(bytes: SecretBytes(copying: [UInt8](repeating: 0, count: FileKey.byteCount)))!
+
+    /// Whether `key` is ``scrubbedFileKey`` (compared in constant time).
+    static func isScrubbed(_ key: FileKey) -> Bool {
+        key.bytes.withUnsafeBytes { key in scrubbedFileKey.bytes.withUnsafeBytes { constantTimeEquals(key, $0) } }
+    }
+
+    /// `body` with the key of each reference in `payload.files` whose index `scrub` accepts
+    /// replaced by ``scrubbedFileKey``; nil when it does not decode or nothing changes.
+    static func scrubbingFileKeys(_ body: [UInt8], where scrub: (Int) -> Bool) -> [UInt8]? {
+        guard var message = try? ChatMessage.decode(body), let files = message.payload.files else { return nil }
+        var changed = false
+        var scrubbed: [FileReference] = []
+        for (index, file) in files.enumerated() {
+            guard scrub(index), !isScrubbed(file.key),
+                  let reference = try? FileReference(blob: file.blob, sealed: SealedFile(key: scrubbedFileKey, digest: file.digest, size: file.size,
+                                                                                      plainSize: file.plainSize),
+                                                    mediaType: file.mediaType, name: file.name, preview: file.preview) else {
+                scrubbed.append(file)
+                continue
+            }
+            scrubbed.append(reference)
+            changed = true
+        }
+        guard changed else { return nil }
+        message.payload.files = scrubbed
+        return try? message.encoded()
+    }
+
+    /// Scrubs from received message `id`'s stored body the keys of its files that are done
+    /// with: saved and acknowledged, or gone from the relay. True when the body changed.
+    @discardableResult
+    func scrubReceivedFileKeys(_ id: String) async throws -> Bool {
+        try await pool.write { db in
+            guard let body = try Data.fetchOne(db, sql: "SELECT body FROM inbox WHERE id = ?", arguments: [id]),
+                  let message = try? ChatMessage.decode(Array(body)) else { return false }
+            let inline = message.payload.attachments?.count ?? 0
+            let done = Set(try Int.fetchAll(db, sql: """
+                SELECT idx FROM attachments WHERE message_id = ? AND blob_id IS NOT NULL
+                AND (state = 'gone' OR (state = 'saved' AND reason IS NULL))
+                """, arguments: [id]).map { $0 - inline })
+            guard let scrubbed = Self.scrubbingFileKeys(Array(body), where: done.contains) else { return false }
+            try db.execute(sql: "UPDATE inbox SET body = ? WHERE id = ?", arguments: [Data(scrubbed), id])
+            return true
+        }
+    }
+
+    /// File sends whose stored body still holds a file key though the message went out: the
+    /// message id, and the blob ids whose keys are still there. At most `limit`, oldest first.
+    func sentFileKeys(limit: Int) async throws -> [(id: String, blobs: [String])] {
+        try await pool.read { db in
+            var found: [(id: String, blobs: [String])] = []
+            let rows = try Row.fetchCursor(db, sql: """
+                SELECT id, body FROM sent WHERE type = ? AND state = 'sent' AND length(body) > 0
+                ORDER BY created_at, id
+                """, arguments: [MessageType.file.rawValue])
+            while let row = try rows.next(), found.count < limit {
+                guard let message = try? ChatMessage.decode(Array(row["body"] as Data)) else { continue }
+                let blobs = (message.payload.files ?? []).filter { !Self.isScrubbed($0.key) }.map(\.blob)
+                if !blobs.isEmpty { found.append((row["id"], blobs)) }
+            }
+            return found
+        }
+    }
+
+    /// Scrubs from sent message `id`'s stored body the keys of the files in blobs `blobs` (the
+    /// relay erased them). True when the body changed.
+    @discardableResult
+    func scrubSentFileKeys(_ id: String, blobs: Set<String>) async throws -> Bool {
+        try await pool.write { db in
+            guard let body = try Data.fetchOne(db, sql: "SELECT body FROM sent WHERE id = ?", arguments: [id]),
+                  let files = (try? ChatMessage.decode(Array(body)))?.payload.files else { return false }
+            guard let scrubbed = Self.scrubbingFileKeys(Array(body), where: { blobs.contains(files[$0].blob) }) else { return false }
+            try db.execute(sql: "UPDATE sent SET body = ? WHERE id = ?", arguments: [Data(scrubbed), id])
+            return true
         }
     }
 

@@ -8,10 +8,11 @@ import Darwin
 
 // Receiving files (docs/design/attachments.md §6.3). A stored message's attachments are rows of
 // their own; small ones (the policy's size, and every inline one) are saved as they arrive,
-// larger ones on demand. A blob's ciphertext is fetched one part per ranged request into a hidden
-// `.mailslot-<blob>.part` file in the destination folder (an interrupted download resumes from its
-// length), then verified (length, digest) and decrypted to a temporary file that is linked to
-// its final name only after the last check — under a name that is never an existing file's. Only
+// larger ones on demand. A blob's ciphertext is fetched one part per ranged request (two in
+// flight) into a hidden `.mailslot-<blob>.part` file in the destination folder, hashed as it is
+// written (an interrupted download resumes from its length, hashing that prefix again), then
+// its digest checked and decrypted in one pass to a temporary file that is linked to its final
+// name only after the last check — under a name that is never an existing file's. Only
 // then is the blob acknowledged, so the relay erases it. A blob the relay no longer has is `gone`;
 // one that fails a check is `corrupt`, is not acknowledged (it expires), and nothing is saved.
 extension MailslotClient {
@@ -58,6 +59,7 @@ extension MailslotClient {
             try? await store.setAttachment(id, state: "available", reason: Self.describe(error))
             throw error
         }
+        await scrubReceivedFileKeys(of: id.messageID)
         return try await attachments(of: id.messageID).first { $0.id == id } ?? current
     }
 
@@ -68,7 +70,13 @@ extension MailslotClient {
         var result = message
         for attachment in (try? await attachments(of: message.id)) ?? []
         where attachment.isInline || attachment.plainSize < attachmentPolicy.downloadAutomaticallyBelow {
-            do { try await download(attachment.id) } catch {
+            var observe: (@Sendable (TransferProgress) -> Void)?
+            if !attachment.isInline, let listener = attachmentPolicy.progress {
+                observe = { listener(attachment, $0) }
+            }
+            do {
+                try await download(attachment.id, progress: observe)
+            } catch {
                 logger.info("an attachment could not be saved now", metadata: ["id": "\(attachment.id)", "error": "\(Self.describe(error))"])
             }
         }
@@ -81,7 +89,10 @@ extension MailslotClient {
     func resumeDownloads() async {
         for row in (try? await store.interruptedDownloads()) ?? [] {
             if row.state == "saved", let blob = row.blobID {
-                if await acknowledge(blob: blob) { try? await store.setAttachment(row.id, state: "saved", path: row.path) }
+                if await acknowledge(blob: blob) {
+                    try? await store.setAttachment(row.id, state: "saved", path: row.path)
+                    await scrubReceivedFileKeys(of: row.id.messageID)
+                }
             } else {
                 _ = try? await download(row.id)
             }
@@ -91,6 +102,11 @@ extension MailslotClient {
     /// Fetches, checks, decrypts and saves one blob, then acknowledges it.
     private func fetchBlob(_ id: AttachmentID, _ reference: FileReference, into folder: URL,
                            progress: (@Sendable (TransferProgress) -> Void)?) async throws {
+        // A key scrubbed from the stored body (spec/attachments.md §6.4) means the file was done with.
+        guard !ClientStore.isScrubbed(reference.key) else {
+            try await store.setAttachment(id, state: "gone", reason: ProblemCode.notFound.rawValue)
+            return
+        }
         let record: BlobRecord
         do { record = try await authorized { try await api.blob(reference.blob, session: $0) } } catch ClientError.relay(let problem) where problem.code == .notFound {
             try await store.setAttachment(id, state: "gone", reason: problem.code.rawValue)
@@ -102,8 +118,16 @@ extension MailslotClient {
             return
         }
         let partial = folder.appendingPathComponent(".mailslot-\(reference.blob).part")
+        let digest: [UInt8]
         do {
-            try await fetchCiphertext(reference, partSize: record.partSize, to: partial, progress: progress)
+            var fetched = try await fetchCiphertext(reference, partSize: record.partSize, to: partial, progress: progress)
+            if fetched.resumed, !constantTimeEquals(fetched.digest, reference.digest.bytes) {
+                // The prefix an earlier try left may be what a crash made of it (the spool is not
+                // synced): fetched again whole, once, before the blob is judged.
+                try? FileManager.default.removeItem(at: partial)
+                fetched = try await fetchCiphertext(reference, partSize: record.partSize, to: partial, progress: progress)
+            }
+            digest = fetched.digest
         } catch ClientError.relay(let problem) where problem.code == .notFound {
             try? FileManager.default.removeItem(at: partial)
             try await store.setAttachment(id, state: "gone", reason: problem.code.rawValue)
@@ -111,13 +135,14 @@ extension MailslotClient {
         }
         let stem = SafeFileName.make(reference.name, mediaType: reference.mediaType, fallback: "file-\(reference.blob.prefix(8))")
         let sealed = reference.sealed
-        // Off the actor and off Swift's cooperative pool: checking and decrypting a large file takes seconds.
+        // Off the actor and off Swift's cooperative pool: decrypting a large file takes seconds.
+        // The digest was computed as the bytes arrived: the decryption is the only pass.
         let opened: Result<URL, FileError> = try await FileWork.run {
             var attempt = 0
             while true {
                 let destination = folder.appendingPathComponent(SafeFileName.candidate(stem, attempt: attempt))
                 do throws(FileError) {
-                    try FileCipher.decryptFile(at: partial, sealed, to: destination) { report in
+                    try FileCipher.decryptFile(at: partial, sealed, digested: digest, to: destination) { report in
                         progress?(TransferProgress(stage: .decrypting, bytes: report.done, total: report.total))
                     }
                     return .success(destination)
@@ -141,33 +166,43 @@ extension MailslotClient {
         }
     }
 
-    /// Appends the ciphertext's missing bytes to `partial`, one part per ranged request.
+    /// How many ranged requests a download keeps in flight: one arrives while the one before is
+    /// written and hashed.
+    static let rangesInFlight = 2
+
+    /// Appends the ciphertext's missing bytes to `partial`, one part per ranged request with up
+    /// to ``rangesInFlight`` requests at once, hashing them as they are written (a prefix left by
+    /// an interrupted download is hashed first). Returns the digest of the whole ciphertext and
+    /// whether a prefix was there.
     private func fetchCiphertext(_ reference: FileReference, partSize: Int64, to partial: URL,
-                                 progress: (@Sendable (TransferProgress) -> Void)?) async throws {
-        if !FileManager.default.fileExists(atPath: partial.path) {
-            guard FileManager.default.createFile(atPath: partial.path, contents: nil, attributes: [.posixPermissions: 0o600]) else {
-                throw FileError.io("cannot create \(partial.path)", errno: errno)
-            }
-        }
-        let handle = try FileHandle(forUpdating: partial)
-        defer { try? handle.close() }
-        var offset = Int64(try handle.seekToEnd())
-        if offset > reference.size {  // not a prefix of this blob: start over
-            try handle.truncate(atOffset: 0)
-            offset = 0
-        }
+                                 progress: (@Sendable (TransferProgress) -> Void)?) async throws -> (digest: [UInt8], resumed: Bool) {
+        let size = reference.size
+        let spool = try await FileWork.run { try DownloadSpool(at: partial, size: size) }
+        var offset = spool.length
+        let resumed = offset > 0
         // One part per request (at most 16 MiB, whatever the relay says its parts are).
         let step: Int64 = max(Int64(FileCipher.sealedChunkSize), min(partSize, 16 << 20))
-        progress?(TransferProgress(stage: .downloading, bytes: offset, total: reference.size))
-        while offset < reference.size {
+        progress?(TransferProgress(stage: .downloading, bytes: offset, total: size))
+        var pending: [(range: Range<Int64>, task: Task<Data, any Error>)] = []
+        defer { for request in pending { request.task.cancel() } }
+        var requested = offset
+        while offset < size {
             try Task.checkCancellation()
-            let end = min(offset + step, reference.size)
-            let bytes = try await authorized { try await api.blobContent(reference.blob, range: offset..<end, size: reference.size, session: $0) }
-            try handle.write(contentsOf: bytes)
-            offset = end
-            progress?(TransferProgress(stage: .downloading, bytes: offset, total: reference.size))
+            while pending.count < Self.rangesInFlight, requested < size {
+                let range = requested..<min(requested + step, size)
+                requested = range.upperBound
+                pending.append((range, Task { try await self.authorized { try await self.api.blobContent(reference.blob, range: range, size: size, session: $0) } }))
+            }
+            let request = pending.removeFirst()
+            let bytes = try await request.task.value
+            guard request.range.lowerBound == offset, Int64(bytes.count) == request.range.count else {
+                throw ClientError.invalidResponse("a range of blob \(reference.blob) came out of place")
+            }
+            try await FileWork.run { try spool.append(bytes) }
+            offset = request.range.upperBound
+            progress?(TransferProgress(stage: .downloading, bytes: offset, total: size))
         }
-        try handle.synchronize()
+        return (try await FileWork.run { try spool.finish() }, resumed)
     }
 
     /// Tells the relay this device has blob `blob`; a `404` counts as done (erased already).

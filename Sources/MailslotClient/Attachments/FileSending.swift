@@ -64,14 +64,14 @@ extension MailslotClient {
         let stop = StopSignal()
         let task: Task<SendOutcome, any Error>
         switch created {
-        case .failure(let error):
+        case .refused(let error):
+            try? await store.forgetUpload(upload.messageID)
             continuation.finish()
             throw error
-        case .success(false):
-            let reason = try await outgoing().first { $0.id == upload.messageID }?.lastError ?? "queued"
+        case .later(let reason):
             continuation.finish()
             task = Task { .queued(id: upload.messageID, reason: reason) }
-        case .success(true):
+        case .created:
             task = Task {
                 defer { continuation.finish() }
                 return try await self.runUpload(ClientStore.Upload(upload, stage: .registered), progress: ProgressSink(continuation), stop: stop)
@@ -95,56 +95,117 @@ extension MailslotClient {
         return FileSend(messageID: outcome.id, progress: stream, task: Task { outcome }, stop: StopSignal())
     }
 
-    /// Resumes every unfinished upload (after a crash, a lost network, a refusal to wait out).
+    /// Resumes every unfinished upload (after a crash, a lost network, a refusal to wait out),
+    /// then scrubs the keys of sent files whose blobs are erased (`FileKeyScrubbing.swift`).
     func resumeUploads() async {
         guard let uploads = try? await store.uploads() else { return }
         for upload in uploads {
-            if upload.stage == .created {
-                guard case .success(true) = await register(upload) else { continue }
-            }
-            _ = try? await runUpload(upload.stage == .created ? ClientStore.Upload(upload, stage: .registered) : upload, progress: ProgressSink(nil),
-                                     stop: StopSignal())
+            _ = try? await runUpload(upload, progress: ProgressSink(nil), stop: StopSignal())
         }
+        await scrubSentFileKeys()
     }
 
-    /// Creates the blob on the relay. `true`: created (or it was already); `false`: not now (the
-    /// relay unreachable or asking to wait: the reason is noted, `flush` tries again); a
-    /// failure: refused for good (the send is forgotten, nothing was stored on the relay).
-    private func register(_ upload: ClientStore.Upload) async -> Result<Bool, any Error> {
+    /// How the relay answered a blob's creation.
+    private enum Registration {
+        /// Created (or it was already).
+        case created
+        /// Not now (the relay unreachable or asking to wait): the reason is noted, `flush` tries again.
+        case later(String)
+        /// Refused for good: nothing was stored on the relay.
+        case refused(any Error)
+    }
+
+    /// Creates the blob on the relay and, once it holds it, moves the upload to `registered`.
+    private func register(_ upload: ClientStore.Upload) async -> Registration {
         let request = BlobCreateRequest(id: upload.blobID, size: upload.size, recipients: [upload.recipient])
         do {
             let record = try await authorized { try await api.createBlob(request, session: $0) }
             guard record.size == upload.size else { throw ClientError.invalidResponse("the relay created blob \(record.id) with another size") }
             try await store.setUploadStage(upload.messageID, .registered)
-            return .success(true)
+            return .created
         } catch ClientError.relay(let problem) where Self.isFinal(problem) {
-            try? await store.forgetUpload(upload.messageID)
-            return .failure(ClientError.relay(problem))
+            return .refused(ClientError.relay(problem))
         } catch {
-            try? await store.noteUploadProblem(upload.messageID, Self.describe(error))
-            return .success(false)
+            let reason = Self.describe(error)
+            try? await store.noteUploadProblem(upload.messageID, reason)
+            return .later(reason)
         }
     }
 
-    /// Takes a registered or encrypted upload to the end: encrypts (if not done), uploads the
-    /// missing parts, then seals and sends the message. Transient failures leave it in the
-    /// outbox (`queued`, with why); a lost or refused upload ends it (`refused`).
+    /// Relay answers meaning that the upload under this blob id cannot go on, though the file can
+    /// (spec/attachments.md §6.1): the blob is gone (`404`: erased, deleted, expired and swept),
+    /// its unfinished upload expired or lost (`410`), the relay holds other bytes for a part
+    /// (`part_conflict`), or the id is taken (`conflict`, on a create). The send starts over.
+    static func isLostUpload(_ problem: Problem) -> Bool {
+        [.notFound, .uploadExpired, .uploadLost, .partConflict, .conflict].contains(problem.code)
+    }
+
+    /// The relay lost an upload (``isLostUpload(_:)``): the answer that said so.
+    private struct UploadLost: Error {
+        let problem: Problem
+    }
+
+    /// Takes an upload to the end: creates its blob (if not done), encrypts (if not done),
+    /// uploads the missing parts, then seals and sends the message. Transient failures leave it
+    /// in the outbox (`queued`, with why); a refusal or a changed file ends it (`refused`). An
+    /// upload the relay lost starts over once per call — a new blob id, a new file key, a fresh
+    /// sealing, the message then referencing the new blob; lost again, it waits for the next
+    /// `flush`, which starts over again. Never dropped in silence.
     func runUpload(_ upload: ClientStore.Upload, progress: ProgressSink, stop: StopSignal) async throws -> SendOutcome {
         let id = upload.messageID
         guard runningUploads.insert(id).inserted else { return .queued(id: id, reason: "already running") }
         defer { runningUploads.remove(id) }
+        var current = upload, restarted = false
+        while true {
+            do {
+                return try await attemptUpload(current, progress: progress, stop: stop)
+            } catch let lost as UploadLost {
+                let reason = lost.problem.code.rawValue
+                guard !restarted else {
+                    let store = store
+                    await Task { try? await store.noteUploadProblem(id, reason) }.value
+                    return .queued(id: id, reason: reason)
+                }
+                restarted = true
+                logger.info("the relay lost a file's upload: starting over", metadata: ["id": "\(id)", "reason": "\(reason)"])
+                current = try await startOver(current, reason: reason)
+            }
+        }
+    }
+
+    /// One try at ``runUpload(_:progress:stop:)``; throws ``UploadLost`` when the relay lost it.
+    private func attemptUpload(_ upload: ClientStore.Upload, progress: ProgressSink, stop: StopSignal) async throws -> SendOutcome {
+        let id = upload.messageID
+        var upload = upload
         do {
-            if upload.stage == .registered {
-                try await sealAndUpload(upload, progress: progress, stop: stop)
-            } else if try await !uploadParts(upload, progress: progress, stop: stop) {
-                // The spool is gone before any part was stored (a crash before its sync): seal again.
-                try await sealAndUpload(upload, progress: progress, stop: stop)
+            do {
+                if upload.stage == .created {
+                    switch await register(upload) {
+                    case .created: upload = ClientStore.Upload(upload, stage: .registered)
+                    case .later(let reason): return .queued(id: id, reason: reason)
+                    case .refused(let error): throw error
+                    }
+                }
+                if upload.stage == .registered {
+                    try await sealAndUpload(upload, progress: progress, stop: stop)
+                } else if try await !uploadParts(upload, progress: progress, stop: stop) {
+                    // The spool is gone before any part was stored (a crash before its sync): seal again.
+                    try await sealAndUpload(upload, progress: progress, stop: stop)
+                }
+            } catch ClientError.relay(let problem) where Self.isLostUpload(problem) {
+                // Only the blob's own requests say so: a `404` while the message is sealed and
+                // sent (below) is about something else.
+                throw UploadLost(problem: problem)
             }
             try? FileManager.default.removeItem(at: upload.spool)
             return try await finish(upload, progress: progress)
+        } catch let lost as UploadLost {
+            throw lost
         } catch let error as FileError {
             // The file changed or vanished while it was read: what the blob would hold is no longer the file.
             return await abandon(upload, reason: error.code)
+        } catch let failure as FileSendFailure {
+            return await abandon(upload, reason: failure.rawValue)
         } catch ClientError.relay(let problem) where Self.isFinal(problem) || problem.code.status == 410 {
             return await abandon(upload, reason: problem.code.rawValue)
         } catch ClientError.keyChanged(let uid) {
@@ -159,6 +220,21 @@ extension MailslotClient {
         }
     }
 
+    /// Starts a lost upload over: a new blob id, no key, header, part digests, spool or message
+    /// body (so the next sealing draws a fresh key), stage `created`; the old blob is deleted on
+    /// the relay (best effort: it is gone or expires). The send keeps its message id: nothing was
+    /// sent under it yet.
+    private func startOver(_ upload: ClientStore.Upload, reason: String) async throws -> ClientStore.Upload {
+        let fresh = ClientStore.Upload(messageID: upload.messageID, blobID: BlobLayout.newID(), recipient: upload.recipient, source: upload.source,
+                                       spool: spoolFolder.appendingPathComponent("\(UUID().uuidString).enc"), plainSize: upload.plainSize,
+                                       size: upload.size, mediaType: upload.mediaType, name: upload.name, preview: upload.preview,
+                                       caption: upload.caption, senderName: upload.senderName, stage: .created)
+        try await store.restartUpload(upload.messageID, blobID: fresh.blobID, spool: fresh.spool, reason: reason)
+        try? FileManager.default.removeItem(at: upload.spool)
+        _ = try? await authorized { try await api.deleteBlob(upload.blobID, session: $0) }
+        return fresh
+    }
+
     /// Seals the file into the spool and uploads each part the relay lacks as soon as its last
     /// byte is sealed, while encryption goes on (memory: a chunk for encryption, the part in
     /// flight for the upload; encryption runs ahead into the spool on disk, unbounded, so that it
@@ -170,8 +246,12 @@ extension MailslotClient {
     /// gives the same ciphertext, so the parts the relay holds stay valid and only the missing
     /// ones are sent; if the source changed since (size, modification time, inode), the send is
     /// refused (`file_source_changed`), as other bytes under that key and header would repeat
-    /// the keystream. Once encryption ends the spool is synced and the message with the
-    /// reference stored (stage `encrypted`); a resume from there reads parts from the spool.
+    /// the keystream. A change the stamp misses (within the modification time's granularity, or
+    /// a time set back) is caught part by part: each part's digest is stored before it goes up,
+    /// and a part sealed again must match it, or the send is refused
+    /// (``FileSendFailure/resealedPartDiffers``) before that part or any later one is sent.
+    /// Once encryption ends the spool is synced and the message with the reference stored
+    /// (stage `encrypted`); a resume from there reads parts from the spool.
     private func sealAndUpload(_ upload: ClientStore.Upload, progress: ProgressSink, stop: StopSignal) async throws {
         let record = try await authorized { try await api.blob(upload.blobID, session: $0) }
         guard record.size == upload.size, let layout = BlobLayout(size: record.size, partSize: record.partSize) else {
@@ -209,16 +289,28 @@ extension MailslotClient {
             }
         }
 
+        // Every part's digest is stored before the part goes up; a sealing resumed from the
+        // stored key and header must make every part again exactly as before, or nothing of it
+        // is sent (the source stamp misses a change within the modification time's granularity).
+        let known = try await store.partDigests(upload.messageID)
         var failure: (any Error)?
         var done = received.reduce(Int64(0)) { $0 + (layout.range(ofPart: $1).map { Int64($0.count) } ?? 0) }
         var stored = received.count
         var spool: FileHandle?
         defer { try? spool?.close() }
-        for await part in parts where failure == nil && !received.contains(part.number) {
+        for await part in parts where failure == nil {
             do {
+                if let before = known[part.number] {
+                    guard constantTimeEquals(before, part.digest) else { throw FileSendFailure.resealedPartDiffers }
+                } else if received.contains(part.number) {
+                    // On the relay, but its digest never stored (a send from before v7): it cannot be matched.
+                    throw FileSendFailure.resealedPartDiffers
+                }
+                if received.contains(part.number) { continue }
                 if stop.isSet { throw CancellationError() }
                 try Task.checkCancellation()
                 guard let range = layout.range(ofPart: part.number) else { continue }
+                if known[part.number] == nil { try await store.setPartDigest(upload.messageID, part: part.number, digest: part.digest) }
                 if spool == nil { spool = try FileHandle(forReadingFrom: upload.spool) }
                 try spool!.seek(toOffset: UInt64(range.lowerBound))
                 let bytes = try spool!.read(upToCount: range.count) ?? Data()
@@ -237,6 +329,11 @@ extension MailslotClient {
         do { sealed = try await encryption.value } catch {
             try? FileManager.default.removeItem(at: upload.spool)
             throw error
+        }
+        if let failure = failure as? FileSendFailure {
+            // Not the sealing whose parts were stored: no reference to it is kept either.
+            try? FileManager.default.removeItem(at: upload.spool)
+            throw failure
         }
         try await storeReference(upload, sealed)
         if let failure { throw failure }

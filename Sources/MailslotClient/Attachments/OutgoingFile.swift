@@ -36,7 +36,8 @@ public struct TransferProgress: Sendable, Equatable {
         case sending
         /// Receiving the ciphertext's parts (totals: the ciphertext).
         case downloading
-        /// Checking the ciphertext's digest and decrypting it to its file (totals: the ciphertext, twice).
+        /// Decrypting the ciphertext, whose digest was checked as it arrived, to its file (totals:
+        /// the ciphertext).
         case decrypting
     }
     /// The stage.

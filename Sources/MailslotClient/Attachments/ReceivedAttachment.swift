@@ -62,10 +62,22 @@ public struct AttachmentPolicy: Sendable, Equatable {
     /// Files smaller than this many bytes (and every inline one) are downloaded and saved as
     /// they arrive; larger ones wait for ``MailslotClient/download(_:into:)``. 0: never; `.max`: always.
     public var downloadAutomaticallyBelow: Int64
+    /// Hears of the progress of the files downloaded as they arrive (blobs only: an inline one is
+    /// in its message): the attachment, as it stood when its download began, and how far it is
+    /// (stages ``TransferProgress/Stage/downloading`` then ``TransferProgress/Stage/decrypting``).
+    /// Called off the caller's task; nil: nobody listens. Not part of the policy's equality.
+    public var progress: (@Sendable (ReceivedAttachment, TransferProgress) -> Void)?
 
     /// A policy; by default files under 16 MiB are saved in `files/` beside the database.
-    public init(directory: URL? = nil, downloadAutomaticallyBelow: Int64 = 16 * 1024 * 1024) {
+    public init(directory: URL? = nil, downloadAutomaticallyBelow: Int64 = 16 * 1024 * 1024,
+                progress: (@Sendable (ReceivedAttachment, TransferProgress) -> Void)? = nil) {
         self.directory = directory
         self.downloadAutomaticallyBelow = downloadAutomaticallyBelow
+        self.progress = progress
+    }
+
+    /// Same folder and size (the progress listener is not compared).
+    public static func == (lhs: AttachmentPolicy, rhs: AttachmentPolicy) -> Bool {
+        lhs.directory == rhs.directory && lhs.downloadAutomaticallyBelow == rhs.downloadAutomaticallyBelow
     }
 }

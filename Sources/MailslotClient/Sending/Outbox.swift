@@ -54,9 +54,16 @@ extension MailslotClient {
     /// Sends message `id` again, under the same id, sealed to the recipient's current keys: one
     /// the recipient could not open (``OutgoingMessage/State/undelivered``), one held for a key
     /// change, or one refused because the recipient had no keys at the time. Throws
-    /// ``ClientError/keyChanged(_:)`` while the recipient's new key is not trusted.
+    /// ``ClientError/keyChanged(_:)`` while the recipient's new key is not trusted. A file send
+    /// still uploading is resumed now (started over, with a new blob and key, if the relay lost
+    /// its upload).
     @discardableResult
     public func resend(_ id: String) async throws -> SendOutcome {
+        if let upload = try await store.upload(id) {
+            // A file send still uploading: resumed now, or started over if the relay lost it
+            // (Attachments/FileSending.swift).
+            return try await runUpload(upload, progress: ProgressSink(nil), stop: StopSignal())
+        }
         // Not a queued one: its envelope may be stored already (an answer lost), and another
         // envelope under its id would be refused as a conflict. `flush` retries those.
         guard let stored = try await store.outgoingBody(id),

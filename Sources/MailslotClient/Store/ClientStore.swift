@@ -192,6 +192,21 @@ final class ClientStore: Sendable {
                 ALTER TABLE uploads ADD COLUMN source_stamp TEXT;
                 """)
         }
+        // v7: each part's ciphertext digest (BLAKE2b-256, its `Mailslot-Digest`), stored before
+        // the part goes up. A resumed sealing compares every part it makes again with it: the
+        // source stamp of v6 misses a file changed within the modification time's granularity,
+        // and other bytes sealed under the same key and header would repeat the keystream
+        // (spec/attachments.md §6.1). Rows go with their upload.
+        migrator.registerMigration("v7: upload_parts") { db in
+            try db.execute(sql: """
+                CREATE TABLE upload_parts (
+                    message_id TEXT NOT NULL,
+                    part INTEGER NOT NULL,
+                    digest BLOB NOT NULL,
+                    PRIMARY KEY (message_id, part)
+                ) WITHOUT ROWID;
+                """)
+        }
         return migrator
     }
 }

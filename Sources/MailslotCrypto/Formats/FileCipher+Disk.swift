@@ -58,9 +58,37 @@ extension FileCipher {
         var reader = FileDescriptorSource(input, progress: progress.map { report in { report(FileProgress(stage: .verifying, done: $0, total: file.size)) } })
         try verify(&reader, file)                                                       // steps 1–3
         try input.rewind()
+        try decryptVerified(input, file, to: destination, progress: progress)
+    }
+
+    /// Opens the ciphertext at `ciphertext` whose BLAKE2b-256 the caller computed, `digest`, as
+    /// it wrote every byte of the file itself (a download hashed as it arrives, so that checking
+    /// it needs no pass of its own), and writes the file to `destination` as
+    /// ``decryptFile(at:_:to:progress:)`` does.
+    ///
+    /// Steps 1–2 use the lengths (of the file as it is now); step 3 compares `digest` with the
+    /// reference's, in constant time, before anything is decrypted. The caller vouches that
+    /// `digest` is of the bytes in the file: it must be the file's only writer. Were the file
+    /// changed after it was hashed, its chunks would still have to open with the key and their
+    /// tags, as in the two-pass opening. `progress` reports the decryption only.
+    package static func decryptFile(at ciphertext: URL, _ file: SealedFile, digested digest: [UInt8], to destination: URL,
+                                    progress: ((FileProgress) -> Void)? = nil) throws(FileError) {
+        guard size(plainSize: file.plainSize) == file.size else { throw .badLength }  // step 1, before any I/O
+        guard !exists(destination) else { throw .destinationExists }
+        let input = try FileDescriptor(opening: ciphertext, flags: O_RDONLY)
+        let length = try input.regularFileSize()
+        guard length >= file.size else { throw .truncated }                            // step 2
+        guard length == file.size else { throw .badLength }
+        guard constantTimeEquals(digest, file.digest.bytes) else { throw .digestMismatch }  // step 3
+        try decryptVerified(input, file, to: destination, progress: progress)
+    }
+
+    /// Steps 4–5 and the writing of §2.2, from `input` at its start, once steps 1–3 passed.
+    private static func decryptVerified(_ input: FileDescriptor, _ file: SealedFile, to destination: URL,
+                                        progress: ((FileProgress) -> Void)?) throws(FileError) {
         let (temporary, temporaryPath) = try FileDescriptor.temporary(beside: destination)
         defer { unlink(temporaryPath) }  // after the link, only the temporary name goes
-        reader = FileDescriptorSource(input, progress: progress.map { report in { report(FileProgress(stage: .decrypting, done: $0, total: file.size)) } })
+        var reader = FileDescriptorSource(input, progress: progress.map { report in { report(FileProgress(stage: .decrypting, done: $0, total: file.size)) } })
         var writer = FileDescriptorSink(temporary)
         try decrypt(&reader, file, to: &writer)                                         // steps 4–5
         try temporary.sync()
