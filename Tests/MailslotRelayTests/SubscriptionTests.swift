@@ -77,7 +77,7 @@ import MailslotWire
             let bob = try await relay.signIn("bob").session
             let socket = TestSocket.open(relay, "bob", session: bob)
             #expect(try await socket.next()?.pending == 0)
-            let count = MailboxHub.Subscription.freshLimit.bytes / 4096 + 16
+            let count = Subscriber.Machine.Limits(window: 1).freshBytes / 4096 + 16
             for n in 1...count {
                 #expect(try await relay.send(alice, to: "bob", id: messageID(n), envelope: randomBytes(4096)).status == 201)
             }

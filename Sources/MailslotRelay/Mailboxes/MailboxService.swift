@@ -78,7 +78,7 @@ struct MailboxService: Sendable {
                                                keyID: keyID, now: now, expiresAt: now + ttl * 1000,
                                                limits: CreateLimits(maxPending: configuration.maxPendingPerMailbox,
                                                                     maxAuthorBytes: configuration.maxAuthorBytes),
-                                               whenCommitted: { [hub] in hub.push($0) })
+                                               whenCommitted: { [hub] in hub.committed($0) })
         return { [self] in
             do {
                 switch try await ticket.value {
@@ -202,7 +202,7 @@ struct MailboxService: Sendable {
 
     private func finishDelete(owner: String, id: String, erased: Bool, isOwner: Bool) throws {
         erasure.erased()  // also when the row was expired: it was deleted all the same
-        hub.retract(owner, id: id)  // an unsent message waiting in a subscription's memory is not delivered
+        hub.erased(owner, id: id)  // an unsent message waiting in a subscription's memory is not delivered
         // Only the owner may learn that the message is not there (any more).
         guard erased else { throw Problem(isOwner ? .notFound : .forbidden, isOwner ? "no such message" : "you may not do this") }
         (isOwner ? metrics.messagesAcked : metrics.messagesUnsent).increment()

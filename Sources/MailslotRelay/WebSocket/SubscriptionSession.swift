@@ -49,34 +49,7 @@ final class SubscriptionSession: Sendable {
         self.tasks = tasks
     }
 
-    /// What has been delivered and not yet acknowledged on this socket (also the relay-wide
-    /// `mailslot_messages_unacked` gauge). A lock, not an actor: it is touched for every message
-    /// delivered and acked, and each touch is a few instructions.
-    final class InFlight: Sendable {
-        let metrics: RelayMetrics
-        /// Once cleared, nothing more is added: a delivery racing the close must not leave the gauge up.
-        private let state = Mutex((ids: Set<String>(), cleared: false))
-        init(metrics: RelayMetrics) { self.metrics = metrics }
-        func add(_ id: String) {
-            if state.withLock({ !$0.cleared && $0.ids.insert(id).inserted }) { metrics.messagesUnacked.increment() }
-        }
-        func remove(_ id: String) -> Bool {
-            guard state.withLock({ $0.ids.remove(id) != nil }) else { return false }
-            metrics.messagesUnacked.decrement()
-            return true
-        }
-        /// The socket closed: what it had in flight waits for the next subscription.
-        func clear() {
-            let count = state.withLock { state in
-                defer { state = ([], true) }
-                return state.ids.count
-            }
-            if count > 0 { metrics.messagesUnacked.decrement(by: Double(count)) }
-        }
-        var count: Int { state.withLock { $0.ids.count } }
-    }
-
-    enum CloseReason: Sendable {
+    enum CloseReason: Sendable, Equatable {
         case clientLeft, replaced, sessionEnded, shuttingDown, pingTimeout, serverError
         case protocolViolation(String)
         /// The subscription was refused (4400, 4401, 4403: the HTTP status the request would have had).
@@ -95,13 +68,14 @@ final class SubscriptionSession: Sendable {
     static let maxWaitingFrames = 8
 
     /// Starts one well-formed frame's work now and returns its answer.
+    /// `acknowledged` is told of each ack's id once its erasure was answered (the message leaves the window).
     func start(_ frame: ClientFrame, owner: String, principal: SessionService.Principal,
-                       subscription: MailboxHub.Subscription, inFlight: InFlight) -> AnswerQueue.Answer {
+               acknowledged: @escaping @Sendable (String) -> Void) -> AnswerQueue.Answer {
         switch frame {
         case .ack(let id):
             let erase = mailboxes.startDelete(principal, owner: owner, id: id, now: Clock.now())
             return {
-                defer { if inFlight.remove(id) { subscription.wake() } }
+                defer { acknowledged(id) }
                 do {
                     try await erase()
                     return FrameText.acked(id)
