@@ -166,8 +166,8 @@ import MailslotWire
             for (uid, count) in [("heavy1", 48), ("heavy2", 48), ("bystander", 1)] {
                 for n in 0..<count {
                     _ = try await relay.relay.store.createMessage(recipient: uid, id: messageID(n), author: "alice", envelope: envelope,
-                                                                  size: 256 * 1024, now: Clock.now(), expiresAt: Clock.now() + 600_000,
-                                                                  limits: CreateLimits(maxPending: 100, maxAuthorBytes: 1 << 40))
+                                                                  size: 256 * 1024, keyID: nil, now: Clock.now(), expiresAt: Clock.now() + 600_000,
+                                                                  limits: CreateLimits(maxPending: 100, maxAuthorBytes: 1 << 40)).value
                 }
             }
             var held: [RawConnection] = []
@@ -208,8 +208,8 @@ import MailslotWire
             let envelope = Base64URL.encode(randomBytes(256 * 1024))
             for n in 0..<48 {
                 _ = try await relay.relay.store.createMessage(recipient: "bob", id: messageID(n), author: "alice", envelope: envelope,
-                                                              size: 256 * 1024, now: Clock.now(), expiresAt: Clock.now() + 600_000,
-                                                              limits: CreateLimits(maxPending: 100, maxAuthorBytes: 1 << 40))
+                                                              size: 256 * 1024, keyID: nil, now: Clock.now(), expiresAt: Clock.now() + 600_000,
+                                                              limits: CreateLimits(maxPending: 100, maxAuthorBytes: 1 << 40)).value
             }
             // A 16 MiB page for a reader whose socket takes 16 KiB: without a deadline its read,
             // its page and its connection would stay as long as the reader likes.

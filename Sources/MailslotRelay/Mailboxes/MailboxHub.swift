@@ -24,14 +24,14 @@ protocol MailboxListener: AnyObject, Sendable {
 /// (``ClusterSignals/announceSubscription(to:)``), and other nodes' events arrive through
 /// ``handle(_:)``: their new messages make a subscription read the store again.
 ///
-/// Each commit of this relay reaches the mailbox's
+/// The hub is its store's ``CommitObserver``: each commit of this relay reaches the mailbox's
 /// subscription (``committed(_:)``), so that a subscription that has caught up with the store
 /// delivers it without reading it back. The store stays the truth: a subscription that falls
 /// behind, or whose small buffer overflowed, reads from the store again (``SubscriberStateMachine``).
 ///
 /// A lock rather than an actor: the commit calls run inside the group commit, after the commit
 /// and in commit order, which is what lets a subscription trust the order of what it is handed.
-final class MailboxHub: Sendable {
+final class MailboxHub: CommitObserver {
     /// A live subscription: a registration of one ``MailboxListener`` for one mailbox, ended by a
     /// newer subscription. Events are calls, not a stream: an idle subscription keeps no task waiting.
     final class Subscription: Sendable {
@@ -145,6 +145,14 @@ final class MailboxHub: Sendable {
             if state.subscriptions[uid]?.id == subscription.id { state.subscriptions[uid] = nil }
         }
         subscription.end()
+    }
+
+    /// The store committed `change` (``CommitObserver``): it reaches the mailbox's subscription.
+    func committed(_ change: CommittedChange) {
+        switch change {
+        case .created(let message): committed(message)
+        case .erased(let recipient, let id): erased(recipient, id: id)
+        }
     }
 
     /// A message was committed to its recipient's mailbox. Called in commit order.

@@ -56,6 +56,8 @@ public struct Relay: Sendable {
                                                                     relays: configuration.relays),
                                    readLimiter: ReadLimiter(limit: configuration.maxConcurrentReads, relayLimit: configuration.maxReads),
                                    erasure: erasure, metrics: metrics)
+        // The one route from a commit to the subscriptions: the hub hears the store's commits.
+        store.commits.add(mailboxes.hub)
         let storage = try Self.openBlobStorage(configuration: configuration, logger: logger)
         blobStorageService = storage as? S3BlobStorage
         if configuration.databaseURL != nil, configuration.blobStore == .files {

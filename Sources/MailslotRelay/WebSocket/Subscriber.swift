@@ -44,14 +44,10 @@ final class Subscriber: MailboxListener {
 
     // MARK: Opening
 
-    /// The upgrade is done. Some WebSocket clients drop a frame that reaches them in the same
-    /// read as the 101 response (NIO's client upgrade does unless told to forward those bytes;
-    /// the bench's idle-subscriber run lost `ready` frames that way). A short pause before the
-    /// first frame keeps it out of that read; every later frame is unaffected.
+    /// The upgrade is done: the subscription starts at once. (A client must read frames that
+    /// arrive in the same read as the `101` response, RFC 6455 §4.1; spec/protocol.md says so.)
     func upgraded() {
-        channel.eventLoop.scheduleTask(in: .milliseconds(25)) {
-            self.session.tasks.spawn { await self.start() }
-        }
+        session.tasks.spawn { await self.start() }
     }
 
     private func start() async {
@@ -62,9 +58,8 @@ final class Subscriber: MailboxListener {
         let generation: Int64?
         do {
             principal = try await session.sessions.authenticate(authorization: authorization, now: Clock.now())
-            try session.mailboxes.authorizeSubscription(principal, owner: owner)
             // With other relays on the store, they end their older subscriptions to this mailbox.
-            generation = try await session.mailboxes.store.cluster?.announceSubscription(to: owner)
+            generation = try await session.mailboxes.beginSubscription(principal, owner: owner)
         } catch {
             return refuse(error)
         }
@@ -74,9 +69,8 @@ final class Subscriber: MailboxListener {
         case .sendReady: break
         }
         do {
-            let pending = try await session.mailboxes.store.pendingCount(recipient: owner, now: Clock.now())
             // The owner learns here when its one-time prekeys run low (spec/protocol.md §8.4).
-            let prekeys = try await session.mailboxes.store.prekeyCount(uid: owner)
+            let (pending, prekeys) = try await session.mailboxes.subscriptionCounts(owner: owner, now: Clock.now())
             try await write(SubscriptionSession.text(.ready(pending: pending, prekeys: prekeys)), waiting: true)
         } catch {
             return refuse(error)
@@ -136,8 +130,8 @@ final class Subscriber: MailboxListener {
             case .close(let reason): return finish(reason)
             case .loadBacklog(let cursor, let limit):
                 do {
-                    let read = try await session.mailboxes.store.messages(recipient: owner, after: cursor, limit: limit,
-                                                                          maxBytes: session.maxReadBytes, now: Clock.now())
+                    let read = try await session.mailboxes.backlog(owner: owner, after: cursor, limit: limit,
+                                                                   maxBytes: session.maxReadBytes, now: Clock.now())
                     action = nextDelivery { $0.backlogLoaded(read.messages, more: read.more, now: Clock.now()) }
                 } catch {
                     // The database out of reach (or busy) for now: the subscription stays open and

@@ -73,11 +73,11 @@ final class SubscriptionSession: Sendable {
                acknowledged: @escaping @Sendable (String) -> Void) -> AnswerQueue.Answer {
         switch frame {
         case .ack(let id):
-            let erase = mailboxes.startDelete(principal, owner: owner, id: id, now: Clock.now())
+            let erase = mailboxes.delete(principal, owner: owner, id: id, now: Clock.now())
             return {
                 defer { acknowledged(id) }
                 do {
-                    try await erase()
+                    try await erase.value
                     return FrameText.acked(id)
                 } catch let problem as Problem where problem.code == .notFound {
                     return FrameText.acked(id)  // already erased (a repeated ack): acknowledged all the same
@@ -92,11 +92,11 @@ final class SubscriptionSession: Sendable {
                 let error = Self.text(.error(Problem(.badRequest, "a send needs a ref of 1 to 64 bytes")))
                 return { error }
             }
-            let stored = mailboxes.startSend(principal, to: send.to, id: send.id, envelope: send.envelope,
+            let stored = mailboxes.send(principal, to: send.to, id: send.id, envelope: send.envelope,
                                              ttlSeconds: send.ttlSeconds, keyID: send.keyID, now: Clock.now())
             return {
                 do {
-                    let (record, created) = try await stored()
+                    let (record, created) = try await stored.value
                     return FrameText.sent(record, ref: ref, created: created) ?? Self.text(.sent(ref: ref, created: created, message: record))
                 } catch {
                     return Self.text(.error(self.problem(error), ref: ref))
