@@ -222,7 +222,7 @@ import Testing
         var machine = open()
         #expect(machine.frameReceived(ByteBuffer(string: "1"), text: true) == true, "starts the reader")
         #expect(machine.frameReceived(ByteBuffer(string: "2"), text: false) == false, "the reader runs")
-        for n in 3...SubscriptionSession.maxWaitingFrames { _ = machine.frameReceived(ByteBuffer(string: "\(n)"), text: true) }
+        for n in 3...Subscriptions.maxWaitingFrames { _ = machine.frameReceived(ByteBuffer(string: "\(n)"), text: true) }
         #expect(machine.holdRead() == true, "full: hold the channel's reads")
         guard case .handle(let first, text: true, principal: Self.principal, resumeReading: false) = machine.nextFrame(now: Self.now) else {
             Issue.record("the first frame")

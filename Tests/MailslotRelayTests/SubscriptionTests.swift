@@ -155,7 +155,7 @@ import MailslotWire
             let socket = try await TestSocket.subscribed(relay, "bob", session: bob)
             // More frames than the relay works on at once, without waiting for any answer; a bad
             // one and a refused one among them.
-            let count = SubscriptionSession.maxQueuedAnswers * 3
+            let count = Subscriptions.maxQueuedAnswers * 3
             var expected: [String] = []
             for n in 0..<count {
                 switch n {

@@ -109,7 +109,7 @@ public struct Relay: Sendable {
     public func application(onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> some ApplicationProtocol {
         let router = makeRouter()
 
-        let subscription = SubscriptionSession(mailboxes: mailboxes, sessions: sessions, hub: mailboxes.hub,
+        let subscription = Subscriptions(mailboxes: mailboxes, sessions: sessions, hub: mailboxes.hub,
                                                window: configuration.deliveryWindow, maxFrameBytes: configuration.maxFrameBytes,
                                                maxFragments: configuration.maxFrameFragments, maxReadBytes: configuration.maxPageBytes,
                                                maxJSONDepth: configuration.maxJSONDepth,
@@ -119,7 +119,7 @@ public struct Relay: Sendable {
                                                httpDecoderConfiguration: .init(maxHeaderFieldSize: 16 * 1024, maxHeaderListSize: 32 * 1024,
                                                                                maxHeaderFieldCount: 100))
         let server = HTTPServerBuilder { responder in
-            RelayChildChannel(responder: responder, http1: http1, session: subscription, headerTimeout: configuration.headerTimeout,
+            RelayChildChannel(responder: responder, http1: http1, subscriptions: subscription, headerTimeout: configuration.headerTimeout,
                               idleTimeout: configuration.idleTimeout, maxRequestBodyBytes: configuration.maxRequestBodyBytes)
         }
         return Application(

@@ -21,25 +21,25 @@ import Synchronization
 final class Subscriber: MailboxListener {
     typealias Machine = SubscriberStateMachine<MailboxHub.Subscription, Scheduled<Void>>
 
-    let session: SubscriptionSession
+    let subscriptions: Subscriptions
     let channel: any Channel
     let owner: String
     let authorization: String?
-    private let answers = AnswerQueue(maxCount: SubscriptionSession.maxQueuedAnswers,
-                                      maxBytes: SubscriptionSession.maxQueuedFrameBytes)
+    private let answers = AnswerQueue(maxCount: Subscriptions.maxQueuedAnswers,
+                                      maxBytes: Subscriptions.maxQueuedFrameBytes)
     private let machine: Mutex<Machine>
     /// Whether our close frame has gone out; on the event loop, where every frame is written
     /// after checking it, so that nothing follows the close (RFC 6455 §5.5.1).
     private let closeSent: NIOLoopBoundBox<Bool>
 
     /// A subscriber for `channel`; made on its event loop.
-    init(session: SubscriptionSession, channel: any Channel, owner: String, authorization: String?) {
-        self.session = session
+    init(subscriptions: Subscriptions, channel: any Channel, owner: String, authorization: String?) {
+        self.subscriptions = subscriptions
         self.channel = channel
         closeSent = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
         self.owner = owner
         self.authorization = authorization
-        machine = Mutex(Machine(limits: .init(window: session.window)))
+        machine = Mutex(Machine(limits: .init(window: subscriptions.window)))
     }
 
     // MARK: Opening
@@ -47,39 +47,39 @@ final class Subscriber: MailboxListener {
     /// The upgrade is done: the subscription starts at once. (A client must read frames that
     /// arrive in the same read as the `101` response, RFC 6455 §4.1; spec/protocol.md says so.)
     func upgraded() {
-        session.tasks.spawn { await self.start() }
+        subscriptions.tasks.spawn { await self.start() }
     }
 
     private func start() async {
         guard machine.withLock({ $0.starting() }) else { return }
-        session.metrics.webSocketsOpen.increment()
-        guard !session.tasks.isStopping else { return finish(.shuttingDown) }
+        subscriptions.metrics.webSocketsOpen.increment()
+        guard !subscriptions.tasks.isStopping else { return finish(.shuttingDown) }
         let principal: SessionService.Principal
         let generation: Int64?
         do {
-            principal = try await session.sessions.authenticate(authorization: authorization, now: Clock.now())
+            principal = try await subscriptions.sessions.authenticate(authorization: authorization, now: Clock.now())
             // With other relays on the store, they end their older subscriptions to this mailbox.
-            generation = try await session.mailboxes.beginSubscription(principal, owner: owner)
+            generation = try await subscriptions.mailboxes.beginSubscription(principal, owner: owner)
         } catch {
             return refuse(error)
         }
-        let (subscription, _) = session.hub.subscribe(owner, generation: generation, listener: self)
+        let (subscription, _) = subscriptions.hub.subscribe(owner, generation: generation, listener: self)
         switch machine.withLock({ $0.subscribed(principal, lease: subscription) }) {
-        case .unsubscribe(let subscription): return session.hub.unsubscribe(owner, subscription)
+        case .unsubscribe(let subscription): return subscriptions.hub.unsubscribe(owner, subscription)
         case .sendReady: break
         }
         do {
             // The owner learns here when its one-time prekeys run low (spec/protocol.md §8.4).
-            let (pending, prekeys) = try await session.mailboxes.subscriptionCounts(owner: owner, now: Clock.now())
-            try await write(SubscriptionSession.text(.ready(pending: pending, prekeys: prekeys)), waiting: true)
+            let (pending, prekeys) = try await subscriptions.mailboxes.subscriptionCounts(owner: owner, now: Clock.now())
+            try await write(Subscriptions.text(.ready(pending: pending, prekeys: prekeys)), waiting: true)
         } catch {
             return refuse(error)
         }
         guard let opened = machine.withLock({ $0.readySent(now: Clock.now()) }) else { return }
-        if let prekeys = opened.prekeys { send(SubscriptionSession.text(.prekeys(prekeys))) }
+        if let prekeys = opened.prekeys { send(Subscriptions.text(.prekeys(prekeys))) }
         scheduleTick()
-        if opened.startDelivery { session.tasks.spawn { await self.deliverLoop() } }
-        if opened.startReader { session.tasks.spawn { await self.readLoop() } }
+        if opened.startDelivery { subscriptions.tasks.spawn { await self.deliverLoop() } }
+        if opened.startReader { subscriptions.tasks.spawn { await self.readLoop() } }
     }
 
     /// Ends a subscription that could not start: a refusal (401, 403) or an unreachable database
@@ -88,7 +88,7 @@ final class Subscriber: MailboxListener {
     private func refuse(_ error: any Error) {
         guard error is Problem || error is StoreFailure else { return finish(.serverError) }
         let problem = Problem.answering(error)
-        send(SubscriptionSession.text(.error(problem)))
+        send(Subscriptions.text(.error(problem)))
         finish(.refused(UInt16(4000 + problem.code.status), problem.code.rawValue))
     }
 
@@ -112,13 +112,13 @@ final class Subscriber: MailboxListener {
     /// (spec/protocol.md §8.4). One per crossing of the mark, so no queue is needed: it is written
     /// as it comes, after `ready` (one that comes while `ready` is being written follows it).
     func prekeysLow(_ count: Int) {
-        if let count = machine.withLock({ $0.prekeysLow(count) }) { send(SubscriptionSession.text(.prekeys(count))) }
+        if let count = machine.withLock({ $0.prekeysLow(count) }) { send(Subscriptions.text(.prekeys(count))) }
     }
 
     // MARK: Delivering
 
     private func startDelivery() {
-        session.tasks.spawn { await self.deliverLoop() }
+        subscriptions.tasks.spawn { await self.deliverLoop() }
     }
 
     /// Runs the machine's delivery steps until it says stop: backlog reads, and frames written.
@@ -130,8 +130,8 @@ final class Subscriber: MailboxListener {
             case .close(let reason): return finish(reason)
             case .loadBacklog(let cursor, let limit):
                 do {
-                    let read = try await session.mailboxes.backlog(owner: owner, after: cursor, limit: limit,
-                                                                   maxBytes: session.maxReadBytes, now: Clock.now())
+                    let read = try await subscriptions.mailboxes.backlog(owner: owner, after: cursor, limit: limit,
+                                                                   maxBytes: subscriptions.maxReadBytes, now: Clock.now())
                     action = nextDelivery { $0.backlogLoaded(read.messages, more: read.more, now: Clock.now()) }
                 } catch {
                     // The database out of reach (or busy) for now: the subscription stays open and
@@ -154,11 +154,11 @@ final class Subscriber: MailboxListener {
                     guard isOpen else { return }
                     let record = message.record(forOwner: true)
                     do {
-                        try await write(FrameText.message(record) ?? SubscriptionSession.text(.message(record)))
+                        try await write(FrameText.message(record) ?? Subscriptions.text(.message(record)))
                     } catch {
                         return finish(channel.isActive ? .serverError : .clientLeft)  // the socket is gone
                     }
-                    session.metrics.messagesDelivered.increment()
+                    subscriptions.metrics.messagesDelivered.increment()
                 }
             }
             action = nextDelivery { $0.nextDelivery(now: Clock.now()) }
@@ -170,7 +170,7 @@ final class Subscriber: MailboxListener {
     private func nextDelivery(_ event: (inout Machine) -> Machine.DeliveryAction) -> Machine.DeliveryAction {
         machine.withLock { machine in
             let action = event(&machine)
-            if case .send(_, let added) = action, added > 0 { session.metrics.messagesUnacked.increment(by: Double(added)) }
+            if case .send(_, let added) = action, added > 0 { subscriptions.metrics.messagesUnacked.increment(by: Double(added)) }
             return action
         }
     }
@@ -180,7 +180,7 @@ final class Subscriber: MailboxListener {
         switch machine.withLock({ $0.ackCommitted(id) }) {
         case .unknown: break
         case .acknowledged(let startDelivery):
-            session.metrics.messagesUnacked.decrement()
+            subscriptions.metrics.messagesUnacked.decrement()
             if startDelivery { self.startDelivery() }
         }
     }
@@ -189,7 +189,7 @@ final class Subscriber: MailboxListener {
 
     /// A text or binary frame arrived (on the event loop).
     func received(_ data: ByteBuffer, text: Bool) {
-        if machine.withLock({ $0.frameReceived(data, text: text) }) { session.tasks.spawn { await self.readLoop() } }
+        if machine.withLock({ $0.frameReceived(data, text: text) }) { subscriptions.tasks.spawn { await self.readLoop() } }
     }
 
     /// Whether the channel should not read now: frames wait unstarted (on the event loop).
@@ -213,16 +213,16 @@ final class Subscriber: MailboxListener {
             var bytes = 0
             var malformed = false
             // A frame that is not JSON, or lacks a member its type requires, is malformed.
-            if isText, let frame = session.decode(String(buffer: data)) {
+            if isText, let frame = subscriptions.decode(String(buffer: data)) {
                 bytes = data.readableBytes
-                answer = session.start(frame, owner: owner, principal: principal, acknowledged: { self.acknowledged($0) })
+                answer = subscriptions.start(frame, owner: owner, principal: principal, acknowledged: { self.acknowledged($0) })
             } else {
                 malformed = true
-                let error = SubscriptionSession.text(.error(Problem(.invalidJSON, "frames are JSON text: ack or send")))
+                let error = Subscriptions.text(.error(Problem(.invalidJSON, "frames are JSON text: ack or send")))
                 answer = { error }
             }
             guard let startWriter = await answers.append(answer, bytes: bytes) else { return }
-            if startWriter { session.tasks.spawn { await self.writeLoop() } }
+            if startWriter { subscriptions.tasks.spawn { await self.writeLoop() } }
             if malformed, let reason = machine.withLock({ $0.malformedFrame() }) {
                 // The error frames owed so far go out first; the writer closes after the last.
                 if !answers.closeWhileWriting() { finish(reason) }
@@ -247,17 +247,17 @@ final class Subscriber: MailboxListener {
     // MARK: Timer: ping and session check
 
     private func scheduleTick() {
-        guard let delay = machine.withLock({ $0.tickDelay(now: Clock.now(), checkInterval: session.sessionCheckInterval,
-                                                          pingInterval: session.pingInterval) }) else { return }
+        guard let delay = machine.withLock({ $0.tickDelay(now: Clock.now(), checkInterval: subscriptions.sessionCheckInterval,
+                                                          pingInterval: subscriptions.pingInterval) }) else { return }
         let tick = channel.eventLoop.scheduleTask(in: .milliseconds(delay)) { self.tick() }
         if !machine.withLock({ $0.tickScheduled(tick) }) { tick.cancel() }
     }
 
     /// On the event loop: pings when a ping is due (closing a socket that did not answer the
-    /// last one), then re-checks the session.
+    /// last one), then re-checks the subscriptions.
     private func tick() {
         let principal: SessionService.Principal
-        switch machine.withLock({ $0.tick(now: Clock.now(), pingInterval: session.pingInterval) }) {
+        switch machine.withLock({ $0.tick(now: Clock.now(), pingInterval: subscriptions.pingInterval) }) {
         case .none: return
         case .pingTimeout: return finish(.pingTimeout)
         case .check(let who, let ping):
@@ -268,10 +268,10 @@ final class Subscriber: MailboxListener {
                 channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .ping, data: data), promise: nil)
             }
         }
-        session.tasks.spawn {
+        subscriptions.tasks.spawn {
             guard Clock.now() < principal.expiresAt else { return self.finish(.sessionEnded) }
             do {
-                _ = try await self.session.sessions.authenticate(authorization: self.authorization, now: Clock.now())
+                _ = try await self.subscriptions.sessions.authenticate(authorization: self.authorization, now: Clock.now())
             } catch let failure as StoreFailure where failure.isTemporary {
                 // The database is out of reach or busy: the session may well be valid; check at the next tick.
             } catch {
@@ -309,17 +309,17 @@ final class Subscriber: MailboxListener {
     }
 
     /// Ends the subscription (once): leaves the hub, and closes the socket with the reason's code.
-    func finish(_ reason: SubscriptionSession.CloseReason) {
+    func finish(_ reason: Subscriptions.CloseReason) {
         guard case let .close(subscription, tick, counted, unacknowledged) = machine.withLock({ $0.close() }) else {
             if case .clientClosed = reason { channel.close(promise: nil) }  // the client answered our close
             return
         }
         tick?.cancel()
-        if let subscription { session.hub.unsubscribe(owner, subscription) }
+        if let subscription { subscriptions.hub.unsubscribe(owner, subscription) }
         // What was in flight waits for the next subscription.
-        if unacknowledged > 0 { session.metrics.messagesUnacked.decrement(by: Double(unacknowledged)) }
+        if unacknowledged > 0 { subscriptions.metrics.messagesUnacked.decrement(by: Double(unacknowledged)) }
         answers.close()
-        if counted { session.metrics.webSocketsOpen.decrement() }
+        if counted { subscriptions.metrics.webSocketsOpen.decrement() }
         switch reason {
         case .clientLeft: close(.normalClosure, nil)
         case .replaced: close(.unknown(CloseCode.replaced), "replaced by a newer subscription")

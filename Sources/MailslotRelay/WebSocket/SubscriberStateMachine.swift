@@ -17,14 +17,14 @@ import NIOCore
 /// tick (`Scheduled<Void>`): the machine keeps them so that closing hands each back exactly once.
 struct SubscriberStateMachine<Lease: Sendable, Timer: Sendable>: Sendable {
     typealias Principal = SessionService.Principal
-    typealias CloseReason = SubscriptionSession.CloseReason
+    typealias CloseReason = Subscriptions.CloseReason
 
     /// The bounds one socket works within.
     struct Limits: Sendable {
         /// Deliveries unacknowledged at once.
         var window: Int
         /// Frames read but not yet started beyond which the socket stops reading (TCP pushes back).
-        var maxWaitingFrames = SubscriptionSession.maxWaitingFrames
+        var maxWaitingFrames = Subscriptions.maxWaitingFrames
         /// Messages, and envelope bytes, kept in memory between two turns of delivery (more, and
         /// the store is read instead): a caught-up subscription delivers commits without reading
         /// them back, and one that falls behind costs no memory.

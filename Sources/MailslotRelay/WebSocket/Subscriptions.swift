@@ -10,8 +10,9 @@ import Synchronization
 /// backlog oldest first and then each new message, keeps at most `window` deliveries
 /// unacknowledged, erases a message when its ack arrives, and accepts sends. Every frame goes
 /// through ``MailboxService`` and so through the rules. A class: every ``Subscriber`` holds a
-/// reference, not a copy of the services and the configuration they carry.
-final class SubscriptionSession: Sendable {
+/// reference, not a copy of the services and the configuration they carry. (Named for what it
+/// serves, all the subscriptions; "session" is the sign-in's word, ``SessionService``.)
+final class Subscriptions: Sendable {
     let mailboxes: MailboxService
     let sessions: SessionService
     let hub: MailboxHub
