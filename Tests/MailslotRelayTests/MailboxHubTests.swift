@@ -33,6 +33,19 @@ final class RecordingListener: MailboxListener {
         #expect(carol.heard.value == ["committed 4"])
     }
 
+    /// The hub is its store's observer: local commits and other relays' arrive by that one route.
+    @Test func whatTheStorePublishesReachesTheSubscription() {
+        let hub = MailboxHub()
+        let bob = RecordingListener()
+        _ = hub.subscribe("bob", generation: 5, listener: bob)
+        let observer: any CommitObserver = hub
+        observer.committed(.created(message(1)))
+        observer.committed(.erased(recipient: "bob", id: message(1).id))
+        observer.committed(.elsewhere(.changed(mailboxes: ["bob"])))
+        observer.committed(.elsewhere(.subscribed(mailbox: "bob", generation: 6)))
+        #expect(bob.heard.value == ["committed 1", "erased \(message(1).id)", "recheck", "ended"])
+    }
+
     @Test func aNewerSubscriptionReplacesTheOlderAndGetsTheCommits() {
         let hub = MailboxHub()
         let older = RecordingListener(), newer = RecordingListener()

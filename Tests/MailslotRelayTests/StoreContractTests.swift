@@ -270,6 +270,7 @@ import Testing
                 switch change {
                 case .created(let message): "created \(message.id)"
                 case .erased(let recipient, let id): "erased \(recipient) \(id)"
+                case .elsewhere(let event): "elsewhere \(event)"
                 }
             } == ["created x", "erased bob x"], "and the erasure after its create")
             let listed = try await store.messages(recipient: "bob", after: 0, limit: 100, maxBytes: .max, now: Self.now)

@@ -152,6 +152,7 @@ final class MailboxHub: CommitObserver {
         switch change {
         case .created(let message): committed(message)
         case .erased(let recipient, let id): erased(recipient, id: id)
+        case .elsewhere(let event): handle(event)
         }
     }
 

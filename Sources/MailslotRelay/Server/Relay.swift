@@ -168,18 +168,19 @@ public struct Relay: Sendable {
 
 extension Relay {
     /// Readies the store before the relay listens (``RelayStore/prepare()``), and lets the other
-    /// relays sharing it, if any, reach this one's hub.
+    /// relays sharing it, if any, reach this one's hub: what they committed is published to the
+    /// store's observers as this relay's own commits are (``CommittedChange/elsewhere(_:)``).
     func prepareStore() async throws {
         try await store.prepare()
         guard let cluster = store.cluster else { return }
-        cluster.start { [hub = mailboxes.hub, logger] event in
-            hub.handle(event)
+        cluster.start { [commits = store.commits, hub = mailboxes.hub, logger] event in
+            commits.publish(.elsewhere(event))
             guard event == .recheckAll else { return }
             // Announcements may have been missed too: end the subscriptions a newer one replaced elsewhere.
             Task {
                 do {
                     for (uid, generation) in try await cluster.newestGenerations(of: hub.mailboxes) {
-                        hub.handle(.subscribed(mailbox: uid, generation: generation))
+                        commits.publish(.elsewhere(.subscribed(mailbox: uid, generation: generation)))
                     }
                 } catch {
                     logger.warning("could not compare subscriptions with the other relays'", metadata: ["error.type": "\(type(of: error))"])

@@ -6,13 +6,17 @@ enum CommittedChange: Sendable, Equatable {
     case created(StoredMessage)
     /// Message `id` of `recipient`'s mailbox was erased (an ack, an unsend).
     case erased(recipient: String, id: String)
+    /// Another relay sharing the store committed something, as its signal says (``ClusterSignals``,
+    /// PostgreSQL only): ordered among that relay's signals, not with this relay's commits.
+    case elsewhere(ClusterEvent)
 }
 
 /// Hears what its store committed, in commit order: the one route from a commit to the
 /// subscriptions (``MailboxHub`` is the relay's observer). Called inside the group commit, after
 /// the transaction committed and before any writer is answered, one change after another in the
-/// order the rows were written — so it must return at once. Other relays' commits arrive through
-/// ``ClusterSignals`` (docs/architecture.md, "Socket to socket").
+/// order the rows were written — so it must return at once. Other relays' commits arrive by the
+/// same route, as ``CommittedChange/elsewhere(_:)``: the relay publishes what its
+/// ``ClusterSignals`` hear (``Relay``; docs/architecture.md, "Socket to socket, hop by hop").
 protocol CommitObserver: Sendable {
     func committed(_ change: CommittedChange)
 }
