@@ -185,8 +185,8 @@ import Testing
     /// erased (`404`) — starts over on `flush` or `resend`: a new blob, a new key, the message
     /// referring to the new blob, the file arriving whole.
     static func lostUploadStartsOver(expire: Bool) async throws {
-        let clock = RelayClock()
-        try await withTestRelay(configure: { $0.blobPartBytes = 1 << 20; $0.blobUploadTTL = 60; $0.clock = clock.now }) { relay in
+        let clock = TestClock()
+        try await withTestRelay(configure: { $0.blobPartBytes = 1 << 20; $0.blobUploadTTL = 60; $0.clock = clock.relayClock }) { relay in
             let alice = try relay.client("alice")
             let bob = try relay.client("bob", attachments: AttachmentPolicy(downloadAutomaticallyBelow: .max))
             try await alice.signIn()
@@ -204,7 +204,7 @@ import Testing
 
             let outcome: MailslotClient.SendOutcome
             if expire {
-                clock.advance(seconds: 61)
+                clock.advance(by: .seconds(61))
                 let answer = try await relay.call("GET", "/v1/blobs/\(before.blobID)", session: session)
                 #expect(answer.status == 410 && answer.problem == .uploadExpired)
                 #expect(try await alice.flush() == 0)
@@ -446,16 +446,6 @@ import Testing
     }
 
     // MARK: Helpers
-
-    /// A clock the test moves: the relay's time is the wall clock plus `offset`.
-    final class RelayClock: Sendable {
-        private let offset = Atomic<Int64>(0)
-
-        /// Moves the clock forward by `seconds`.
-        func advance(seconds: Int64) { offset.add(seconds * 1000, ordering: .relaxed) }
-
-        var now: @Sendable () -> Int64 { { [self] in Clock.now() + offset.load(ordering: .relaxed) } }
-    }
 
     /// Whether the client database files in `folder` (the database, its WAL and shared memory,
     /// read as raw bytes, as a thief would take them) hold `key`, raw or in base64url.

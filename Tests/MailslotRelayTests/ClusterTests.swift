@@ -43,8 +43,17 @@ struct ClusterTests {
     @Test func theHighestGenerationIsTheLiveSubscriptionWhereverItBegan() {
         let hub = MailboxHub()
         let ended = Shared<[String]>([])
+        final class Ending: MailboxListener {
+            let name: String, log: Shared<[String]>
+            init(_ name: String, _ log: Shared<[String]>) { (self.name, self.log) = (name, log) }
+            func committed(_ message: StoredMessage) {}
+            func erased(_ id: String) {}
+            func recheck() {}
+            func ended() { log.update { $0.append(name) } }
+            func prekeysLow(_ count: Int) {}
+        }
         func subscribe(_ name: String, _ generation: Int64?) -> MailboxHub.Subscription {
-            hub.subscribe("bob", generation: generation, onEnd: { ended.update { $0.append(name) } }).0
+            hub.subscribe("bob", generation: generation, listener: Ending(name, ended)).0
         }
         let first = subscribe("first", 10)
         // Drawn earlier, registered later: it is already the older one.
@@ -66,31 +75,24 @@ struct ClusterTests {
     /// Another node's low-water signal reaches the mailbox's subscription here, and only it.
     @Test func anotherNodesLowWaterSignalReachesTheOwnersSubscription() {
         let hub = MailboxHub()
-        let told = Shared<[String]>([])
-        for uid in ["bob", "carol"] {
-            _ = hub.subscribe(uid, generation: 1, onPrekeysLow: { count in told.update { $0.append("\(uid) \(count)") } })
-        }
+        let bob = RecordingListener(), carol = RecordingListener()
+        _ = hub.subscribe("bob", generation: 1, listener: bob)
+        _ = hub.subscribe("carol", generation: 1, listener: carol)
         hub.handle(.prekeysLow(mailbox: "bob", count: 24))
         hub.handle(.prekeysLow(mailbox: "dave", count: 24))
-        #expect(told.value == ["bob 24"])
+        #expect(bob.heard.value == ["prekeys 24"] && carol.heard.value.isEmpty)
     }
 
     @Test func anotherNodesMessagesMakeTheSubscriptionReadTheStoreAgain() throws {
         let hub = MailboxHub()
-        let wakes = Shared(0)
-        let bob = hub.subscribe("bob", onWake: { wakes.update { $0 += 1 } }).0
-        bob.startStoreRead()
-        hub.push(StoredMessage(seq: 1, recipient: "bob", id: messageID(1), author: "alice", createdAt: 0, expiresAt: .max,
-                               envelope: "e", size: 1))
-        #expect(wakes.value == 1)
+        let bob = RecordingListener()
+        _ = hub.subscribe("bob", listener: bob)
         hub.handle(.changed(mailboxes: ["carol"]))
-        #expect(wakes.value == 1, "another mailbox: nothing to do")
+        #expect(bob.heard.value.isEmpty, "another mailbox: nothing to do")
         hub.handle(.changed(mailboxes: ["carol", "bob"]))
-        #expect(wakes.value == 2)
-        #expect(bob.takeFresh(limit: 10) == nil, "what this node kept in memory is not all there is: read the store")
-        bob.startStoreRead()
+        #expect(bob.heard.value == ["recheck"], "what this node kept in memory is not all there is: read the store")
         hub.handle(.recheckAll)
-        #expect(wakes.value == 3 && bob.takeFresh(limit: 10) == nil)
+        #expect(bob.heard.value == ["recheck", "recheck"])
     }
 
     // MARK: Relays on one PostgreSQL database

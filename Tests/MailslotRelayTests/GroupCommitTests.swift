@@ -35,11 +35,11 @@ import Testing
             for value in 0..<300 {
                 tasks.addTask {
                     do {
-                        _ = try await group.write({ db -> Int64 in
+                        _ = try await group.submit({ db -> Int64 in
                             try db.execute(sql: "INSERT INTO t (v) VALUES (?)", arguments: [value])
                             if value % 3 == 0 { throw Refused() }
                             return db.lastInsertedRowID
-                        }, committed: { row in hooks.append(row) })
+                        }, committed: { row in hooks.append(row) }).value
                         return (value, true)
                     } catch {
                         return (value, false)

@@ -130,11 +130,11 @@ import Testing
         let limits = CreateLimits(maxPending: 10, maxAuthorBytes: 1 << 20)
         let envelope = Base64URL.encode(randomBytes(512))
         let created = try await store.createMessage(recipient: "bob", id: messageID(1), author: "alice", envelope: envelope, size: 512,
-                                                    keyID: bundle.keyID, now: 1_000, expiresAt: 100_000, limits: limits)
+                                                    keyID: bundle.keyID, now: 1_000, expiresAt: 100_000, limits: limits).value
         #expect(created.message.id == messageID(1))
         await #expect(throws: StoreRefusal.staleKeys) {
             try await store.createMessage(recipient: "carol", id: messageID(2), author: "alice", envelope: envelope, size: 512,
-                                          keyID: bundle.keyID, now: 1_000, expiresAt: 100_000, limits: limits)
+                                          keyID: bundle.keyID, now: 1_000, expiresAt: 100_000, limits: limits).value
         }
     }
 }

@@ -2,64 +2,65 @@ import Foundation
 import Testing
 @testable import MailslotRelay
 
-/// The hub's in-memory hand-over: what a subscription may deliver without reading the store.
+/// A ``MailboxListener`` that writes down what it hears, in order.
+final class RecordingListener: MailboxListener {
+    let heard = Shared<[String]>([])
+    func committed(_ message: StoredMessage) { heard.update { $0.append("committed \(message.seq)") } }
+    func erased(_ id: String) { heard.update { $0.append("erased \(id)") } }
+    func recheck() { heard.update { $0.append("recheck") } }
+    func ended() { heard.update { $0.append("ended") } }
+    func prekeysLow(_ count: Int) { heard.update { $0.append("prekeys \(count)") } }
+}
+
+/// The hub's routing: each mailbox's commits and events reach its live subscription, and only it.
+/// (What a subscription does with them is ``SubscriberStateMachine``'s: its tests.)
 @Suite struct MailboxHubTests {
-    private func message(_ seq: Int64, to recipient: String = "bob", bytes: Int = 512) -> StoredMessage {
+    private func message(_ seq: Int64, to recipient: String = "bob") -> StoredMessage {
         StoredMessage(seq: seq, recipient: recipient, id: "01KF\(String(repeating: "0", count: 22 - String(seq).count))\(seq)",
-                      author: "alice", createdAt: 0, expiresAt: .max, envelope: String(repeating: "A", count: (bytes * 4 + 2) / 3), size: bytes)
+                      author: "alice", createdAt: 0, expiresAt: .max, envelope: "AAAA", size: 3)
     }
 
-    @Test func pushedMessagesAreHandedOverInOrderAndOnlyToTheirMailbox() {
+    @Test func commitsReachTheirMailboxsSubscriptionInOrderAndOnlyIt() {
         let hub = MailboxHub()
-        let (bob, _) = hub.subscribe("bob")
-        let (carol, _) = hub.subscribe("carol")
-        bob.startStoreRead()
-        for seq: Int64 in 1...5 { hub.push(message(seq)) }
-        hub.push(message(6, to: "carol"))
-        #expect(bob.takeFresh(limit: 3)?.map(\.seq) == [1, 2, 3])
-        #expect(bob.takeFresh(limit: 10)?.map(\.seq) == [4, 5])
-        #expect(bob.takeFresh(limit: 10)?.isEmpty == true)
-        #expect(carol.takeFresh(limit: 10)?.map(\.seq) == [6])
+        let bob = RecordingListener(), carol = RecordingListener()
+        _ = hub.subscribe("bob", listener: bob)
+        _ = hub.subscribe("carol", listener: carol)
+        for seq: Int64 in 1...3 { hub.committed(message(seq)) }
+        hub.committed(message(4, to: "carol"))
+        hub.committed(message(5, to: "dave"))
+        hub.erased("bob", id: message(2).id)
+        #expect(bob.heard.value == ["committed 1", "committed 2", "committed 3", "erased \(message(2).id)"])
+        #expect(carol.heard.value == ["committed 4"])
     }
 
-    @Test func anErasedMessageIsRetracted() {
+    /// The hub is its store's observer: local commits and other relays' arrive by that one route.
+    @Test func whatTheStorePublishesReachesTheSubscription() {
         let hub = MailboxHub()
-        let (bob, _) = hub.subscribe("bob")
-        for seq: Int64 in 1...3 { hub.push(message(seq)) }
-        hub.retract("bob", id: message(2).id)
-        #expect(bob.takeFresh(limit: 10)?.map(\.seq) == [1, 3])
+        let bob = RecordingListener()
+        _ = hub.subscribe("bob", generation: 5, listener: bob)
+        let observer: any CommitObserver = hub
+        observer.committed(.created(message(1)))
+        observer.committed(.erased(recipient: "bob", id: message(1).id))
+        observer.committed(.elsewhere(.changed(mailboxes: ["bob"])))
+        observer.committed(.elsewhere(.subscribed(mailbox: "bob", generation: 6)))
+        #expect(bob.heard.value == ["committed 1", "erased \(message(1).id)", "recheck", "ended"])
     }
 
-    @Test func pastItsLimitsOrWithAFullWindowTheSubscriptionMustReadTheStore() {
+    @Test func aNewerSubscriptionReplacesTheOlderAndGetsTheCommits() {
         let hub = MailboxHub()
-        let (bob, _) = hub.subscribe("bob")
-        for seq in 1...Int64(MailboxHub.Subscription.freshLimit.messages + 1) { hub.push(message(seq, bytes: 1)) }
-        #expect(bob.takeFresh(limit: 10) == nil, "over the message limit: only the store has them all")
-        bob.startStoreRead()
-        hub.push(message(1000))
-        #expect(bob.takeFresh(limit: 10)?.map(\.seq) == [1000], "kept again after a store read")
-
-        let bytes = MailboxHub.Subscription.freshLimit.bytes / 2 + 1
-        hub.push(message(1001, bytes: bytes))
-        hub.push(message(1002, bytes: bytes))
-        #expect(bob.takeFresh(limit: 10) == nil, "over the byte limit")
-
-        bob.startStoreRead()
-        bob.forgetFresh()
-        hub.push(message(2000))
-        #expect(bob.takeFresh(limit: 10) == nil, "a full window keeps nothing in memory")
-    }
-
-    @Test func aNewerSubscriptionReplacesTheOlderAndGetsThePushes() async {
-        let hub = MailboxHub()
-        let (older, _) = hub.subscribe("bob")
-        let (newer, replaced) = hub.subscribe("bob")
-        #expect(replaced === older)
-        hub.push(message(1))
-        #expect(newer.takeFresh(limit: 10)?.map(\.seq) == [1])
-        #expect(older.takeFresh(limit: 10)?.isEmpty == true)
-        #expect(older.isEnded && !newer.isEnded)
-        hub.unsubscribe("bob", older)
+        let older = RecordingListener(), newer = RecordingListener()
+        let (first, _) = hub.subscribe("bob", listener: older)
+        let (second, replaced) = hub.subscribe("bob", listener: newer)
+        #expect(replaced === first)
+        hub.committed(message(1))
+        #expect(older.heard.value == ["ended"], "ended once, and told nothing after")
+        #expect(newer.heard.value == ["committed 1"])
+        #expect(first.isEnded && !second.isEnded)
+        hub.unsubscribe("bob", first)
         #expect(hub.count == 1, "unsubscribing the replaced one leaves the newer in place")
+        #expect(older.heard.value == ["ended"])
+        hub.unsubscribe("bob", second)
+        hub.committed(message(2))
+        #expect(newer.heard.value == ["committed 1", "ended"] && hub.count == 0)
     }
 }

@@ -116,7 +116,7 @@ import MailslotWire
     }
     static let kinds = 6
 
-    /// Frames of every kind, as the relay writes them (``SubscriptionSession/text(_:)``), with the
+    /// Frames of every kind, as the relay writes them (``Subscriptions/text(_:)``), with the
     /// numbers at their ends: the largest prekey count, a problem's longest `retry_after`.
     static func sampleFrames() -> [RelayFrame] {
         let envelope = Base64URL.encode([UInt8](repeating: 7, count: Envelope.minimumSize))
@@ -153,7 +153,7 @@ import MailslotWire
         let frames = Self.sampleFrames()
         #expect(Set(frames.map(Self.kind)) == Set(0..<Self.kinds), "a sample of every kind")
         for frame in frames {
-            let text = SubscriptionSession.text(frame)
+            let text = Subscriptions.text(frame)
             let value = try JSONDecoder().decode(JSONValue.self, from: Data(text.utf8))
             let violations = try schema.violations(of: value, schema: "RelayFrame")
             #expect(violations.isEmpty, "\(text): \(violations)")

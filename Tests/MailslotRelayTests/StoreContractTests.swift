@@ -91,7 +91,7 @@ import Testing
                        envelope: String = "envelope", size: Int = 512, keyID: String? = nil, now: Int64 = now,
                        ttl: Int64 = 3_600_000, limits: CreateLimits = roomy) async throws -> CreateOutcome {
         try await store.createMessage(recipient: recipient, id: id, author: author, envelope: envelope, size: size, keyID: keyID,
-                                      now: now, expiresAt: now + ttl, limits: limits)
+                                      now: now, expiresAt: now + ttl, limits: limits).value
     }
 
     @Test(arguments: Backend.available)
@@ -169,7 +169,7 @@ import Testing
             try await Self.create(store, to: "carol", id: "m2", size: 400, limits: limits)
             await #expect(throws: StoreRefusal.authorQuota) { try await Self.create(store, to: "dave", id: "m3", size: 400, limits: limits) }
             try await Self.create(store, to: "dave", id: "m3", author: "erin", size: 400, limits: limits)
-            #expect(try await store.deleteMessage(recipient: "bob", id: "m1", now: Self.now))
+            #expect(try await store.deleteMessage(recipient: "bob", id: "m1", author: nil, now: Self.now).value)
             try await Self.create(store, to: "dave", id: "m4", size: 400, limits: limits)
             // Expired and swept: its bytes are free too.
             try await Self.create(store, to: "erin", id: "m5", author: "frank", size: 900, ttl: 10, limits: limits)
@@ -188,12 +188,12 @@ import Testing
             let summary = try await store.pendingSummary(now: Self.now)
             #expect(summary.count == 7 && summary.oldestCreatedAt == Self.now)
             // Only the author who wrote it may unsend it; an ack (no author) may erase it.
-            #expect(try await store.deleteMessage(recipient: "bob", id: "long1", author: "mallory", now: Self.now) == false)
+            #expect(try await store.deleteMessage(recipient: "bob", id: "long1", author: "mallory", now: Self.now).value == false)
             #expect(try await store.message(recipient: "bob", id: "long1", now: Self.now) != nil)
-            #expect(try await store.deleteMessage(recipient: "bob", id: "long1", author: "alice", now: Self.now))
-            #expect(try await store.deleteMessage(recipient: "bob", id: "long1", now: Self.now) == false, "already gone")
+            #expect(try await store.deleteMessage(recipient: "bob", id: "long1", author: "alice", now: Self.now).value)
+            #expect(try await store.deleteMessage(recipient: "bob", id: "long1", author: nil, now: Self.now).value == false, "already gone")
             // An expired message is erased too, but reported absent.
-            #expect(try await store.deleteMessage(recipient: "bob", id: "short0", now: Self.now + 20) == false)
+            #expect(try await store.deleteMessage(recipient: "bob", id: "short0", author: nil, now: Self.now + 20).value == false)
             // Batches of two rows: the sweep goes on until nothing expired is left.
             #expect(try await store.sweepExpired(now: Self.now + 20, batch: 2, batchBytes: 1 << 20) == 4)
             #expect(try await store.sweepExpired(now: Self.now + 20, batch: 2, batchBytes: 1 << 20) == 0)
@@ -235,29 +235,44 @@ import Testing
         }
     }
 
-    /// Writes submitted one after another are applied in that order, and the commit hooks run
-    /// in commit order.
+    /// What a store publishes (``CommitObserver``), in order.
+    final class Hooked: CommitObserver {
+        let changes = Shared<[CommittedChange]>([])
+        func committed(_ change: CommittedChange) { changes.update { $0.append(change) } }
+    }
+
+    /// Writes submitted one after another are applied in that order, and the store publishes
+    /// their commits in commit order.
     @Test(arguments: Backend.available)
     func submittedWritesKeepTheirOrder(_ backend: Backend) async throws {
         try await backend.withStore { store in
-            let hooked = Shared<[StoredMessage]>([])
+            let hooked = Hooked()
+            store.commits.add(hooked)
             var tickets: [CommitTicket<CreateOutcome>] = []
             for n in 0..<20 {
-                tickets.append(store.submitCreateMessage(recipient: "bob", id: "m\(n)", author: "alice", envelope: "e", size: 512, keyID: nil,
-                                                         now: Self.now, expiresAt: Self.now + 60_000, limits: Self.roomy,
-                                                         whenCommitted: { message in hooked.update { $0.append(message) } }))
+                tickets.append(store.createMessage(recipient: "bob", id: "m\(n)", author: "alice", envelope: "e", size: 512, keyID: nil,
+                                                         now: Self.now, expiresAt: Self.now + 60_000, limits: Self.roomy))
             }
             // A create and the erasure of the same id, submitted back to back.
-            let created = store.submitCreateMessage(recipient: "bob", id: "x", author: "alice", envelope: "e", size: 512, keyID: nil,
-                                                    now: Self.now, expiresAt: Self.now + 60_000, limits: Self.roomy, whenCommitted: nil)
-            let erased = store.submitDeleteMessage(recipient: "bob", id: "x", author: nil, now: Self.now)
+            let created = store.createMessage(recipient: "bob", id: "x", author: "alice", envelope: "e", size: 512, keyID: nil,
+                                                    now: Self.now, expiresAt: Self.now + 60_000, limits: Self.roomy)
+            let erased = store.deleteMessage(recipient: "bob", id: "x", author: nil, now: Self.now)
             var seqs: [Int64] = []
             for ticket in tickets { seqs.append(try await ticket.value.message.seq) }
             #expect(seqs == seqs.sorted() && Set(seqs).count == 20, "seqs in submission order")
             if case .created = try await created.value {} else { Issue.record("x was not created") }
             #expect(try await erased.value, "the erasure came after the create")
             #expect(try await store.message(recipient: "bob", id: "x", now: Self.now) == nil)
-            #expect(hooked.value.map(\.seq) == seqs, "every create told once, in commit order")
+            #expect(hooked.changes.value.dropLast(2).map { change -> Int64? in
+                if case .created(let message) = change { message.seq } else { nil }
+            } == seqs, "every create told once, in commit order")
+            #expect(Array(hooked.changes.value.suffix(2)).map { change -> String in
+                switch change {
+                case .created(let message): "created \(message.id)"
+                case .erased(let recipient, let id): "erased \(recipient) \(id)"
+                case .elsewhere(let event): "elsewhere \(event)"
+                }
+            } == ["created x", "erased bob x"], "and the erasure after its create")
             let listed = try await store.messages(recipient: "bob", after: 0, limit: 100, maxBytes: .max, now: Self.now)
             #expect(listed.messages.map(\.id) == (0..<20).map { "m\($0)" })
         }
@@ -751,8 +766,8 @@ import Testing
         func submit(_ store: any RelayStore, now: Int64) -> Task<String, Never> {
             switch self {
             case let .create(recipient, id, author, envelope, size, keyID, limits):
-                let ticket = store.submitCreateMessage(recipient: recipient, id: id, author: author, envelope: envelope, size: size,
-                                                       keyID: keyID, now: now, expiresAt: now + 60_000, limits: limits, whenCommitted: nil)
+                let ticket = store.createMessage(recipient: recipient, id: id, author: author, envelope: envelope, size: size,
+                                                       keyID: keyID, now: now, expiresAt: now + 60_000, limits: limits)
                 return Task {
                     do {
                         switch try await ticket.value {
@@ -762,7 +777,7 @@ import Testing
                     } catch { return "\(error)" }
                 }
             case let .erase(recipient, id, author):
-                let ticket = store.submitDeleteMessage(recipient: recipient, id: id, author: author, now: now)
+                let ticket = store.deleteMessage(recipient: recipient, id: id, author: author, now: now)
                 return Task {
                     do { return try await ticket.value ? "erased" : "absent" } catch { return "\(error)" }
                 }
@@ -862,7 +877,7 @@ import Testing
         }
         for await _ in locked {}
         // A first write, whose batch waits for the lock; the rest queue behind it.
-        let first = store.submitDeleteMessage(recipient: "nobody", id: "none", author: nil, now: Self.now)
+        let first = store.deleteMessage(recipient: "nobody", id: "none", author: nil, now: Self.now)
         try await eventually("a batch waits for the write lock") {
             try await holder.pool.client.query("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
                 .collect().first?.decode(Int64.self) ?? 0 > 0

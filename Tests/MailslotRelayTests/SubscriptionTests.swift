@@ -77,7 +77,7 @@ import MailslotWire
             let bob = try await relay.signIn("bob").session
             let socket = TestSocket.open(relay, "bob", session: bob)
             #expect(try await socket.next()?.pending == 0)
-            let count = MailboxHub.Subscription.freshLimit.bytes / 4096 + 16
+            let count = Subscriber.Machine.Limits(window: 1).freshBytes / 4096 + 16
             for n in 1...count {
                 #expect(try await relay.send(alice, to: "bob", id: messageID(n), envelope: randomBytes(4096)).status == 201)
             }
@@ -155,7 +155,7 @@ import MailslotWire
             let socket = try await TestSocket.subscribed(relay, "bob", session: bob)
             // More frames than the relay works on at once, without waiting for any answer; a bad
             // one and a refused one among them.
-            let count = SubscriptionSession.maxQueuedAnswers * 3
+            let count = Subscriptions.maxQueuedAnswers * 3
             var expected: [String] = []
             for n in 0..<count {
                 switch n {

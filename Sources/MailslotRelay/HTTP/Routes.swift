@@ -80,7 +80,7 @@ struct Routes: Sendable {
                                                  maxDepth: configuration.maxJSONDepth)
             let (record, created) = try await mailboxes.send(principal, to: try context.uid(), id: try context.messageID(),
                                                              envelope: body.envelope, ttlSeconds: body.ttlSeconds, keyID: body.keyID,
-                                                             now: configuration.clock.now())
+                                                             now: configuration.clock.now()).value
             return JSONBody.response(record, status: created ? .created : .ok)
         }
         router.get("/v1/users/:uid/messages") { request, context in
@@ -100,7 +100,7 @@ struct Routes: Sendable {
                                                                patch, now: configuration.clock.now()))
         }
         router.delete("/v1/users/:uid/messages/:id") { request, context in
-            try await mailboxes.delete(try await principal(request), owner: try context.uid(), id: try context.messageID(), now: configuration.clock.now())
+            try await mailboxes.delete(try await principal(request), owner: try context.uid(), id: try context.messageID(), now: configuration.clock.now()).value
             return Response(status: .noContent)
         }
 

@@ -1,124 +1,65 @@
 import Synchronization
 
+/// What a subscription hears from the hub: the mailbox's commits, in commit order, and the
+/// other events that concern it. Implemented by ``Subscriber`` (which hands each to its
+/// ``SubscriberStateMachine``); calls come from the commit path and from the cluster listener,
+/// so they must return at once.
+protocol MailboxListener: AnyObject, Sendable {
+    /// A message was committed to the mailbox (in commit order).
+    func committed(_ message: StoredMessage)
+    /// Message `id` was erased from the mailbox.
+    func erased(_ id: String)
+    /// The mailbox changed in ways this relay did not see (another relay wrote): read the store again.
+    func recheck()
+    /// A newer subscription took over (or the subscription was unsubscribed): end, once.
+    func ended()
+    /// A claim left the owner `count` one-time prekeys, below the low-water mark
+    /// (a `prekeys` frame, spec/protocol.md §8.4).
+    func prekeysLow(_ count: Int)
+}
+
 /// Who is subscribed to which mailbox, so that a new message reaches its owner's subscription at
 /// once. One subscription per mailbox: a newer one takes over and the older one is told to end.
 /// With several relays on one store, "newer" is the higher generation, drawn from the store
 /// (``ClusterSignals/announceSubscription(to:)``), and other nodes' events arrive through
 /// ``handle(_:)``: their new messages make a subscription read the store again.
 ///
-/// A committed message is handed to its mailbox's subscription (``push(_:)``), so that a
-/// subscription that has caught up with the store delivers it without reading it back. The
-/// store stays the truth: a subscription that falls behind, or whose small buffer overflowed,
-/// reads from the store again (see ``Subscription/takeFresh(limit:)``).
+/// The hub is its store's ``CommitObserver``: each commit of this relay reaches the mailbox's
+/// subscription (``committed(_:)``), so that a subscription that has caught up with the store
+/// delivers it without reading it back. The store stays the truth: a subscription that falls
+/// behind, or whose small buffer overflowed, reads from the store again (``SubscriberStateMachine``).
 ///
-/// A lock rather than an actor: ``push(_:)`` runs inside the group commit, after the commit and
-/// in commit order, which is what lets a subscription trust the order of what it is handed.
-final class MailboxHub: Sendable {
-    /// A live subscription: woken by new messages and acks, ended by a newer subscription.
-    /// Wake-ups and the end are calls, not a stream: an idle subscription keeps no task waiting.
+/// A lock rather than an actor: the commit calls run inside the group commit, after the commit
+/// and in commit order, which is what lets a subscription trust the order of what it is handed.
+final class MailboxHub: CommitObserver {
+    /// A live subscription: a registration of one ``MailboxListener`` for one mailbox, ended by a
+    /// newer subscription. Events are calls, not a stream: an idle subscription keeps no task waiting.
     final class Subscription: Sendable {
         let id: Int
         /// Orders subscriptions to one mailbox, on every node: the highest is the live one.
         let generation: Int64
-        private let onWake: @Sendable () -> Void
-        private let onEnd: @Sendable () -> Void
-        private let onPrekeysLow: @Sendable (Int) -> Void
+        private let listener: (any MailboxListener)?
         private let ended = Mutex(false)
-        private let fresh = Mutex(Fresh())
 
-        /// Messages committed since the subscription last read the store, in commit order.
-        private struct Fresh {
-            var messages: [StoredMessage] = []
-            var bytes = 0
-            /// Some message was not kept (the buffer was full): only the store has them all.
-            var incomplete = false
-        }
-
-        /// At most this many messages, and this many envelope bytes, wait in memory per
-        /// subscription between two turns of its delivery loop. (A subscription whose window is
-        /// full keeps none: see ``forgetFresh()``.)
-        static let freshLimit = (messages: 256, bytes: 256 * 1024)
-
-        init(id: Int, generation: Int64, onWake: @escaping @Sendable () -> Void, onEnd: @escaping @Sendable () -> Void,
-             onPrekeysLow: @escaping @Sendable (Int) -> Void = { _ in }) {
+        init(id: Int, generation: Int64, listener: (any MailboxListener)?) {
             self.id = id
             self.generation = generation
-            self.onWake = onWake
-            self.onEnd = onEnd
-            self.onPrekeysLow = onPrekeysLow
-        }
-
-        /// A claim left the owner `count` one-time prekeys, below the low-water mark: the
-        /// subscriber tells its owner (a `prekeys` frame, spec/protocol.md §8.4).
-        func prekeysLow(_ count: Int) {
-            if !isEnded { onPrekeysLow(count) }
-        }
-
-        /// Wakes the delivery loop (the subscriber coalesces wake-ups).
-        func wake() {
-            if !isEnded { onWake() }
+            self.listener = listener
         }
 
         /// Ends the subscription (once).
         func end() {
             guard ended.withLock({ ended in defer { ended = true }; return !ended }) else { return }
-            onEnd()
+            listener?.ended()
         }
 
         /// Whether it was ended (replaced or unsubscribed).
         var isEnded: Bool { ended.withLock { $0 } }
 
-        fileprivate func push(_ message: StoredMessage) {
-            fresh.withLock { fresh in
-                guard !fresh.incomplete else { return }
-                guard fresh.messages.count < Self.freshLimit.messages, fresh.bytes + message.size <= Self.freshLimit.bytes else {
-                    fresh.incomplete = true
-                    fresh.messages.removeAll()
-                    fresh.bytes = 0
-                    return
-                }
-                fresh.messages.append(message)
-                fresh.bytes += message.size
-            }
-            wake()
-        }
-
-        fileprivate func retract(_ id: String) {
-            fresh.withLock { fresh in
-                guard let index = fresh.messages.firstIndex(where: { $0.id == id }) else { return }
-                fresh.bytes -= fresh.messages.remove(at: index).size
-            }
-        }
-
-        /// Up to `limit` of the messages committed since ``startStoreRead()``, oldest first; nil
-        /// when some were not kept, and the store must be read instead.
-        func takeFresh(limit: Int) -> [StoredMessage]? {
-            fresh.withLock { fresh in
-                guard !fresh.incomplete else { return nil }
-                let taken = Array(fresh.messages.prefix(limit))
-                fresh.messages.removeFirst(taken.count)
-                fresh.bytes -= taken.reduce(0) { $0 + $1.size }
-                return taken
-            }
-        }
-
-        /// The window is full: keep nothing in memory until the next store read, so that a
-        /// recipient that stops acking costs the relay no memory; its messages wait on disk.
-        func forgetFresh() {
-            fresh.withLock { $0 = Fresh(incomplete: true) }
-        }
-
-        /// The store changed in ways this node did not see (another node wrote): read it again.
-        func recheck() {
-            forgetFresh()
-            wake()
-        }
-
-        /// Call just before reading the store: what was pushed until now is in that read (every
-        /// push follows its commit), so it is dropped; what is pushed from now on is kept.
-        func startStoreRead() {
-            fresh.withLock { $0 = Fresh() }
-        }
+        fileprivate func committed(_ message: StoredMessage) { if !isEnded { listener?.committed(message) } }
+        fileprivate func erased(_ id: String) { if !isEnded { listener?.erased(id) } }
+        fileprivate func recheck() { if !isEnded { listener?.recheck() } }
+        fileprivate func prekeysLow(_ count: Int) { if !isEnded { listener?.prekeysLow(count) } }
     }
 
     private struct State {
@@ -139,17 +80,14 @@ final class MailboxHub: Sendable {
     /// Registers a subscription for `uid`'s mailbox, ending the previous one. `generation` orders
     /// it among subscriptions to the mailbox on every node (nil: after every earlier one, for a
     /// store no other node shares); a subscription older than one already known is ended at once.
-    /// The second value is the subscription it replaced, if any. `onWake` is called when there
-    /// may be something to deliver, `onEnd` once when a newer subscription takes over (or on
-    /// ``unsubscribe(_:_:)``); `onPrekeysLow` when a claim took the owner's one-time prekeys below
-    /// the low-water mark (``prekeysLow(_:count:)``).
-    func subscribe(_ uid: String, generation: Int64? = nil, onWake: @escaping @Sendable () -> Void = {},
-                   onEnd: @escaping @Sendable () -> Void = {},
-                   onPrekeysLow: @escaping @Sendable (Int) -> Void = { _ in }) -> (Subscription, replaced: Subscription?) {
+    /// The second value is the subscription it replaced, if any. `listener` hears the mailbox's
+    /// commits and events, and its end once a newer subscription takes over (or on
+    /// ``unsubscribe(_:_:)``).
+    func subscribe(_ uid: String, generation: Int64? = nil,
+                   listener: (any MailboxListener)? = nil) -> (Subscription, replaced: Subscription?) {
         let (subscription, previous, superseded) = state.withLock { state in
             state.nextID += 1
-            let subscription = Subscription(id: state.nextID, generation: generation ?? Int64(state.nextID), onWake: onWake, onEnd: onEnd,
-                                            onPrekeysLow: onPrekeysLow)
+            let subscription = Subscription(id: state.nextID, generation: generation ?? Int64(state.nextID), listener: listener)
             if let newer = state.elsewhere[uid], newer.generation > subscription.generation {
                 return (subscription, Subscription?.none, true)
             }
@@ -209,14 +147,23 @@ final class MailboxHub: Sendable {
         subscription.end()
     }
 
+    /// The store committed `change` (``CommitObserver``): it reaches the mailbox's subscription.
+    func committed(_ change: CommittedChange) {
+        switch change {
+        case .created(let message): committed(message)
+        case .erased(let recipient, let id): erased(recipient, id: id)
+        case .elsewhere(let event): handle(event)
+        }
+    }
+
     /// A message was committed to its recipient's mailbox. Called in commit order.
-    func push(_ message: StoredMessage) {
-        state.withLock { $0.subscriptions[message.recipient] }?.push(message)
+    func committed(_ message: StoredMessage) {
+        state.withLock { $0.subscriptions[message.recipient] }?.committed(message)
     }
 
     /// Message `id` of `uid`'s mailbox was erased: a subscription must not deliver it from memory.
-    func retract(_ uid: String, id: String) {
-        state.withLock { $0.subscriptions[uid] }?.retract(id)
+    func erased(_ uid: String, id: String) {
+        state.withLock { $0.subscriptions[uid] }?.erased(id)
     }
 
     /// The mailboxes with a subscription here.

@@ -19,70 +19,46 @@ struct MailboxService: Sendable {
 
     // MARK: Messages
 
-    /// The answer to a write that is already queued: awaiting it waits for the commit.
-    typealias Answer<T: Sendable> = @Sendable () async throws -> T
-
     /// Drops an envelope into `recipient`'s mailbox under `id`, stamped with the principal as author.
     /// `keyID`, when given, names the recipient keys it was sealed to: stale ones are refused.
+    ///
+    /// Everything that can be decided without waiting is decided now, and the write is queued now
+    /// — so sends started one after another are stored in that order, and can share a commit. The
+    /// pending answer waits for the commit; `created` is false for an identical retry.
     func send(_ principal: Principal, to recipient: String, id: String, envelope base64: String, ttlSeconds: Int64?,
-              keyID: String? = nil, now: Int64) async throws -> (record: MessageRecord, created: Bool) {
-        try await startSend(principal, to: recipient, id: id, envelope: base64, ttlSeconds: ttlSeconds, keyID: keyID, now: now)()
-    }
-
-    /// ``send(_:to:id:envelope:ttlSeconds:keyID:now:)`` in two steps: everything that can be decided
-    /// without waiting is decided now, and the write is queued now — so sends started one after
-    /// another are stored in that order, and can share a commit. The returned answer waits for it.
-    func startSend(_ principal: Principal, to recipient: String, id: String, envelope base64: String, ttlSeconds: Int64?,
-                   keyID: String? = nil, now: Int64) -> Answer<(record: MessageRecord, created: Bool)> {
-        let stored: Answer<(record: MessageRecord, created: Bool)>
+              keyID: String? = nil, now: Int64) -> Pending<(record: MessageRecord, created: Bool)> {
+        let forOwner: Bool
+        let ticket: CommitTicket<CreateOutcome>
         do {
-            stored = try startStore(principal, to: recipient, id: id, envelope: base64, ttlSeconds: ttlSeconds, keyID: keyID, now: now)
-        } catch {
-            stored = { throw error }
-        }
-        return { [metrics] in
-            do {
-                let outcome = try await stored()
-                if outcome.created { metrics.messagesCreated.increment() }
-                return outcome
-            } catch {
-                // Refusals and failures alike (a full disk found at commit is `storage_full`).
-                let problem = Problem.answering(error)
-                metrics.rejected(reason: problem.code.rawValue)
-                if problem.code == .rateLimited { metrics.rateLimited.increment() }
-                throw error
-            }
-        }
-    }
-
-    private func startStore(_ principal: Principal, to recipient: String, id: String, envelope base64: String, ttlSeconds: Int64?,
-                            keyID: String?, now: Int64) throws -> Answer<(record: MessageRecord, created: Bool)> {
-        let validation = configuration.sendValidation
-        try validation.checkAddress(to: recipient, id: id)
-        try require(.create, .message, principal, owner: recipient)
-        let checked = try validation.checkContent(envelope: base64, ttlSeconds: ttlSeconds, keyID: keyID)
-        let (ttl, size) = (checked.ttl, checked.size)
-        let forOwner = configuration.rules.allows(.read, .message, principal: principal.uid, owner: recipient)
-        if let retryAfter = rateLimiter.take(principal.uid, now: now) {
-            // An identical retry is answered all the same: a client that lost an answer must not be
-            // told to slow down for repeating itself. (Looked up only here, off the common path.)
-            return { [store] in
-                if let existing = try await store.message(recipient: recipient, id: id, now: now),
-                   existing.author == principal.uid, existing.envelope == base64 {
-                    return (existing.record(forOwner: forOwner), false)
+            let validation = configuration.sendValidation
+            try validation.checkAddress(to: recipient, id: id)
+            try require(.create, .message, principal, owner: recipient)
+            let checked = try validation.checkContent(envelope: base64, ttlSeconds: ttlSeconds, keyID: keyID)
+            forOwner = configuration.rules.allows(.read, .message, principal: principal.uid, owner: recipient)
+            if let retryAfter = rateLimiter.take(principal.uid, now: now) {
+                // An identical retry is answered all the same: a client that lost an answer must not be
+                // told to slow down for repeating itself. (Looked up only here, off the common path.)
+                return Pending { [self] in
+                    if let existing = try await store.message(recipient: recipient, id: id, now: now),
+                       existing.author == principal.uid, existing.envelope == base64 {
+                        return (existing.record(forOwner: forOwner), false)
+                    }
+                    throw rejected(Problem(.rateLimited, "too many messages; slow down", retryAfter: retryAfter))
                 }
-                throw Problem(.rateLimited, "too many messages; slow down", retryAfter: retryAfter)
             }
+            ticket = store.createMessage(recipient: recipient, id: id, author: principal.uid, envelope: base64, size: checked.size,
+                                         keyID: keyID, now: now, expiresAt: now + checked.ttl * 1000,
+                                         limits: CreateLimits(maxPending: configuration.maxPendingPerMailbox,
+                                                              maxAuthorBytes: configuration.maxAuthorBytes))
+        } catch {
+            let refusal = rejected(error)
+            return Pending { throw refusal }
         }
-        let ticket = store.submitCreateMessage(recipient: recipient, id: id, author: principal.uid, envelope: base64, size: size,
-                                               keyID: keyID, now: now, expiresAt: now + ttl * 1000,
-                                               limits: CreateLimits(maxPending: configuration.maxPendingPerMailbox,
-                                                                    maxAuthorBytes: configuration.maxAuthorBytes),
-                                               whenCommitted: { [hub] in hub.push($0) })
-        return { [self] in
+        return Pending { [self] in
             do {
                 switch try await ticket.value {
                 case .created(let message, let erasedExpired):
+                    metrics.messagesCreated.increment()
                     if erasedExpired {
                         metrics.messagesExpired.increment()
                         erasure.erased()
@@ -92,10 +68,20 @@ struct MailboxService: Sendable {
                     rateLimiter.refund(principal.uid)
                     return (message.record(forOwner: forOwner), false)
                 }
-            } catch let refusal as StoreRefusal {
-                throw problem(refusal)
+            } catch {
+                throw rejected(error)
             }
         }
+    }
+
+    /// A send's refusal or failure, as the client is told it (a store's refusal becomes its
+    /// ``Problem``; a full disk found at commit is `storage_full`), counted by reason.
+    private func rejected(_ error: any Error) -> any Error {
+        let error = (error as? StoreRefusal).map(problem) ?? error
+        let problem = Problem.answering(error)
+        metrics.rejected(reason: problem.code.rawValue)
+        if problem.code == .rateLimited { metrics.rateLimited.increment() }
+        return error
     }
 
     /// An answer that holds one of the mailbox's reads (``ReadLimiter``) until it is written.
@@ -172,40 +158,67 @@ struct MailboxService: Sendable {
     }
 
     /// Erases a message: the owner's acknowledgement or the author's unsend. Anyone else gets 403
-    /// whether or not the message exists.
-    func delete(_ principal: Principal, owner: String, id: String, now: Int64) async throws {
-        try await startDelete(principal, owner: owner, id: id, now: now)()
-    }
-
-    /// ``delete(_:owner:id:now:)`` in two steps, like ``startSend(_:to:id:envelope:ttlSeconds:now:)``:
-    /// an owner's acknowledgement is queued at once; anyone else's unsend first looks the message up.
-    func startDelete(_ principal: Principal, owner: String, id: String, now: Int64) -> Answer<Void> {
+    /// whether or not the message exists. An owner's acknowledgement is queued at once (like
+    /// ``send(_:to:id:envelope:ttlSeconds:keyID:now:)``); anyone else's unsend first looks the
+    /// message up. The store publishes the erasure to the hub (``CommitObserver``): a message
+    /// waiting in a subscription's memory is not delivered.
+    func delete(_ principal: Principal, owner: String, id: String, now: Int64) -> Pending<Void> {
         do {
             try Self.check(uid: owner)
             try Self.check(messageID: id)
         } catch {
-            return { throw error }
+            return Pending { throw error }
         }
         // The owner's ack needs no look at the message first; anyone else may delete only as its author.
         if configuration.rules.allows(.delete, .message, principal: principal.uid, owner: owner, author: nil) {
-            let ticket = store.submitDeleteMessage(recipient: owner, id: id, author: nil, now: now)
-            return { [self] in try finishDelete(owner: owner, id: id, erased: try await ticket.value, isOwner: true) }
+            let ticket = store.deleteMessage(recipient: owner, id: id, author: nil, now: now)
+            return Pending { [self] in try settleErasure(try await ticket.value, isOwner: true) }
         }
-        return { [self] in
+        return Pending { [self] in
             let author = try await store.message(recipient: owner, id: id, now: now)?.author
             try require(.delete, .message, principal, owner: owner, author: author)
             // An author's unsend erases only a message that author wrote, even if the id was reused meanwhile.
-            let erased = try await store.deleteMessage(recipient: owner, id: id, author: principal.uid, now: now)
-            try finishDelete(owner: owner, id: id, erased: erased, isOwner: false)
+            let erased = try await store.deleteMessage(recipient: owner, id: id, author: principal.uid, now: now).value
+            try settleErasure(erased, isOwner: false)
         }
     }
 
-    private func finishDelete(owner: String, id: String, erased: Bool, isOwner: Bool) throws {
+    /// Counts a committed erasure; only the owner may learn that the message is not there (any more).
+    private func settleErasure(_ erased: Bool, isOwner: Bool) throws {
         erasure.erased()  // also when the row was expired: it was deleted all the same
-        hub.retract(owner, id: id)  // an unsent message waiting in a subscription's memory is not delivered
-        // Only the owner may learn that the message is not there (any more).
         guard erased else { throw Problem(isOwner ? .notFound : .forbidden, isOwner ? "no such message" : "you may not do this") }
         (isOwner ? metrics.messagesAcked : metrics.messagesUnsent).increment()
+    }
+
+    // MARK: Subscriptions
+
+    /// Checks that the principal may subscribe to `owner`'s mailbox.
+    func authorizeSubscription(_ principal: Principal, owner: String) throws {
+        try Self.check(uid: owner)
+        try require(.read, .mailbox, principal, owner: owner)
+    }
+
+    /// Begins a subscription to `owner`'s mailbox: checks that the principal may, and — only with
+    /// other relays on the store (PostgreSQL) — draws the generation that orders it among the
+    /// mailbox's subscriptions on every relay, telling them (their older subscription ends). Nil
+    /// on a store no other relay shares: nothing is written, the hub orders subscriptions itself.
+    func beginSubscription(_ principal: Principal, owner: String) async throws -> Int64? {
+        try authorizeSubscription(principal, owner: owner)
+        return try await store.cluster?.announceSubscription(to: owner)
+    }
+
+    /// What the `ready` frame says: the unexpired messages waiting, and the owner's one-time
+    /// prekeys (spec/protocol.md §8.4).
+    func subscriptionCounts(owner: String, now: Int64) async throws -> (pending: Int, prekeys: Int) {
+        let pending = try await store.pendingCount(recipient: owner, now: now)
+        return (pending, try await store.prekeyCount(uid: owner))
+    }
+
+    /// A subscription's backlog: `owner`'s unexpired messages after `seq`, at most `limit` and
+    /// about `maxBytes` of envelopes; `more` when others wait. (No read permit: a subscription
+    /// reads one page at a time, bounded by its window.)
+    func backlog(owner: String, after seq: Int64, limit: Int, maxBytes: Int, now: Int64) async throws -> (messages: [StoredMessage], more: Bool) {
+        try await store.messages(recipient: owner, after: seq, limit: limit, maxBytes: maxBytes, now: now)
     }
 
     // MARK: Documents, keys, block lists
@@ -309,12 +322,6 @@ struct MailboxService: Sendable {
         try require(.delete, .blockEntry, principal, owner: owner)
         guard try await store.unblock(owner: owner, author: author) else { throw Problem(.notFound, "not blocked") }
         erasure.erased()
-    }
-
-    /// Checks that the principal may subscribe to `owner`'s mailbox.
-    func authorizeSubscription(_ principal: Principal, owner: String) throws {
-        try Self.check(uid: owner)
-        try require(.read, .mailbox, principal, owner: owner)
     }
 
     // MARK: Checks

@@ -56,6 +56,8 @@ public struct Relay: Sendable {
                                                                     relays: configuration.relays),
                                    readLimiter: ReadLimiter(limit: configuration.maxConcurrentReads, relayLimit: configuration.maxReads),
                                    erasure: erasure, metrics: metrics)
+        // The one route from a commit to the subscriptions: the hub hears the store's commits.
+        store.commits.add(mailboxes.hub)
         let storage = try Self.openBlobStorage(configuration: configuration, logger: logger)
         blobStorageService = storage as? S3BlobStorage
         if configuration.databaseURL != nil, configuration.blobStore == .files {
@@ -107,7 +109,7 @@ public struct Relay: Sendable {
     public func application(onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }) -> some ApplicationProtocol {
         let router = makeRouter()
 
-        let subscription = SubscriptionSession(mailboxes: mailboxes, sessions: sessions, hub: mailboxes.hub,
+        let subscription = Subscriptions(mailboxes: mailboxes, sessions: sessions, hub: mailboxes.hub,
                                                window: configuration.deliveryWindow, maxFrameBytes: configuration.maxFrameBytes,
                                                maxFragments: configuration.maxFrameFragments, maxReadBytes: configuration.maxPageBytes,
                                                maxJSONDepth: configuration.maxJSONDepth,
@@ -117,7 +119,7 @@ public struct Relay: Sendable {
                                                httpDecoderConfiguration: .init(maxHeaderFieldSize: 16 * 1024, maxHeaderListSize: 32 * 1024,
                                                                                maxHeaderFieldCount: 100))
         let server = HTTPServerBuilder { responder in
-            RelayChildChannel(responder: responder, http1: http1, session: subscription, headerTimeout: configuration.headerTimeout,
+            RelayChildChannel(responder: responder, http1: http1, subscriptions: subscription, headerTimeout: configuration.headerTimeout,
                               idleTimeout: configuration.idleTimeout, maxRequestBodyBytes: configuration.maxRequestBodyBytes)
         }
         return Application(
@@ -166,18 +168,19 @@ public struct Relay: Sendable {
 
 extension Relay {
     /// Readies the store before the relay listens (``RelayStore/prepare()``), and lets the other
-    /// relays sharing it, if any, reach this one's hub.
+    /// relays sharing it, if any, reach this one's hub: what they committed is published to the
+    /// store's observers as this relay's own commits are (``CommittedChange/elsewhere(_:)``).
     func prepareStore() async throws {
         try await store.prepare()
         guard let cluster = store.cluster else { return }
-        cluster.start { [hub = mailboxes.hub, logger] event in
-            hub.handle(event)
+        cluster.start { [commits = store.commits, hub = mailboxes.hub, logger] event in
+            commits.publish(.elsewhere(event))
             guard event == .recheckAll else { return }
             // Announcements may have been missed too: end the subscriptions a newer one replaced elsewhere.
             Task {
                 do {
                     for (uid, generation) in try await cluster.newestGenerations(of: hub.mailboxes) {
-                        hub.handle(.subscribed(mailbox: uid, generation: generation))
+                        commits.publish(.elsewhere(.subscribed(mailbox: uid, generation: generation)))
                     }
                 } catch {
                     logger.warning("could not compare subscriptions with the other relays'", metadata: ["error.type": "\(type(of: error))"])

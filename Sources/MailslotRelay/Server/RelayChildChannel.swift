@@ -31,7 +31,7 @@ struct RelayChildChannel: ServerChildChannel, HTTPChannelHandler {
 
     let responder: HTTPChannelHandler.Responder
     let http1: HTTP1Channel.Configuration
-    let session: SubscriptionSession
+    let subscriptions: Subscriptions
     /// Seconds to the first complete request head; of silence before it, and of a peer that
     /// does not read what it asked for.
     let headerTimeout: TimeAmount
@@ -39,12 +39,12 @@ struct RelayChildChannel: ServerChildChannel, HTTPChannelHandler {
     /// The largest request body any route accepts (``RequestBodyLimit``).
     let maxRequestBodyBytes: Int
 
-    init(responder: @escaping HTTPChannelHandler.Responder, http1: HTTP1Channel.Configuration, session: SubscriptionSession,
+    init(responder: @escaping HTTPChannelHandler.Responder, http1: HTTP1Channel.Configuration, subscriptions: Subscriptions,
          headerTimeout: Double, idleTimeout: Double, maxRequestBodyBytes: Int) {
         self.maxRequestBodyBytes = maxRequestBodyBytes
         self.responder = Self.upgradeRedirecting(responder)
         self.http1 = http1
-        self.session = session
+        self.subscriptions = subscriptions
         self.headerTimeout = .milliseconds(Int64(headerTimeout * 1000))
         self.idleTimeout = .milliseconds(Int64(idleTimeout * 1000))
     }
@@ -64,9 +64,9 @@ struct RelayChildChannel: ServerChildChannel, HTTPChannelHandler {
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         channel.eventLoop.makeCompletedFuture {
             let upgradeAttempted = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
-            let session = self.session
+            let subscriptions = self.subscriptions
             let upgrader = NIOTypedWebSocketServerUpgrader<UpgradeResult>(
-                maxFrameSize: session.maxFrameBytes,
+                maxFrameSize: subscriptions.maxFrameBytes,
                 shouldUpgrade: { channel, head in
                     upgradeAttempted.value = true
                     guard head.method == .GET, Self.subscriptionOwner(head.uri) != nil else {
@@ -76,11 +76,11 @@ struct RelayChildChannel: ServerChildChannel, HTTPChannelHandler {
                 },
                 upgradePipelineHandler: { channel, head in
                     channel.eventLoop.makeCompletedFuture {
-                        let subscriber = Subscriber(session: session, channel: channel, owner: Self.subscriptionOwner(head.uri) ?? "",
+                        let subscriber = Subscriber(subscriptions: subscriptions, channel: channel, owner: Self.subscriptionOwner(head.uri) ?? "",
                                                     authorization: head.headers.first(name: "Authorization"))
                         try channel.pipeline.syncOperations.addHandler(
-                            NIOWebSocketFrameAggregator(minNonFinalFragmentSize: 1, maxAccumulatedFrameCount: session.maxFragments,
-                                                        maxAccumulatedFrameSize: session.maxFrameBytes))
+                            NIOWebSocketFrameAggregator(minNonFinalFragmentSize: 1, maxAccumulatedFrameCount: subscriptions.maxFragments,
+                                                        maxAccumulatedFrameSize: subscriptions.maxFrameBytes))
                         try channel.pipeline.syncOperations.addHandler(SubscriptionHandler(subscriber))
                         return UpgradeResult.subscription
                     }

@@ -134,6 +134,10 @@ protocol RelayStore: BlobRecords {
     /// The other relays sharing this store, when there can be any (PostgreSQL); nil otherwise.
     var cluster: (any ClusterSignals)? { get }
 
+    /// Who hears what this store commits (created and erased messages), in commit order: the
+    /// relay's hub registers once (``CommitObserver``).
+    var commits: CommitObservers { get }
+
     /// Whether the store can take writes now (for `/readyz`).
     func isReady() async -> Bool
 
@@ -153,15 +157,14 @@ protocol RelayStore: BlobRecords {
     /// Queues the create of a message (answered by the ticket once committed): refused when its
     /// id is taken by another author or envelope, the author is blocked, `keyID` is not the
     /// recipient's published keys', space is short, or `limits` are reached. Creates queued one
-    /// after another are stored in that order. `whenCommitted` gets each created message, once
-    /// committed, in commit order.
-    func submitCreateMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String?, now: Int64,
-                             expiresAt: Int64, limits: CreateLimits,
-                             whenCommitted: (@Sendable (StoredMessage) -> Void)?) -> CommitTicket<CreateOutcome>
+    /// after another are stored in that order. Each created message is published to ``commits``
+    /// once committed, in commit order, before the ticket is answered.
+    func createMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String?, now: Int64,
+                       expiresAt: Int64, limits: CreateLimits) -> CommitTicket<CreateOutcome>
 
     /// Queues the erasure of message `id` (only if `author` wrote it, when given); the ticket says
-    /// whether an unexpired message was erased.
-    func submitDeleteMessage(recipient: String, id: String, author: String?, now: Int64) -> CommitTicket<Bool>
+    /// whether an unexpired message was erased. An erasure is published to ``commits``.
+    func deleteMessage(recipient: String, id: String, author: String?, now: Int64) -> CommitTicket<Bool>
 
     /// The unexpired message `id` of `recipient`'s mailbox.
     func message(recipient: String, id: String, now: Int64) async throws -> StoredMessage?
@@ -252,22 +255,8 @@ extension RelayStore {
     /// Nothing to release beyond what deinitialization does.
     func close() async {}
 
-    /// ``submitCreateMessage(recipient:id:author:envelope:size:keyID:now:expiresAt:limits:whenCommitted:)``, awaited.
-    func createMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String? = nil, now: Int64,
-                       expiresAt: Int64, limits: CreateLimits,
-                       whenCommitted: (@Sendable (StoredMessage) -> Void)? = nil) async throws -> CreateOutcome {
-        try await submitCreateMessage(recipient: recipient, id: id, author: author, envelope: envelope, size: size, keyID: keyID, now: now,
-                                      expiresAt: expiresAt, limits: limits, whenCommitted: whenCommitted).value
-    }
-
     /// ``sweepExpired(now:batch:batchBytes:)`` in batches of at most 512 KiB of envelopes.
     func sweepExpired(now: Int64, batch: Int = 256) async throws -> Int {
         try await sweepExpired(now: now, batch: batch, batchBytes: 512 * 1024)
-    }
-
-    /// ``submitDeleteMessage(recipient:id:author:now:)``, awaited.
-    @discardableResult
-    func deleteMessage(recipient: String, id: String, author: String? = nil, now: Int64) async throws -> Bool {
-        try await submitDeleteMessage(recipient: recipient, id: id, author: author, now: now).value
     }
 }

@@ -4,128 +4,82 @@ import NIOCore
 import NIOWebSocket
 import Synchronization
 
-/// One owner's subscription socket. It runs tasks only while it has work: a delivery task while
-/// there may be something to deliver, a reader while frames wait to be started, a writer while
-/// answers are owed; each ends when its work is done. An idle subscription therefore holds no
-/// task (a suspended task keeps every slab of async frames it ever needed, ~1 KB each): only this
-/// object, its hub entry, one timer on its event loop and its channel.
+/// One owner's subscription socket: the I/O shell around a ``SubscriberStateMachine``, which
+/// decides everything (the window, acks, catch-up, the reader's queue, pings, closing). Each
+/// event goes into the machine under one lock, and the shell runs the action it returns: it
+/// reads the store through ``MailboxService``, writes frames, and runs tasks and timers.
+///
+/// It runs tasks only while it has work: a delivery task while there may be something to
+/// deliver, a reader while frames wait to be started, a writer while answers are owed; each ends
+/// when its work is done. An idle subscription therefore holds no task (a suspended task keeps
+/// every slab of async frames it ever needed, ~1 KB each): only this object, its hub entry, one
+/// timer on its event loop and its channel.
 ///
 /// The ``SubscriptionHandler`` feeds it frames and channel events on the event loop; the timer
-/// pings the client and re-checks the session every `sessionCheckInterval` seconds.
-final class Subscriber: Sendable {
-    let session: SubscriptionSession
+/// pings the client and re-checks the session every `sessionCheckInterval` seconds. The hub
+/// hands it the mailbox's commits (``MailboxListener``).
+final class Subscriber: MailboxListener {
+    typealias Machine = SubscriberStateMachine<MailboxHub.Subscription, Scheduled<Void>>
+
+    let subscriptions: Subscriptions
     let channel: any Channel
     let owner: String
     let authorization: String?
-    private let inFlight: SubscriptionSession.InFlight
-    private let answers = AnswerQueue(maxCount: SubscriptionSession.maxQueuedAnswers,
-                                      maxBytes: SubscriptionSession.maxQueuedFrameBytes)
-    private let state = Mutex(State())
-    /// The delivery loop's position; only the one running delivery task touches it (a lock
-    /// all the same: successive delivery tasks may run on different threads).
-    private let cursor = Mutex((seq: Int64(0), caughtUp: false))
+    private let answers = AnswerQueue(maxCount: Subscriptions.maxQueuedAnswers,
+                                      maxBytes: Subscriptions.maxQueuedFrameBytes)
+    private let machine: Mutex<Machine>
     /// Whether our close frame has gone out; on the event loop, where every frame is written
     /// after checking it, so that nothing follows the close (RFC 6455 §5.5.1).
     private let closeSent: NIOLoopBoundBox<Bool>
 
-    private enum Phase { case starting, open, closed }
-
-    private struct State {
-        var phase = Phase.starting
-        var principal: SessionService.Principal?
-        var subscription: MailboxHub.Subscription?
-        /// Counted in `mailslot_websockets_open`.
-        var counted = false
-        /// Frames read and not yet started: (data, is text).
-        var waiting = CircularBuffer<(ByteBuffer, Bool)>(initialCapacity: 1)
-        var readerRunning = false
-        /// The channel asked to read while `waiting` was full; read once the reader catches up.
-        var readHeld = false
-        var delivering = false
-        var deliverAgain = false
-        var garbage = 0
-        var tick: Scheduled<Void>?
-        var lastPing: Int64 = 0
-        var awaitingPong = false
-        /// Set when the socket is to close once the answers already queued are written.
-        var closeAfterAnswers: SubscriptionSession.CloseReason?
-        /// A low-water count that arrived before `ready` went out: sent right after it.
-        var prekeysOwed: Int?
-    }
-
     /// A subscriber for `channel`; made on its event loop.
-    init(session: SubscriptionSession, channel: any Channel, owner: String, authorization: String?) {
-        self.session = session
+    init(subscriptions: Subscriptions, channel: any Channel, owner: String, authorization: String?) {
+        self.subscriptions = subscriptions
         self.channel = channel
         closeSent = NIOLoopBoundBox(false, eventLoop: channel.eventLoop)
         self.owner = owner
         self.authorization = authorization
-        inFlight = SubscriptionSession.InFlight(metrics: session.metrics)
+        machine = Mutex(Machine(limits: .init(window: subscriptions.window)))
     }
 
     // MARK: Opening
 
-    /// The upgrade is done. Some WebSocket clients drop a frame that reaches them in the same
-    /// read as the 101 response (NIO's client upgrade does unless told to forward those bytes;
-    /// the bench's idle-subscriber run lost `ready` frames that way). A short pause before the
-    /// first frame keeps it out of that read; every later frame is unaffected.
+    /// The upgrade is done: the subscription starts at once. (A client must read frames that
+    /// arrive in the same read as the `101` response, RFC 6455 §4.1; spec/protocol.md says so.)
     func upgraded() {
-        channel.eventLoop.scheduleTask(in: .milliseconds(25)) {
-            self.session.tasks.spawn { await self.start() }
-        }
+        subscriptions.tasks.spawn { await self.start() }
     }
 
     private func start() async {
-        guard state.withLock({ state in
-            guard state.phase == .starting else { return false }
-            state.counted = true
-            return true
-        }) else { return }
-        session.metrics.webSocketsOpen.increment()
-        guard !session.tasks.isStopping else { return finish(.shuttingDown) }
+        guard machine.withLock({ $0.starting() }) else { return }
+        subscriptions.metrics.webSocketsOpen.increment()
+        guard !subscriptions.tasks.isStopping else { return finish(.shuttingDown) }
         let principal: SessionService.Principal
         let generation: Int64?
         do {
-            principal = try await session.sessions.authenticate(authorization: authorization, now: session.clock.now())
-            try session.mailboxes.authorizeSubscription(principal, owner: owner)
+            principal = try await subscriptions.sessions.authenticate(authorization: authorization, now: subscriptions.clock.now())
             // With other relays on the store, they end their older subscriptions to this mailbox.
-            generation = try await session.mailboxes.store.cluster?.announceSubscription(to: owner)
+            generation = try await subscriptions.mailboxes.beginSubscription(principal, owner: owner)
         } catch {
             return refuse(error)
         }
-        let (subscription, _) = session.hub.subscribe(owner, generation: generation, onWake: { self.wake() },
-                                                      onEnd: { self.finish(.replaced) },
-                                                      onPrekeysLow: { self.prekeysLow($0) })
-        guard state.withLock({ state in
-            guard state.phase == .starting else { return false }
-            state.principal = principal
-            state.subscription = subscription
-            return true
-        }) else {
-            session.hub.unsubscribe(owner, subscription)
-            return
+        let (subscription, _) = subscriptions.hub.subscribe(owner, generation: generation, listener: self)
+        switch machine.withLock({ $0.subscribed(principal, lease: subscription) }) {
+        case .unsubscribe(let subscription): return subscriptions.hub.unsubscribe(owner, subscription)
+        case .sendReady: break
         }
         do {
-            let pending = try await session.mailboxes.store.pendingCount(recipient: owner, now: session.clock.now())
             // The owner learns here when its one-time prekeys run low (spec/protocol.md §8.4).
-            let prekeys = try await session.mailboxes.store.prekeyCount(uid: owner)
-            try await write(SubscriptionSession.text(.ready(pending: pending, prekeys: prekeys)), waiting: true)
+            let (pending, prekeys) = try await subscriptions.mailboxes.subscriptionCounts(owner: owner, now: subscriptions.clock.now())
+            try await write(Subscriptions.text(.ready(pending: pending, prekeys: prekeys)), waiting: true)
         } catch {
             return refuse(error)
         }
-        let (startReader, prekeysOwed) = state.withLock { state -> (Bool, Int?) in
-            guard state.phase == .starting else { return (false, nil) }
-            state.phase = .open
-            state.lastPing = session.clock.now()
-            defer { state.prekeysOwed = nil }
-            guard !state.waiting.isEmpty, !state.readerRunning else { return (false, state.prekeysOwed) }
-            state.readerRunning = true
-            return (true, state.prekeysOwed)
-        }
-        if let prekeysOwed { send(SubscriptionSession.text(.prekeys(prekeysOwed))) }
+        guard let opened = machine.withLock({ $0.readySent(now: subscriptions.clock.now()) }) else { return }
+        if let prekeys = opened.prekeys { send(Subscriptions.text(.prekeys(prekeys))) }
         scheduleTick()
-        wake()
-        if startReader { session.tasks.spawn { await self.readLoop() } }
+        if opened.startDelivery { subscriptions.tasks.spawn { await self.deliverLoop() } }
+        if opened.startReader { subscriptions.tasks.spawn { await self.readLoop() } }
     }
 
     /// Ends a subscription that could not start: a refusal (401, 403) or an unreachable database
@@ -134,116 +88,100 @@ final class Subscriber: Sendable {
     private func refuse(_ error: any Error) {
         guard error is Problem || error is StoreFailure else { return finish(.serverError) }
         let problem = Problem.answering(error)
-        send(SubscriptionSession.text(.error(problem)))
+        send(Subscriptions.text(.error(problem)))
         finish(.refused(UInt16(4000 + problem.code.status), problem.code.rawValue))
     }
 
-    // MARK: Telling the owner
+    // MARK: What the hub hands over (MailboxListener)
+
+    func committed(_ message: StoredMessage) {
+        if machine.withLock({ $0.messageCommitted(message) }) { startDelivery() }
+    }
+
+    func erased(_ id: String) {
+        machine.withLock { $0.messageErased(id) }
+    }
+
+    func recheck() {
+        if machine.withLock({ $0.recheck() }) { startDelivery() }
+    }
+
+    func ended() { finish(.replaced) }
 
     /// A claim took the owner's one-time prekeys below the low-water mark: a `prekeys` frame
     /// (spec/protocol.md §8.4). One per crossing of the mark, so no queue is needed: it is written
     /// as it comes, after `ready` (one that comes while `ready` is being written follows it).
-    private func prekeysLow(_ count: Int) {
-        let sendNow = state.withLock { state -> Bool in
-            switch state.phase {
-            case .open: return true
-            case .starting:
-                state.prekeysOwed = count
-                return false
-            case .closed: return false
-            }
-        }
-        if sendNow { send(SubscriptionSession.text(.prekeys(count))) }
+    func prekeysLow(_ count: Int) {
+        if let count = machine.withLock({ $0.prekeysLow(count) }) { send(Subscriptions.text(.prekeys(count))) }
     }
 
     // MARK: Delivering
 
-    /// There may be something to deliver (a new message, or room in the window after an ack).
-    private func wake() {
-        let start = state.withLock { state -> Bool in
-            guard state.phase == .open else { return false }
-            guard !state.delivering else {
-                state.deliverAgain = true
-                return false
-            }
-            state.delivering = true
-            return true
-        }
-        if start { session.tasks.spawn { await self.deliverLoop() } }
+    private func startDelivery() {
+        subscriptions.tasks.spawn { await self.deliverLoop() }
     }
 
+    /// Runs the machine's delivery steps until it says stop: backlog reads, and frames written.
     private func deliverLoop() async {
+        var action = nextDelivery { $0.nextDelivery(now: subscriptions.clock.now()) }
         while true {
-            let context = state.withLock { state -> (SessionService.Principal, MailboxHub.Subscription)? in
-                state.deliverAgain = false
-                guard state.phase == .open, let principal = state.principal, let subscription = state.subscription else {
-                    state.delivering = false
-                    return nil
+            switch action {
+            case .stop: return
+            case .close(let reason): return finish(reason)
+            case .loadBacklog(let cursor, let limit):
+                do {
+                    let read = try await subscriptions.mailboxes.backlog(owner: owner, after: cursor, limit: limit,
+                                                                   maxBytes: subscriptions.maxReadBytes, now: subscriptions.clock.now())
+                    action = nextDelivery { $0.backlogLoaded(read.messages, more: read.more, now: subscriptions.clock.now()) }
+                } catch {
+                    // The database out of reach (or busy) for now: the subscription stays open and
+                    // tries the store again in a second (and at every wake-up meanwhile), until it
+                    // answers. Any other failure closes it (1011: the client reconnects, and what
+                    // was not acknowledged is delivered again).
+                    let temporary = (error as? StoreFailure)?.isTemporary ?? false
+                    switch machine.withLock({ $0.backlogFailed(temporary: temporary, socketActive: channel.isActive) }) {
+                    case .retryLater:
+                        channel.eventLoop.scheduleTask(in: .seconds(1)) {
+                            if self.machine.withLock({ $0.retryDelivery() }) { self.startDelivery() }
+                        }
+                        return
+                    case .close(let reason): return finish(reason)
+                    }
                 }
-                return (principal, subscription)
+                continue
+            case .send(let messages, _):
+                for message in messages {
+                    guard isOpen else { return }
+                    let record = message.record(forOwner: true)
+                    do {
+                        try await write(FrameText.message(record) ?? Subscriptions.text(.message(record)))
+                    } catch {
+                        return finish(channel.isActive ? .serverError : .clientLeft)  // the socket is gone
+                    }
+                    subscriptions.metrics.messagesDelivered.increment()
+                }
             }
-            guard case let (principal, subscription)? = context else { return }
-            if let reason = await deliver(principal: principal, subscription: subscription) {
-                finish(reason)
-                return
-            }
-            let again = state.withLock { state -> Bool in
-                if state.deliverAgain && state.phase == .open { return true }
-                state.delivering = false
-                return false
-            }
-            if !again { return }
+            action = nextDelivery { $0.nextDelivery(now: subscriptions.clock.now()) }
         }
     }
 
-    /// Sends the mailbox's messages after the cursor while the window has room.
-    ///
-    /// It reads the store until a read comes back short (nothing more was stored when it
-    /// began); from then on it delivers what the hub hands it, in commit order, without reading
-    /// the store — until the hub reports that it did not keep everything, and it reads again.
-    private func deliver(principal: SessionService.Principal, subscription: MailboxHub.Subscription) async -> SubscriptionSession.CloseReason? {
-        if session.clock.now() >= principal.expiresAt { return .sessionEnded }
-        var (cursor, caughtUp) = self.cursor.withLock { $0 }
-        defer { self.cursor.withLock { $0 = (cursor, caughtUp) } }
-        do {
-            while true {
-                let room = session.window - inFlight.count
-                guard room > 0 else {
-                    subscription.forgetFresh()  // what lands meanwhile waits on disk, not here
-                    return nil
-                }
-                let batch: [StoredMessage]
-                if caughtUp, let fresh = subscription.takeFresh(limit: room) {
-                    guard !fresh.isEmpty else { return nil }
-                    let now = session.clock.now()
-                    // A message read by the last store read may be handed over as well.
-                    batch = fresh.filter { $0.seq > cursor && $0.expiresAt > now }
-                } else {
-                    subscription.startStoreRead()
-                    let read = try await session.mailboxes.store.messages(recipient: owner, after: cursor, limit: room,
-                                                                          maxBytes: session.maxReadBytes, now: session.clock.now())
-                    batch = read.messages
-                    caughtUp = !read.more
-                }
-                for message in batch {
-                    guard isOpen else { return nil }
-                    inFlight.add(message.id)
-                    cursor = message.seq
-                    let record = message.record(forOwner: true)
-                    try await write(FrameText.message(record) ?? SubscriptionSession.text(.message(record)))
-                    session.metrics.messagesDelivered.increment()
-                }
-            }
-        } catch let failure as StoreFailure where failure.isTemporary && channel.isActive {
-            // The database is out of reach (or busy) for now: the subscription stays open and tries
-            // the store again in a second (and at every wake-up meanwhile), until it answers.
-            caughtUp = false
-            channel.eventLoop.scheduleTask(in: .seconds(1)) { self.wake() }
-            return nil
-        } catch {
-            // The socket is gone, or the store failed (1011: the client reconnects, and what was not
-            // acknowledged is delivered again).
-            return channel.isActive ? .serverError : .clientLeft
+    /// Runs a delivery event; what it puts in flight is counted in `mailslot_messages_unacked`
+    /// under the same lock, so that a close that uncounts the window never races the count.
+    private func nextDelivery(_ event: (inout Machine) -> Machine.DeliveryAction) -> Machine.DeliveryAction {
+        machine.withLock { machine in
+            let action = event(&machine)
+            if case .send(_, let added) = action, added > 0 { subscriptions.metrics.messagesUnacked.increment(by: Double(added)) }
+            return action
+        }
+    }
+
+    /// The erasure an ack asked for was answered: the message leaves the window.
+    private func acknowledged(_ id: String) {
+        switch machine.withLock({ $0.ackCommitted(id) }) {
+        case .unknown: break
+        case .acknowledged(let startDelivery):
+            subscriptions.metrics.messagesUnacked.decrement()
+            if startDelivery { self.startDelivery() }
         }
     }
 
@@ -251,61 +189,42 @@ final class Subscriber: Sendable {
 
     /// A text or binary frame arrived (on the event loop).
     func received(_ data: ByteBuffer, text: Bool) {
-        let startReader = state.withLock { state -> Bool in
-            guard state.phase != .closed else { return false }
-            state.waiting.append((data, text))
-            guard state.phase == .open, !state.readerRunning else { return false }
-            state.readerRunning = true
-            return true
-        }
-        if startReader { session.tasks.spawn { await self.readLoop() } }
+        if machine.withLock({ $0.frameReceived(data, text: text) }) { subscriptions.tasks.spawn { await self.readLoop() } }
     }
 
     /// Whether the channel should not read now: frames wait unstarted (on the event loop).
     func holdRead() -> Bool {
-        state.withLock { state in
-            guard state.waiting.count >= SubscriptionSession.maxWaitingFrames else { return false }
-            state.readHeld = true
-            return true
-        }
+        machine.withLock { $0.holdRead() }
     }
 
     /// Starts each waiting frame's work and queues its answer; ends when none waits. A bad frame
     /// gets an `error` frame; a client that keeps sending garbage is disconnected.
     private func readLoop() async {
         while true {
-            let (next, resumeReading, principal, subscription) = state.withLock { state in
-                guard state.phase == .open, !state.waiting.isEmpty, let principal = state.principal, let subscription = state.subscription else {
-                    state.readerRunning = false
-                    state.waiting.removeAll()
-                    return ((ByteBuffer, Bool)?.none, false, SessionService.Principal?.none, MailboxHub.Subscription?.none)
-                }
-                let next = state.waiting.removeFirst()
-                let resume = state.readHeld && state.waiting.count < SubscriptionSession.maxWaitingFrames / 2
-                if resume { state.readHeld = false }
-                return (next, resume, principal, subscription)
+            let data: ByteBuffer, isText: Bool, principal: SessionService.Principal
+            switch machine.withLock({ $0.nextFrame(now: subscriptions.clock.now()) }) {
+            case .stop: return
+            case .close(let reason): return finish(reason)
+            case .handle(let frame, let text, let who, let resumeReading):
+                if resumeReading { channel.read() }
+                (data, isText, principal) = (frame, text, who)
             }
-            if resumeReading { channel.read() }
-            guard case let (data, isText)? = next, let principal, let subscription else { return }
-            if session.clock.now() >= principal.expiresAt { return finish(.sessionEnded) }
             let answer: AnswerQueue.Answer
             var bytes = 0
-            var garbage = false
+            var malformed = false
             // A frame that is not JSON, or lacks a member its type requires, is malformed.
-            if isText, let frame = session.decode(String(buffer: data)) {
+            if isText, let frame = subscriptions.decode(String(buffer: data)) {
                 bytes = data.readableBytes
-                answer = session.start(frame, owner: owner, principal: principal, subscription: subscription, inFlight: inFlight)
+                answer = subscriptions.start(frame, owner: owner, principal: principal, acknowledged: { self.acknowledged($0) })
             } else {
-                garbage = true
-                let error = SubscriptionSession.text(.error(Problem(.invalidJSON, "frames are JSON text: ack or send")))
+                malformed = true
+                let error = Subscriptions.text(.error(Problem(.invalidJSON, "frames are JSON text: ack or send")))
                 answer = { error }
             }
             guard let startWriter = await answers.append(answer, bytes: bytes) else { return }
-            if startWriter { session.tasks.spawn { await self.writeLoop() } }
-            if garbage, state.withLock({ state in state.garbage += 1; return state.garbage >= 10 }) {
+            if startWriter { subscriptions.tasks.spawn { await self.writeLoop() } }
+            if malformed, let reason = machine.withLock({ $0.malformedFrame() }) {
                 // The error frames owed so far go out first; the writer closes after the last.
-                let reason = SubscriptionSession.CloseReason.protocolViolation("too many malformed frames")
-                state.withLock { $0.closeAfterAnswers = reason }
                 if !answers.closeWhileWriting() { finish(reason) }
                 return
             }
@@ -322,52 +241,37 @@ final class Subscriber: Sendable {
                 return finish(.clientLeft)  // the socket is gone, or the store failed
             }
         }
-        if let reason = state.withLock({ $0.closeAfterAnswers }) { finish(reason) }
+        if let reason = machine.withLock({ $0.answersWritten() }) { finish(reason) }
     }
 
     // MARK: Timer: ping and session check
 
     private func scheduleTick() {
-        guard let principal = state.withLock({ $0.phase == .open ? $0.principal : nil }) else { return }
-        let remaining = max(0, principal.expiresAt - session.clock.now())
-        let pause = min(Double(remaining) / 1000, session.sessionCheckInterval, session.pingInterval)
-        let tick = channel.eventLoop.scheduleTask(in: .milliseconds(Int64(pause * 1000))) { self.tick() }
-        let keep = state.withLock { state -> Bool in
-            guard state.phase == .open else { return false }
-            state.tick = tick
-            return true
-        }
-        if !keep { tick.cancel() }
+        guard let delay = machine.withLock({ $0.tickDelay(now: subscriptions.clock.now(), checkInterval: subscriptions.sessionCheckInterval,
+                                                          pingInterval: subscriptions.pingInterval) }) else { return }
+        let tick = channel.eventLoop.scheduleTask(in: .milliseconds(delay)) { self.tick() }
+        if !machine.withLock({ $0.tickScheduled(tick) }) { tick.cancel() }
     }
 
     /// On the event loop: pings when a ping is due (closing a socket that did not answer the
-    /// last one), then re-checks the session.
+    /// last one), then re-checks the subscriptions.
     private func tick() {
-        let now = session.clock.now()
-        enum Ping { case none, send, timeout }
-        let ping = state.withLock { state -> Ping in
-            guard state.phase == .open else { return .none }
-            state.tick = nil
-            guard Double(now - state.lastPing) >= session.pingInterval * 1000 else { return .none }
-            if state.awaitingPong { return .timeout }
-            state.awaitingPong = true
-            state.lastPing = now
-            return .send
+        let principal: SessionService.Principal
+        switch machine.withLock({ $0.tick(now: subscriptions.clock.now(), pingInterval: subscriptions.pingInterval) }) {
+        case .none: return
+        case .pingTimeout: return finish(.pingTimeout)
+        case .check(let who, let ping):
+            principal = who
+            if ping, !closeSent.value {
+                var data = channel.allocator.buffer(capacity: 8)
+                data.writeInteger(UInt64.random(in: .min ... .max))
+                channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .ping, data: data), promise: nil)
+            }
         }
-        switch ping {
-        case .timeout: return finish(.pingTimeout)
-        case .send:
-            guard !closeSent.value else { return }
-            var data = channel.allocator.buffer(capacity: 8)
-            data.writeInteger(UInt64.random(in: .min ... .max))
-            channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .ping, data: data), promise: nil)
-        case .none: break
-        }
-        guard let principal = state.withLock({ $0.phase == .open ? $0.principal : nil }) else { return }
-        session.tasks.spawn {
-            guard self.session.clock.now() < principal.expiresAt else { return self.finish(.sessionEnded) }
+        subscriptions.tasks.spawn {
+            guard self.subscriptions.clock.now() < principal.expiresAt else { return self.finish(.sessionEnded) }
             do {
-                _ = try await self.session.sessions.authenticate(authorization: self.authorization, now: self.session.clock.now())
+                _ = try await self.subscriptions.sessions.authenticate(authorization: self.authorization, now: self.subscriptions.clock.now())
             } catch let failure as StoreFailure where failure.isTemporary {
                 // The database is out of reach or busy: the session may well be valid; check at the next tick.
             } catch {
@@ -379,12 +283,12 @@ final class Subscriber: Sendable {
 
     /// A pong arrived.
     func pong() {
-        state.withLock { $0.awaitingPong = false }
+        machine.withLock { $0.pong() }
     }
 
     // MARK: Writing and closing
 
-    private var isOpen: Bool { state.withLock { $0.phase != .closed } }
+    private var isOpen: Bool { machine.withLock { $0.phase != .closed } }
 
     /// Writes a text frame. When the socket cannot take more (the peer does not read), waits
     /// until this frame is written: so a slow reader slows its deliveries and answers down.
@@ -405,25 +309,17 @@ final class Subscriber: Sendable {
     }
 
     /// Ends the subscription (once): leaves the hub, and closes the socket with the reason's code.
-    func finish(_ reason: SubscriptionSession.CloseReason) {
-        guard case let (subscription, tick, counted)? = state.withLock({ state -> (MailboxHub.Subscription?, Scheduled<Void>?, Bool)? in
-            guard state.phase != .closed else { return nil }
-            state.phase = .closed
-            defer {
-                state.subscription = nil
-                state.tick = nil
-                state.waiting.removeAll()
-            }
-            return (state.subscription, state.tick, state.counted)
-        }) else {
+    func finish(_ reason: Subscriptions.CloseReason) {
+        guard case let .close(subscription, tick, counted, unacknowledged) = machine.withLock({ $0.close() }) else {
             if case .clientClosed = reason { channel.close(promise: nil) }  // the client answered our close
             return
         }
         tick?.cancel()
-        if let subscription { session.hub.unsubscribe(owner, subscription) }
-        inFlight.clear()
+        if let subscription { subscriptions.hub.unsubscribe(owner, subscription) }
+        // What was in flight waits for the next subscription.
+        if unacknowledged > 0 { subscriptions.metrics.messagesUnacked.decrement(by: Double(unacknowledged)) }
         answers.close()
-        if counted { session.metrics.webSocketsOpen.decrement() }
+        if counted { subscriptions.metrics.webSocketsOpen.decrement() }
         switch reason {
         case .clientLeft: close(.normalClosure, nil)
         case .replaced: close(.unknown(CloseCode.replaced), "replaced by a newer subscription")

@@ -22,6 +22,7 @@ final class PostgresStore: RelayStore {
     /// No local disk to watch: the database server's space is its operator's.
     var diskSpace: DiskSpace? { nil }
     private let group: PostgresGroupCommit
+    let commits = CommitObservers()
     /// What this relay tells the others sharing the database, and hears from them.
     let notifications: PostgresNotifications
     var cluster: (any ClusterSignals)? { notifications }
@@ -195,9 +196,8 @@ final class PostgresStore: RelayStore {
     /// pending limit, the author quota. Queued at once (``groupSubmit(_:_:decode:committed:)``):
     /// `mailslot_write_batch` decides every refusal before it writes anything, under the write
     /// lock, so creates on all nodes commit one after another, in `seq` order.
-    func submitCreateMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String?, now: Int64,
-                             expiresAt: Int64, limits: CreateLimits,
-                             whenCommitted: (@Sendable (StoredMessage) -> Void)?) -> CommitTicket<CreateOutcome> {
+    func createMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String?, now: Int64,
+                       expiresAt: Int64, limits: CreateLimits) -> CommitTicket<CreateOutcome> {
         let write = PostgresWrite(kind: .create, recipient: recipient, id: id, author: author, envelope: envelope, size: Int64(size),
                                   keyID: keyID ?? "", now: now, expiresAt: expiresAt, limits: limits)
         return groupSubmit("create_message", write, decode: { row in
@@ -210,17 +210,17 @@ final class PostgresStore: RelayStore {
                                      leaseHolder: row.leaseHolder)
             }
             switch row.outcome {
-            case "created": return .created(try stored(), erasedExpired: row.erasedExpired)
-            case "duplicate": return .duplicate(try stored())
-            case "conflict": throw StoreRefusal.conflict
-            case "blocked": throw StoreRefusal.blocked
-            case "stale_keys": throw StoreRefusal.staleKeys
-            case "mailbox_full": throw StoreRefusal.mailboxFull
-            case "author_quota": throw StoreRefusal.authorQuota
-            default: throw PostgresSchema.Refusal(description: "mailslot_write_batch answered an unknown outcome for a create")
+            case .created: return .created(try stored(), erasedExpired: row.erasedExpired)
+            case .duplicate: return .duplicate(try stored())
+            case .conflict: throw StoreRefusal.conflict
+            case .blocked: throw StoreRefusal.blocked
+            case .staleKeys: throw StoreRefusal.staleKeys
+            case .mailboxFull: throw StoreRefusal.mailboxFull
+            case .authorQuota: throw StoreRefusal.authorQuota
+            case .erased, .absent: throw PostgresSchema.Refusal(description: "mailslot_write_batch answered an erasure's outcome for a create")
             }
-        }, committed: { outcome in
-            if case .created(let message, _) = outcome { whenCommitted?(message) }
+        }, committed: { [commits] outcome in
+            if case .created(let message, _) = outcome { commits.publish(.created(message)) }
         })
     }
 
@@ -276,15 +276,17 @@ final class PostgresStore: RelayStore {
     /// was erased; an expired one is erased too, but reported as absent. Queued at once; an unsend
     /// is announced to the other relays, whose subscription may hold the message in memory (the
     /// owner's own acknowledgement needs no announcement: docs/architecture.md).
-    func submitDeleteMessage(recipient: String, id: String, author: String?, now: Int64) -> CommitTicket<Bool> {
+    func deleteMessage(recipient: String, id: String, author: String?, now: Int64) -> CommitTicket<Bool> {
         let write = PostgresWrite(kind: author == nil ? .ack : .unsend, recipient: recipient, id: id, author: author ?? "")
-        return groupSubmit("delete_message", write) { row in
+        return groupSubmit("delete_message", write, decode: { row in
             switch row.outcome {
-            case "erased": return (row.expiresAt ?? now) > now
-            case "absent": return false
-            default: throw PostgresSchema.Refusal(description: "mailslot_write_batch answered an unknown outcome for an erase")
+            case .erased: return (row.expiresAt ?? now) > now
+            case .absent: return false
+            default: throw PostgresSchema.Refusal(description: "mailslot_write_batch answered a create's outcome for an erasure")
             }
-        }
+        }, committed: { [commits] erased in
+            if erased { commits.publish(.erased(recipient: recipient, id: id)) }
+        })
     }
 
     /// Takes (`until` set) or releases (`until` nil) the processing lease on a message, as

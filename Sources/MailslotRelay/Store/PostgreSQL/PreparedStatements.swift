@@ -30,10 +30,21 @@ struct PostgresWrite: Sendable {
     var announced: Bool { kind != .ack }
 }
 
+/// What `mailslot_write_batch` answered for one write (its `outcome` column, ``PostgresSchema``).
+enum WriteBatchOutcome: String, Sendable {
+    // A create's.
+    case created, duplicate, conflict, blocked
+    case staleKeys = "stale_keys"
+    case mailboxFull = "mailbox_full"
+    case authorQuota = "author_quota"
+    // An erasure's.
+    case erased, absent
+}
+
 /// A batch of writes in one statement: `mailslot_write_batch`, one row per write.
 struct WriteBatchStatement: PostgresPreparedStatement {
     /// One write's answer; `ord` is its position in the batch, from 1.
-    typealias Row = (ord: Int64, outcome: String, seq: Int64?, createdAt: Int64?, expiresAt: Int64?, leaseUntil: Int64?,
+    typealias Row = (ord: Int64, outcome: WriteBatchOutcome, seq: Int64?, createdAt: Int64?, expiresAt: Int64?, leaseUntil: Int64?,
                      leaseHolder: String?, erasedExpired: Bool)
 
     static let name = "mailslot_write_batch_v1"
@@ -68,7 +79,10 @@ struct WriteBatchStatement: PostgresPreparedStatement {
     func decodeRow(_ row: PostgresRow) throws -> Row {
         let (ord, outcome, seq, createdAt, expiresAt, leaseUntil, leaseHolder, erasedExpired) =
             try row.decode((Int64, String, Int64?, Int64?, Int64?, Int64?, String?, Bool).self)
-        return (ord, outcome, seq, createdAt, expiresAt, leaseUntil, leaseHolder, erasedExpired)
+        guard let known = WriteBatchOutcome(rawValue: outcome) else {
+            throw PostgresSchema.Refusal(description: "mailslot_write_batch answered an unknown outcome")
+        }
+        return (ord, known, seq, createdAt, expiresAt, leaseUntil, leaseHolder, erasedExpired)
     }
 }
 

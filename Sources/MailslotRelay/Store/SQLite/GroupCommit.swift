@@ -25,18 +25,12 @@ final class GroupCommit: Sendable {
         }
     }
 
-    /// Runs `updates` in the next shared transaction and returns its result once committed.
-    /// `committed` gets the result first, in commit order, if `updates` succeeded and the
-    /// transaction committed.
-    func write<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T,
-                            committed: (@Sendable (T) -> Void)? = nil) async throws -> T {
-        try await submit(updates, committed: committed).value
-    }
-
     /// Queues `updates` for the next shared transaction at once, and returns the ticket its
     /// result will be on. Writes are applied in the order they were submitted: a caller that
     /// submits one write after another, without waiting in between, gets them in that order and
-    /// still shares commits with them. `finished` runs when the ticket is resolved, either way.
+    /// still shares commits with them. `committed` gets the result first, in commit order, if
+    /// `updates` succeeded and the transaction committed (the store publishes its commits
+    /// there, ``CommitObservers``); `finished` runs when the ticket is resolved, either way.
     func submit<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T,
                              committed: (@Sendable (T) -> Void)? = nil,
                              finished: (@Sendable () -> Void)? = nil) -> CommitTicket<T> {

@@ -15,6 +15,7 @@ final class SQLiteStore: RelayStore {
     let diskSpace: DiskSpace?
     /// The hot writes (creates, acks) share transactions under load.
     private let group: GroupCommit
+    let commits = CommitObservers()
 
     /// Opens (creating when needed) the database at `path` and runs pending migrations.
     init(path: String, durability: RelayConfiguration.Durability = .normal, metrics: RelayMetrics? = nil, diskSpace: DiskSpace? = nil) throws {
@@ -90,12 +91,11 @@ final class SQLiteStore: RelayStore {
     /// Stores a message unless its id is taken, the author is blocked, `keyID` (when given) is not
     /// the recipient's published keys', space is short, or the mailbox or author is at its limit
     /// — checked after the duplicate, in the same transaction, so an identical retry is answered
-    /// even then. `whenCommitted` gets each message created, once committed, in commit (`seq`)
-    /// order. `envelope` is its base64url text, `size` the number of bytes that text stands for.
-    /// Queued at once (``groupSubmit(_:_:committed:)``).
-    func submitCreateMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String? = nil, now: Int64,
-                             expiresAt: Int64, limits: CreateLimits,
-                             whenCommitted: (@Sendable (StoredMessage) -> Void)? = nil) -> CommitTicket<CreateOutcome> {
+    /// even then. Each message created is published (``commits``) once committed, in commit
+    /// (`seq`) order. `envelope` is its base64url text, `size` the number of bytes that text
+    /// stands for. Queued at once (``groupSubmit(_:_:committed:)``).
+    func createMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String? = nil, now: Int64,
+                       expiresAt: Int64, limits: CreateLimits) -> CommitTicket<CreateOutcome> {
         groupSubmit("create_message", { [diskSpace] db in
             // Every create runs these statements: they go through DirectStatement's binding.
             var erasedExpired = false
@@ -140,8 +140,8 @@ final class SQLiteStore: RelayStore {
             let stored = StoredMessage(seq: db.lastInsertedRowID, recipient: recipient, id: id, author: author, createdAt: now,
                                        expiresAt: expiresAt, envelope: envelope, size: size)
             return .created(stored, erasedExpired: erasedExpired)
-        }, committed: { outcome in
-            if case .created(let message, _) = outcome { whenCommitted?(message) }
+        }, committed: { [commits] outcome in
+            if case .created(let message, _) = outcome { commits.publish(.created(message)) }
         })
     }
 
@@ -195,16 +195,19 @@ final class SQLiteStore: RelayStore {
 
     /// Erases message `id` of `recipient`'s mailbox — only if `author` wrote it, when given (an
     /// unsend must not erase a newer message that reuses the id). True if an unexpired message
-    /// was erased; an expired one is erased too, but reported as absent. Queued at once.
-    func submitDeleteMessage(recipient: String, id: String, author: String? = nil, now: Int64) -> CommitTicket<Bool> {
-        groupSubmit("delete_message") { db in
+    /// was erased; an expired one is erased too, but reported as absent. Queued at once; an
+    /// unexpired message erased is published (``commits``).
+    func deleteMessage(recipient: String, id: String, author: String? = nil, now: Int64) -> CommitTicket<Bool> {
+        groupSubmit("delete_message", { db in
             let author: SQLArgument = author.map { .text($0) } ?? .null
             let expiresAt = try db.cachedStatement(sql: """
                 DELETE FROM messages WHERE recipient = ? AND id = ? AND (? IS NULL OR author = ?) RETURNING expires_at
                 """).run(.text(recipient), .text(id), author, author, row: { $0.int64(0) })
             guard let expiresAt else { return false }
             return expiresAt > now
-        }
+        }, committed: { [commits] erased in
+            if erased { commits.publish(.erased(recipient: recipient, id: id)) }
+        })
     }
 
     /// Takes (`until` set) or releases (`until` nil) the processing lease on a message, as

@@ -10,8 +10,9 @@ import Synchronization
 /// backlog oldest first and then each new message, keeps at most `window` deliveries
 /// unacknowledged, erases a message when its ack arrives, and accepts sends. Every frame goes
 /// through ``MailboxService`` and so through the rules. A class: every ``Subscriber`` holds a
-/// reference, not a copy of the services and the configuration they carry.
-final class SubscriptionSession: Sendable {
+/// reference, not a copy of the services and the configuration they carry. (Named for what it
+/// serves, all the subscriptions; "session" is the sign-in's word, ``SessionService``.)
+final class Subscriptions: Sendable {
     let mailboxes: MailboxService
     let sessions: SessionService
     let hub: MailboxHub
@@ -51,34 +52,7 @@ final class SubscriptionSession: Sendable {
         self.tasks = tasks
     }
 
-    /// What has been delivered and not yet acknowledged on this socket (also the relay-wide
-    /// `mailslot_messages_unacked` gauge). A lock, not an actor: it is touched for every message
-    /// delivered and acked, and each touch is a few instructions.
-    final class InFlight: Sendable {
-        let metrics: RelayMetrics
-        /// Once cleared, nothing more is added: a delivery racing the close must not leave the gauge up.
-        private let state = Mutex((ids: Set<String>(), cleared: false))
-        init(metrics: RelayMetrics) { self.metrics = metrics }
-        func add(_ id: String) {
-            if state.withLock({ !$0.cleared && $0.ids.insert(id).inserted }) { metrics.messagesUnacked.increment() }
-        }
-        func remove(_ id: String) -> Bool {
-            guard state.withLock({ $0.ids.remove(id) != nil }) else { return false }
-            metrics.messagesUnacked.decrement()
-            return true
-        }
-        /// The socket closed: what it had in flight waits for the next subscription.
-        func clear() {
-            let count = state.withLock { state in
-                defer { state = ([], true) }
-                return state.ids.count
-            }
-            if count > 0 { metrics.messagesUnacked.decrement(by: Double(count)) }
-        }
-        var count: Int { state.withLock { $0.ids.count } }
-    }
-
-    enum CloseReason: Sendable {
+    enum CloseReason: Sendable, Equatable {
         case clientLeft, replaced, sessionEnded, shuttingDown, pingTimeout, serverError
         case protocolViolation(String)
         /// The subscription was refused (4400, 4401, 4403: the HTTP status the request would have had).
@@ -97,15 +71,16 @@ final class SubscriptionSession: Sendable {
     static let maxWaitingFrames = 8
 
     /// Starts one well-formed frame's work now and returns its answer.
+    /// `acknowledged` is told of each ack's id once its erasure was answered (the message leaves the window).
     func start(_ frame: ClientFrame, owner: String, principal: SessionService.Principal,
-                       subscription: MailboxHub.Subscription, inFlight: InFlight) -> AnswerQueue.Answer {
+               acknowledged: @escaping @Sendable (String) -> Void) -> AnswerQueue.Answer {
         switch frame {
         case .ack(let id):
-            let erase = mailboxes.startDelete(principal, owner: owner, id: id, now: clock.now())
+            let erase = mailboxes.delete(principal, owner: owner, id: id, now: clock.now())
             return {
-                defer { if inFlight.remove(id) { subscription.wake() } }
+                defer { acknowledged(id) }
                 do {
-                    try await erase()
+                    try await erase.value
                     return FrameText.acked(id)
                 } catch let problem as Problem where problem.code == .notFound {
                     return FrameText.acked(id)  // already erased (a repeated ack): acknowledged all the same
@@ -120,11 +95,11 @@ final class SubscriptionSession: Sendable {
                 let error = Self.text(.error(Problem(.badRequest, "a send needs a ref of 1 to 64 bytes")))
                 return { error }
             }
-            let stored = mailboxes.startSend(principal, to: send.to, id: send.id, envelope: send.envelope,
+            let stored = mailboxes.send(principal, to: send.to, id: send.id, envelope: send.envelope,
                                              ttlSeconds: send.ttlSeconds, keyID: send.keyID, now: clock.now())
             return {
                 do {
-                    let (record, created) = try await stored()
+                    let (record, created) = try await stored.value
                     return FrameText.sent(record, ref: ref, created: created) ?? Self.text(.sent(ref: ref, created: created, message: record))
                 } catch {
                     return Self.text(.error(self.problem(error), ref: ref))
