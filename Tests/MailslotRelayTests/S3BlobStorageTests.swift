@@ -235,6 +235,48 @@ import Testing
         }
     }
 
+    /// Orphan uploads (issue 27), on the server: under a prefix of this test's own (so that other
+    /// suites' uploads are never listed), an upload whose storage key a blob row names and one
+    /// whose key none does. Fresh, neither is aborted; past the grace period the orphan is (its
+    /// parts are refused as lost) and the owned one goes on.
+    @Test(.enabled(if: S3BlobStorageTests.hasServer, Comment(rawValue: S3BlobStorageTests.skipReason)))
+    func orphanUploadsAreAbortedOnARealServer() async throws {
+        let url = try #require(S3ClientTests.serverURL)
+        let query = try #require(url.firstIndex(of: "?"))
+        let location = String(url[..<query]) + "/orphans-\(UUID().uuidString.lowercased())" + String(url[query...])
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("orphans-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let store = try SQLiteStore(path: folder.appendingPathComponent("relay.sqlite").path)
+        try await Self.withStorage(location: location) { storage in
+            let owned = Self.newKey(), orphan = Self.newKey(), whole = randomBytes(150_000)
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            let blob = NewBlob(id: "blob-owned-0000000", author: "alice", size: Int64(whole.count), partSize: 100_000, parts: 2,
+                               storageKey: owned, ttlSeconds: 60, uploadExpiresAt: now + 86_400_000, recipients: ["bob"])
+            _ = try await store.createBlob(blob, limits: BlobLimits(maxAuthorBytes: 1 << 40, maxUploading: 8), now: now)
+            let ownedUpload = try await storage.begin(key: owned, size: Int64(whole.count))
+            let orphanUpload = try await storage.begin(key: orphan, size: Int64(whole.count))
+            let part = try await Self.write(storage, owned, ownedUpload, whole, partSize: 100_000, number: 1)
+            _ = try await Self.write(storage, orphan, orphanUpload, whole, partSize: 100_000, number: 1)
+
+            let fresh = S3OrphanUploadSweeper(storage: storage, records: store, clock: { Int64(Date().timeIntervalSince1970 * 1000) })
+            let first = try await fresh.sweep()
+            #expect(first == S3OrphanUploadSweeper.Outcome(listed: 2, aborted: 0, capped: false))
+            let later = S3OrphanUploadSweeper(storage: storage, records: store, clock: { Int64(Date().timeIntervalSince1970 * 1000) + 7_200_000 })
+            let second = try await later.sweep()
+            #expect(second == S3OrphanUploadSweeper.Outcome(listed: 2, aborted: 1, capped: false))
+            await #expect(throws: BlobStorageFailure.uploadLost) {
+                try await Self.write(storage, orphan, orphanUpload, whole, partSize: 100_000, number: 2)
+            }
+            let last = try await Self.write(storage, owned, ownedUpload, whole, partSize: 100_000, number: 2)
+            let third = try await later.sweep()
+            #expect(third == S3OrphanUploadSweeper.Outcome(listed: 1, aborted: 0, capped: false))
+            try await storage.complete(key: owned, upload: ownedUpload, parts: [part, last])
+            #expect(try await Self.read(storage, owned, 0..<Int64(whole.count)).bytes == whole)
+            try await storage.erase(key: owned, upload: nil)
+        }
+    }
+
     /// A store that cannot be reached is `unavailable` (retry later) for every call; nothing is
     /// left in the spool.
     @Test func unreachableStoreIsUnavailable() async throws {

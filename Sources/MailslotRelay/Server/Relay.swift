@@ -63,7 +63,8 @@ public struct Relay: Sendable {
             logger.warning("blobs are kept in this relay's data folder: other relays sharing the database cannot serve them; use --blob-store s3://… for several relays")
         }
         blobEraser = BlobEraser(records: store, storage: storage, erasure: erasure, metrics: metrics, clock: configuration.clock,
-                                interval: configuration.sweepInterval)
+                                interval: configuration.sweepInterval,
+                                orphans: (storage as? S3BlobStorage).map { S3OrphanUploadSweeper(storage: $0, records: store, clock: configuration.clock) })
         blobs = BlobService(records: store, storage: storage, configuration: configuration, rateLimiter: mailboxes.rateLimiter,
                             transfers: TransferLimiter(limit: configuration.maxTransfersPerUID), eraser: blobEraser, metrics: metrics,
                             logger: logger)
