@@ -277,6 +277,35 @@ import Testing
         }
     }
 
+    /// A relay over S3 runs the sweeper at start (from its blob eraser): an orphan upload under its
+    /// prefix, old by the relay's clock, is aborted without anything else happening.
+    @Test(.enabled(if: S3BlobStorageTests.hasServer, Comment(rawValue: S3BlobStorageTests.skipReason)))
+    func relayAbortsOrphanUploadsAtStart() async throws {
+        let url = try #require(S3ClientTests.serverURL)
+        let query = try #require(url.firstIndex(of: "?"))
+        let store = String(url[..<query]) + "/orphans-\(UUID().uuidString.lowercased())" + String(url[query...])
+        let location = try S3Location(store)
+        let client = S3Client(location: location, credentials: try S3Location.credentials(from: Self.environment), logger: TestRelay.logger)
+        try await S3ClientTests.withClient(client) { client in
+            let prefix = location.key("blobs/")
+            _ = try await client.createMultipartUpload(key: prefix + Self.newKey())
+            #expect(try await client.listMultipartUploads(prefix: prefix).uploads.count == 1)
+            try await withTestRelay(configure: {
+                $0.blobStore = .s3(store)
+                $0.blobPartBytes = RelayConfiguration.minS3PartBytes
+                $0.clock = { Int64(Date().timeIntervalSince1970 * 1000) + 7_200_000 }
+            }) { _ in
+                var left = -1
+                for _ in 0..<100 {
+                    left = try await client.listMultipartUploads(prefix: prefix).uploads.count
+                    if left == 0 { break }
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+                #expect(left == 0, "the relay aborted the orphan upload at start")
+            }
+        }
+    }
+
     /// A store that cannot be reached is `unavailable` (retry later) for every call; nothing is
     /// left in the spool.
     @Test func unreachableStoreIsUnavailable() async throws {
