@@ -155,7 +155,7 @@ struct ServeCommand: AsyncParsableCommand {
         let configured = configuration
         try await relay.run { port in
             logger.info("listening", metadata: ["address": "\(configured.host):\(port)", "data": "\(configured.dataDirectory)",
-                                                "store": "\(configured.databaseURL == nil ? "sqlite" : "postgresql")",
+                                                "store": "\(configured.storeBackend)",
                                                 "audience": "\(configured.audience)",
                                                 "issuer_kids": "\(configured.issuerKeys.map(\.paserkID).joined(separator: ","))"])
         }

@@ -23,17 +23,17 @@ import MailslotWire
     /// added, removed or changed on either side fails here.
     @Test func theSpecTableIsTheStandardTable() throws {
         let table = try MarkdownTable(in: "spec/protocol.md", header: ["resource", "create", "read", "update", "delete", "claim", "acknowledge"])
-        let roles: [String: Role] = ["owner": .owner, "author": .author, "signed-in": .signedIn, "recipient": .recipient]
-        var documented: [Resource: [MailslotRelay.Operation: Set<Role>]] = [:]
+        let roles: [String: AccessRole] = ["owner": .owner, "author": .author, "signed-in": .signedIn, "recipient": .recipient]
+        var documented: [AccessResource: [AccessOperation: Set<AccessRole>]] = [:]
         for row in table.rows {
             // `userDocument` — `/users/{uid}`: the case name comes first, in backticks.
             let parts = row[0].split(separator: "`", omittingEmptySubsequences: false)
             let name = parts.count > 1 ? String(parts[1]) : row[0]
-            let resource = try #require(Resource(rawValue: name), "an unknown resource in spec/protocol.md: \(row[0])")
+            let resource = try #require(AccessResource(rawValue: name), "an unknown resource in spec/protocol.md: \(row[0])")
             #expect(documented[resource] == nil, "\(name) has two rows")
-            var operations: [MailslotRelay.Operation: Set<Role>] = [:]
-            for (operation, cell) in zip(MailslotRelay.Operation.allCases, row.dropFirst()) where cell != "—" {
-                var allowed: Set<Role> = []
+            var operations: [AccessOperation: Set<AccessRole>] = [:]
+            for (operation, cell) in zip(AccessOperation.allCases, row.dropFirst()) where cell != "—" {
+                var allowed: Set<AccessRole> = []
                 for name in cell.split(separator: ",") {
                     let role = name.trimmingCharacters(in: .whitespaces)
                     allowed.insert(try #require(roles[role], "an unknown role in spec/protocol.md: \(role)"))
@@ -42,11 +42,11 @@ import MailslotWire
             }
             documented[resource] = operations
         }
-        #expect(MailslotRelay.Operation.allCases.map(\.rawValue) == Array(table.header.dropFirst()), "the columns are the operations, in order")
-        #expect(table.rows.count == Resource.allCases.count, "one row per resource")
+        #expect(AccessOperation.allCases.map(\.rawValue) == Array(table.header.dropFirst()), "the columns are the operations, in order")
+        #expect(table.rows.count == AccessResource.allCases.count, "one row per resource")
         // Cell by cell, so that a failure names the cell (an absent cell allows no one, as an empty one).
-        for resource in Resource.allCases {
-            for operation in MailslotRelay.Operation.allCases {
+        for resource in AccessResource.allCases {
+            for operation in AccessOperation.allCases {
                 let written = documented[resource]?[operation] ?? [], enforced = AccessRules.standard.table[resource]?[operation] ?? []
                 #expect(written == enforced, "\(operation) \(resource): spec/protocol.md says \(written), AccessRules.standard \(enforced)")
             }

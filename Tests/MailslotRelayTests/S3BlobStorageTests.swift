@@ -235,6 +235,77 @@ import Testing
         }
     }
 
+    /// Orphan uploads (issue 27), on the server: under a prefix of this test's own (so that other
+    /// suites' uploads are never listed), an upload whose storage key a blob row names and one
+    /// whose key none does. Fresh, neither is aborted; past the grace period the orphan is (its
+    /// parts are refused as lost) and the owned one goes on.
+    @Test(.enabled(if: S3BlobStorageTests.hasServer, Comment(rawValue: S3BlobStorageTests.skipReason)))
+    func orphanUploadsAreAbortedOnARealServer() async throws {
+        let url = try #require(S3ClientTests.serverURL)
+        let query = try #require(url.firstIndex(of: "?"))
+        let location = String(url[..<query]) + "/orphans-\(UUID().uuidString.lowercased())" + String(url[query...])
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("orphans-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let store = try SQLiteStore(path: folder.appendingPathComponent("relay.sqlite").path)
+        try await Self.withStorage(location: location) { storage in
+            let owned = Self.newKey(), orphan = Self.newKey(), whole = randomBytes(150_000)
+            let now = Int64(Date().timeIntervalSince1970 * 1000)
+            let blob = NewBlob(id: "blob-owned-0000000", author: "alice", size: Int64(whole.count), partSize: 100_000, parts: 2,
+                               storageKey: owned, ttlSeconds: 60, uploadExpiresAt: now + 86_400_000, recipients: ["bob"])
+            _ = try await store.createBlob(blob, limits: BlobLimits(maxAuthorBytes: 1 << 40, maxUploading: 8), now: now)
+            let ownedUpload = try await storage.begin(key: owned, size: Int64(whole.count))
+            let orphanUpload = try await storage.begin(key: orphan, size: Int64(whole.count))
+            let part = try await Self.write(storage, owned, ownedUpload, whole, partSize: 100_000, number: 1)
+            _ = try await Self.write(storage, orphan, orphanUpload, whole, partSize: 100_000, number: 1)
+
+            let fresh = S3OrphanUploadSweeper(storage: storage, records: store, clock: { Int64(Date().timeIntervalSince1970 * 1000) })
+            let first = try await fresh.sweep()
+            #expect(first == S3OrphanUploadSweeper.Outcome(listed: 2, aborted: 0, capped: false))
+            let later = S3OrphanUploadSweeper(storage: storage, records: store, clock: { Int64(Date().timeIntervalSince1970 * 1000) + 7_200_000 })
+            let second = try await later.sweep()
+            #expect(second == S3OrphanUploadSweeper.Outcome(listed: 2, aborted: 1, capped: false))
+            await #expect(throws: BlobStorageFailure.uploadLost) {
+                try await Self.write(storage, orphan, orphanUpload, whole, partSize: 100_000, number: 2)
+            }
+            let last = try await Self.write(storage, owned, ownedUpload, whole, partSize: 100_000, number: 2)
+            let third = try await later.sweep()
+            #expect(third == S3OrphanUploadSweeper.Outcome(listed: 1, aborted: 0, capped: false))
+            try await storage.complete(key: owned, upload: ownedUpload, parts: [part, last])
+            #expect(try await Self.read(storage, owned, 0..<Int64(whole.count)).bytes == whole)
+            try await storage.erase(key: owned, upload: nil)
+        }
+    }
+
+    /// A relay over S3 runs the sweeper at start (from its blob eraser): an orphan upload under its
+    /// prefix, old by the relay's clock, is aborted without anything else happening.
+    @Test(.enabled(if: S3BlobStorageTests.hasServer, Comment(rawValue: S3BlobStorageTests.skipReason)))
+    func relayAbortsOrphanUploadsAtStart() async throws {
+        let url = try #require(S3ClientTests.serverURL)
+        let query = try #require(url.firstIndex(of: "?"))
+        let store = String(url[..<query]) + "/orphans-\(UUID().uuidString.lowercased())" + String(url[query...])
+        let location = try S3Location(store)
+        let client = S3Client(location: location, credentials: try S3Location.credentials(from: Self.environment), logger: TestRelay.logger)
+        try await S3ClientTests.withClient(client) { client in
+            let prefix = location.key("blobs/")
+            _ = try await client.createMultipartUpload(key: prefix + Self.newKey())
+            #expect(try await client.listMultipartUploads(prefix: prefix).uploads.count == 1)
+            try await withTestRelay(configure: {
+                $0.blobStore = .s3(store)
+                $0.blobPartBytes = RelayConfiguration.minS3PartBytes
+                $0.clock = RelayClock { EpochMilliseconds.now() + 7_200_000 }  // two hours on: the orphan is past its grace
+            }) { _ in
+                var left = -1
+                for _ in 0..<100 {
+                    left = try await client.listMultipartUploads(prefix: prefix).uploads.count
+                    if left == 0 { break }
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+                #expect(left == 0, "the relay aborted the orphan upload at start")
+            }
+        }
+    }
+
     /// A store that cannot be reached is `unavailable` (retry later) for every call; nothing is
     /// left in the spool.
     @Test func unreachableStoreIsUnavailable() async throws {
@@ -335,41 +406,6 @@ import Testing
         for value in [secret, token] {
             #expect(!text.contains(value))
             #expect(!text.contains(value.prefix(12)))
-        }
-    }
-}
-
-/// Upload lost when the store restarts: rclone keeps unfinished uploads in memory. Its own suite,
-/// run in its own `tools/s3 run` (tools/test): the restart would break other suites' calls.
-@Suite(.serialized) struct S3BlobStorageRestartTests {
-    static let canRestart = S3ClientTests.hasServer && ProcessInfo.processInfo.environment["MAILSLOT_TEST_S3_RESTART"] != nil
-
-    /// After a restart, a part of an upload begun before, and its completion, find the upload
-    /// lost (410 for the service: the client starts over); a completed blob is still there, and
-    /// the lost upload can still be erased.
-    @Test(.enabled(if: S3BlobStorageRestartTests.canRestart, Comment(rawValue: S3BlobStorageTests.skipReason)))
-    func uploadLostAfterRestart() async throws {
-        try await S3BlobStorageTests.withStorage { storage in
-            let done = S3BlobStorageTests.newKey(), whole = randomBytes(120_000)
-            let doneUpload = try await storage.begin(key: done, size: Int64(whole.count))
-            let donePart = try await S3BlobStorageTests.write(storage, done, doneUpload, whole, partSize: whole.count, number: 1)
-            try await storage.complete(key: done, upload: doneUpload, parts: [donePart])
-
-            let key = S3BlobStorageTests.newKey()
-            let upload = try await storage.begin(key: key, size: Int64(whole.count))
-            let part = try await S3BlobStorageTests.write(storage, key, upload, whole, partSize: 100_000, number: 1)
-
-            let command = try #require(ProcessInfo.processInfo.environment["MAILSLOT_TEST_S3_RESTART"])
-            let restart = try await ProcessRunner.run(URL(fileURLWithPath: "/bin/sh"), ["-c", command])
-            #expect(restart.status == 0, "restart: \(restart.stderr)")
-
-            await #expect(throws: BlobStorageFailure.uploadLost) {
-                try await S3BlobStorageTests.write(storage, key, upload, whole, partSize: 100_000, number: 2)
-            }
-            await #expect(throws: BlobStorageFailure.uploadLost) { try await storage.complete(key: key, upload: upload, parts: [part]) }
-            #expect(try await S3BlobStorageTests.read(storage, done, 0..<Int64(whole.count)).bytes == whole)
-            try await storage.erase(key: key, upload: upload)
-            try await storage.erase(key: done, upload: nil)
         }
     }
 }

@@ -125,6 +125,102 @@ import Testing
         }
     }
 
+    /// A ListMultipartUploadsResult page as S3 writes it (AWS's documented example's shape).
+    static func uploadList(_ uploads: [(key: String, id: String, initiated: String?)], truncated: Bool = false,
+                           nextKey: String? = nil, nextID: String? = nil) -> String {
+        var xml = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<ListMultipartUploadsResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">"
+        xml += "<Bucket>mailslot-test</Bucket><KeyMarker></KeyMarker><UploadIdMarker></UploadIdMarker>"
+        if let nextKey { xml += "<NextKeyMarker>\(nextKey)</NextKeyMarker>" }
+        if let nextID { xml += "<NextUploadIdMarker>\(nextID)</NextUploadIdMarker>" }
+        xml += "<MaxUploads>500</MaxUploads><IsTruncated>\(truncated)</IsTruncated>"
+        for upload in uploads {
+            xml += "<Upload><Key>\(upload.key)</Key><UploadId>\(upload.id)</UploadId>"
+            xml += "<Initiator><ID>arn:aws:iam::111122223333:user/user1-11111a31-17b5-4fb7-9df5-b111111f13de</ID><DisplayName>user1</DisplayName></Initiator>"
+            xml += "<Owner><ID>75aa57f09aa0c8caeab4f8c24e99d10f8e7faeebf76c078efc7c6caea54ba06a</ID><DisplayName>OwnerDisplayName</DisplayName></Owner>"
+            xml += "<StorageClass>STANDARD</StorageClass>"
+            if let initiated = upload.initiated { xml += "<Initiated>\(initiated)</Initiated>" }
+            xml += "</Upload>"
+        }
+        return xml + "<Prefix>blobs/</Prefix></ListMultipartUploadsResult>"
+    }
+
+    /// ListMultipartUploads: a signed `GET` of the bucket with `uploads`, the prefix, the page
+    /// size and the markers; each `<Upload>` read with its start time; the next markers of a
+    /// truncated page.
+    @Test func listMultipartUploadsRequestAndAnswer() async throws {
+        let page = Self.uploadList([("blobs/a&amp;b", "u1", "2026-11-26T20:48:33.000Z"), ("blobs/c", "u2", nil), ("blobs/c", "u3", "bad")],
+                                   truncated: true, nextKey: "blobs/c", nextID: "u3")
+        try await FakeS3.with({ _ in .init(.ok, body: page) }) { client, fake in
+            let answer = try await client.listMultipartUploads(prefix: "blobs/", after: S3Client.ListMarker(key: "blobs/0", uploadID: "u+0"),
+                                                               maxUploads: 3)
+            #expect(answer.uploads == [S3Client.MultipartUpload(key: "blobs/a&b", uploadID: "u1", initiated: 1_795_726_113),
+                                       S3Client.MultipartUpload(key: "blobs/c", uploadID: "u2", initiated: nil),
+                                       S3Client.MultipartUpload(key: "blobs/c", uploadID: "u3", initiated: nil)])
+            #expect(answer.next == S3Client.ListMarker(key: "blobs/c", uploadID: "u3"))
+            let request = try #require(fake.requests.first)
+            #expect(request.head.method == .GET)
+            #expect(request.head.uri == "/mailslot-test?uploads&max-uploads=3&prefix=blobs%2F&key-marker=blobs%2F0&upload-id-marker=u%2B0")
+            #expect(request.head.headers["x-amz-content-sha256"] == [SigV4.emptyPayloadHash])
+            #expect(request.head.headers["authorization"].first?.hasPrefix("AWS4-HMAC-SHA256 Credential=AKIDTEST/") == true)
+        }
+        // The last page: no next marker.
+        try await FakeS3.with({ _ in .init(.ok, body: Self.uploadList([("blobs/d", "u4", "2026-11-26T20:48:33Z")])) }) { client, _ in
+            let answer = try await client.listMultipartUploads(prefix: "blobs/")
+            #expect(answer.uploads == [S3Client.MultipartUpload(key: "blobs/d", uploadID: "u4", initiated: 1_795_726_113)])
+            #expect(answer.next == nil)
+        }
+        // A truncated page without next markers goes on after its last upload (some stores leave them out).
+        try await FakeS3.with({ _ in .init(.ok, body: Self.uploadList([("blobs/e", "u5", nil)], truncated: true)) }) { client, _ async throws in
+            #expect(try await client.listMultipartUploads(prefix: "blobs/").next == S3Client.ListMarker(key: "blobs/e", uploadID: "u5"))
+        }
+    }
+
+    /// Listings that would make a caller loop, or are not listings, are errors; the answer is
+    /// read up to its bound only.
+    @Test func listMultipartUploadsRefusesBadPages() async throws {
+        try await FakeS3.with({ _ in .init(.ok, body: Self.uploadList([], truncated: true)) }) { client, _ in
+            await #expect(throws: S3Error.badResponse("ListMultipartUploads answered a truncated page without a next marker")) {
+                try await client.listMultipartUploads(prefix: "blobs/")
+            }
+        }
+        try await FakeS3.with({ _ in .init(.ok, body: Self.uploadList([("blobs/e", "u5", nil)], truncated: true, nextKey: "blobs/e", nextID: "u5")) }) { client, _ in
+            await #expect(throws: S3Error.badResponse("ListMultipartUploads answered a truncated page that does not move on")) {
+                try await client.listMultipartUploads(prefix: "blobs/", after: S3Client.ListMarker(key: "blobs/e", uploadID: "u5"))
+            }
+        }
+        try await FakeS3.with({ _ in .init(.ok, body: "<ListMultipartUploadsResult><Upload><Key>k</Key></Upload></ListMultipartUploadsResult>") }) { client, _ in
+            await #expect(throws: S3Error.badResponse("ListMultipartUploads answered an Upload without its Key or UploadId")) {
+                try await client.listMultipartUploads(prefix: "blobs/")
+            }
+        }
+        try await FakeS3.with({ _ in .init(.ok, body: "<InitiateMultipartUploadResult/>") }) { client, _ in
+            await #expect(throws: S3Error.badResponse("ListMultipartUploads answered without a ListMultipartUploadsResult")) {
+                try await client.listMultipartUploads(prefix: "blobs/")
+            }
+        }
+        let huge = Self.uploadList((0..<2000).map { ("blobs/\($0)", String(repeating: "u", count: 200), nil) })
+        try await FakeS3.with({ _ in .init(.ok, body: huge) }) { client, _ in
+            await #expect(throws: S3Error.badResponse("an XML answer over \(S3Client.maxListAnswer) bytes")) {
+                try await client.listMultipartUploads(prefix: "blobs/")
+            }
+        }
+        try await FakeS3.with({ _ in .init(.forbidden, body: "<Error><Code>AccessDenied</Code></Error>") }) { client, _ in
+            await #expect(throws: S3Error.self) { try await client.listMultipartUploads(prefix: "blobs/") }
+        }
+    }
+
+    /// `Initiated` times: ISO 8601 in UTC with or without a fraction; anything else is unread.
+    @Test func initiatedTimestamps() {
+        #expect(S3Client.parseTimestamp("1970-01-01T00:00:00Z") == 0)
+        #expect(S3Client.parseTimestamp("2010-11-10T20:48:33.000Z") == 1_289_422_113)
+        #expect(S3Client.parseTimestamp("2000-02-29T23:59:59.5Z") == 951_868_799)
+        #expect(S3Client.parseTimestamp("2026-11-26T20:48:33.123456789Z") == 1_795_726_113)
+        for bad in ["", "2010-11-10T20:48:33", "2010-11-10T20:48:33+01:00", "2010-13-10T20:48:33Z", "2010-11-10 20:48:33Z",
+                    "2010-11-10T20:48:33.Z", "2010-11-10T20:48:33.0x0Z", "+010-11-10T20:48:33Z"] {
+            #expect(S3Client.parseTimestamp(bad) == nil, "\(bad)")
+        }
+    }
+
     /// Nothing listening: a retryable `unavailable(.connectionFailed)`.
     @Test func refusedConnectionIsUnavailable() async throws {
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: 0).get()

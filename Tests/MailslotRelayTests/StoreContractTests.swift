@@ -1294,6 +1294,23 @@ extension StoreContractTests {
         }
     }
 
+    /// The storage keys blob rows name, whatever the blob's state; an erased blob's key is no
+    /// longer one (S3OrphanUploadSweeper aborts uploads under keys that are not).
+    @Test(arguments: Backend.available)
+    func storageKeysInUseAreThoseOfBlobRows(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            let uploading = Self.newBlob("blob-keys-uploading"), erased = Self.newBlob("blob-keys-erased000")
+            let complete = try await Self.completed(store, Self.newBlob("blob-keys-complete0"))
+            try await Self.created(store, uploading)
+            try await Self.created(store, erased)
+            #expect(try await store.deleteBlob(id: erased.id, author: "alice", now: Self.now))
+            let unknown = String(repeating: "0", count: 32)
+            #expect(try await store.blobStorageKeysInUse([]) == [])
+            #expect(try await store.blobStorageKeysInUse([uploading.storageKey, erased.storageKey, complete.storageKey, unknown])
+                    == [uploading.storageKey, complete.storageKey])
+        }
+    }
+
     /// An erasure whose queue row cannot be written erases nothing: rows and queue go together.
     @Test(arguments: Backend.available)
     func anErasureThatCannotBeQueuedErasesNothing(_ backend: Backend) async throws {

@@ -51,9 +51,9 @@ import Testing
 
     /// A relay started with one extra grant in its rules table, and the checks that must notice.
     struct Hole: Sendable, CustomTestStringConvertible {
-        let operation: MailslotRelay.Operation
-        let resource: Resource
-        let role: Role
+        let operation: AccessOperation
+        let resource: AccessResource
+        let role: AccessRole
         let caughtBy: Set<String>
         var testDescription: String { "\(role) may \(operation) \(resource)" }
     }

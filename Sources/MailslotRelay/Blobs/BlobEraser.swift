@@ -6,7 +6,9 @@ import ServiceLifecycle
 /// queues its storage key in one transaction; this service sweeps expired blobs into that queue,
 /// erases each queued key from the storage, then forgets it. It runs every `interval` seconds,
 /// and at once when woken (``wake()``) after an acknowledgement or a delete erased something.
-/// Erasing is idempotent, so several relays sharing a store may erase the same key.
+/// Erasing is idempotent, so several relays sharing a store may erase the same key. Over an
+/// object store, a pass also runs the ``S3OrphanUploadSweeper`` when it is due (at start, then
+/// hourly): uploads no blob owns are aborted.
 final class BlobEraser: Sendable {
     private let records: any BlobRecords
     private let storage: any BlobStorage
@@ -14,6 +16,7 @@ final class BlobEraser: Sendable {
     private let metrics: RelayMetrics
     private let clock: @Sendable () -> Int64
     private let interval: Double
+    private let orphans: S3OrphanUploadSweeper?
     private let requests: AsyncStream<Void>.Continuation
     private let stream: AsyncStream<Void>
 
@@ -21,13 +24,14 @@ final class BlobEraser: Sendable {
     static let batch = 64
 
     init(records: any BlobRecords, storage: any BlobStorage, erasure: ErasureScheduler, metrics: RelayMetrics,
-         clock: @escaping @Sendable () -> Int64, interval: Double) {
+         clock: @escaping @Sendable () -> Int64, interval: Double, orphans: S3OrphanUploadSweeper? = nil) {
         self.records = records
         self.storage = storage
         self.erasure = erasure
         self.metrics = metrics
         self.clock = clock
         self.interval = interval
+        self.orphans = orphans
         (stream, requests) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
@@ -87,6 +91,7 @@ final class BlobEraser: Sendable {
         } catch {
             logger.error("blob erasure failed", metadata: ["error.type": "\(type(of: error))"])
         }
+        if !Task.isCancelled { await orphans?.passIfDue(logger: logger) }
     }
 }
 

@@ -156,7 +156,7 @@ struct BlobService: Sendable {
     }
 
     /// Requires `operation` of a party: `403` when it may not (a recipient uploading, deleting).
-    private func require(_ operation: Operation, _ blob: StoredBlob, _ principal: Principal) throws {
+    private func require(_ operation: AccessOperation, _ blob: StoredBlob, _ principal: Principal) throws {
         guard configuration.rules.allows(operation, blobOf: blob.author, recipients: Set(blob.recipients), principal: principal.uid) else {
             throw Problem(.forbidden, "you may not do this")
         }

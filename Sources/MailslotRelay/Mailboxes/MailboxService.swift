@@ -352,7 +352,7 @@ struct MailboxService: Sendable {
         }
     }
 
-    func require(_ operation: Operation, _ resource: Resource, _ principal: Principal, owner: String,
+    func require(_ operation: AccessOperation, _ resource: AccessResource, _ principal: Principal, owner: String,
                  author: String? = nil) throws {
         guard configuration.rules.allows(operation, resource, principal: principal.uid, owner: owner, author: author) else {
             throw Problem(.forbidden, "you may not do this")

@@ -18,8 +18,10 @@ import MailslotWire
 // A blob has no owner in its path: its parties are its author and its recipients, and anyone
 // else is answered as if it did not exist (404, spec/protocol.md §2).
 
-/// The things the rules protect.
-public enum Resource: String, Sendable, CaseIterable {
+/// The things the rules protect. (The rule table's three types are named `Access…`: as plain
+/// `Resource`, `Operation` and `Role` they clashed with Foundation's `Operation` in code that
+/// imports both.)
+public enum AccessResource: String, Sendable, CaseIterable {
     /// The owner's private document, `/users/{uid}`.
     case userDocument
     /// The public key bundle, `/users/{uid}/keys`.
@@ -39,7 +41,7 @@ public enum Resource: String, Sendable, CaseIterable {
 }
 
 /// What is done to a resource.
-public enum Operation: String, Sendable, CaseIterable {
+public enum AccessOperation: String, Sendable, CaseIterable {
     case create, read, update, delete
     /// Taking one item for oneself, which removes it (a one-time prekey).
     case claim
@@ -48,7 +50,7 @@ public enum Operation: String, Sendable, CaseIterable {
 }
 
 /// How the signed-in principal relates to the resource.
-public enum Role: Sendable, Hashable {
+public enum AccessRole: Sendable, Hashable {
     /// The mailbox owner: the principal's uid is the `{uid}` of the path.
     case owner
     /// The stamped author of the message in question.
@@ -61,7 +63,7 @@ public enum Role: Sendable, Hashable {
 
 /// The access rules. Ask ``AccessRules/allows(_:_:principal:owner:author:)`` of ``standard``.
 public struct AccessRules: Sendable {
-    let table: [Resource: [Operation: Set<Role>]]
+    let table: [AccessResource: [AccessOperation: Set<AccessRole>]]
 
     /// The rules of spec/protocol.md: the only table a relay runs with. (Tests can derive a deliberately
     /// broken copy, to prove that the audit notices; no configuration reaches that from outside.)
@@ -79,8 +81,8 @@ public struct AccessRules: Sendable {
 
     /// The roles `principal` holds toward a resource of `owner` (nil for a blob: no one owns
     /// one), of a message's or blob's `author`, and of a blob's unacknowledged `recipients`.
-    static func roles(principal: String, owner: String?, author: String?, recipients: Set<String>) -> Set<Role> {
-        var roles: Set<Role> = [.signedIn]
+    static func roles(principal: String, owner: String?, author: String?, recipients: Set<String>) -> Set<AccessRole> {
+        var roles: Set<AccessRole> = [.signedIn]
         if let owner, principal == owner { roles.insert(.owner) }
         if let author, principal == author { roles.insert(.author) }
         if recipients.contains(principal) { roles.insert(.recipient) }
@@ -89,14 +91,14 @@ public struct AccessRules: Sendable {
 
     /// Whether the signed-in `principal` may perform `operation` on `resource` in `owner`'s
     /// space. `author` is the stamped author of the message concerned, when it exists.
-    public func allows(_ operation: Operation, _ resource: Resource, principal: String, owner: String,
+    public func allows(_ operation: AccessOperation, _ resource: AccessResource, principal: String, owner: String,
                        author: String? = nil) -> Bool {
         allows(operation, resource, roles: Self.roles(principal: principal, owner: owner, author: author, recipients: []))
     }
 
     /// Whether the signed-in `principal` may perform `operation` on a blob of `author` that
     /// `recipients` (those that have not acknowledged it) may read.
-    public func allows(_ operation: Operation, blobOf author: String, recipients: Set<String>, principal: String) -> Bool {
+    public func allows(_ operation: AccessOperation, blobOf author: String, recipients: Set<String>, principal: String) -> Bool {
         allows(operation, .blob, roles: Self.roles(principal: principal, owner: nil, author: author, recipients: recipients))
     }
 
@@ -106,14 +108,14 @@ public struct AccessRules: Sendable {
         allows(.read, blobOf: author, recipients: recipients, principal: principal)
     }
 
-    private func allows(_ operation: Operation, _ resource: Resource, roles: Set<Role>) -> Bool {
+    private func allows(_ operation: AccessOperation, _ resource: AccessResource, roles: Set<AccessRole>) -> Bool {
         guard let allowed = table[resource]?[operation] else { return false }
         return !allowed.isDisjoint(with: roles)
     }
 
     /// A copy that also lets `role` perform `operation` on `resource`: for tests that need a
     /// relay with a hole in its rules.
-    func granting(_ operation: Operation, _ resource: Resource, to role: Role) -> AccessRules {
+    func granting(_ operation: AccessOperation, _ resource: AccessResource, to role: AccessRole) -> AccessRules {
         var table = table
         table[resource, default: [:]][operation, default: []].insert(role)
         return AccessRules(table: table)

@@ -60,12 +60,14 @@ public struct Relay: Sendable {
         store.commits.add(mailboxes.hub)
         let storage = try Self.openBlobStorage(configuration: configuration, logger: logger)
         blobStorageService = storage as? S3BlobStorage
-        if configuration.databaseURL != nil, configuration.blobStore == .files {
+        if configuration.storeBackend.isShared, configuration.blobStore == .files {
             // Other relays on the same database see these blobs' rows but cannot read their files.
             logger.warning("blobs are kept in this relay's data folder: other relays sharing the database cannot serve them; use --blob-store s3://… for several relays")
         }
-        blobEraser = BlobEraser(records: store, storage: storage, erasure: erasure, metrics: metrics, clock: { [clock = configuration.clock] in clock.now() },
-                                interval: configuration.sweepInterval)
+        let now: @Sendable () -> Int64 = { [clock = configuration.clock] in clock.now() }
+        blobEraser = BlobEraser(records: store, storage: storage, erasure: erasure, metrics: metrics, clock: now,
+                                interval: configuration.sweepInterval,
+                                orphans: (storage as? S3BlobStorage).map { S3OrphanUploadSweeper(storage: $0, records: store, clock: now) })
         blobs = BlobService(records: store, storage: storage, configuration: configuration, rateLimiter: mailboxes.rateLimiter,
                             transfers: TransferLimiter(limit: configuration.maxTransfersPerUID), eraser: blobEraser, metrics: metrics,
                             logger: logger)
@@ -94,15 +96,16 @@ public struct Relay: Sendable {
 
     /// The store the configuration names — the one place the relay chooses a backend.
     private static func openStore(configuration: RelayConfiguration, metrics: RelayMetrics, logger: Logger) throws -> any RelayStore {
-        if let url = configuration.databaseURL {
+        switch configuration.storeBackend {
+        case .postgresql(let url):
             return try PostgresStore(url: url, metrics: metrics, logger: logger)
+        case .sqlite(let path):
+            try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+            let diskSpace = DiskSpace(directory: configuration.dataDirectory, minFreeBytes: configuration.minFreeBytes,
+                                      reserveBytes: configuration.reserveBytes, probe: configuration.diskSpaceProbe, logger: logger)
+            return try SQLiteStore(path: path, durability: configuration.durability, metrics: metrics, diskSpace: diskSpace)
         }
-        try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o700])
-        let diskSpace = DiskSpace(directory: configuration.dataDirectory, minFreeBytes: configuration.minFreeBytes,
-                                  reserveBytes: configuration.reserveBytes, probe: configuration.diskSpaceProbe, logger: logger)
-        return try SQLiteStore(path: (configuration.dataDirectory as NSString).appendingPathComponent("relay.sqlite"),
-                               durability: configuration.durability, metrics: metrics, diskSpace: diskSpace)
     }
 
     /// The HTTP + WebSocket application. `onServerRunning` receives the bound port.

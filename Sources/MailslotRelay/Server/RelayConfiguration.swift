@@ -14,6 +14,13 @@ public struct RelayConfiguration: Sendable {
     /// several relays may share; nil: the embedded SQLite database in ``dataDirectory``. Carries
     /// a password: never logged.
     public var databaseURL: String?
+
+    /// The store these settings choose: PostgreSQL at ``databaseURL`` when it is set, otherwise
+    /// SQLite in ``dataDirectory``.
+    public var storeBackend: StoreBackend {
+        if let databaseURL { return .postgresql(url: databaseURL) }
+        return .sqlite(path: (dataDirectory as NSString).appendingPathComponent("relay.sqlite"))
+    }
     /// The issuer public keys whose custom tokens are accepted.
     public var issuerKeys: [IdentityPublicKey] = []
     /// This relay's id: the `aud` its tokens must carry.

@@ -176,6 +176,10 @@ protocol BlobRecords: Sendable {
     /// Forgets a queued erasure once the storage has removed its bytes.
     func finishBlobErasure(storageKey: String) async throws
 
+    /// Those of `storageKeys` that a blob row (any state) names: the rest belong to no blob, and
+    /// an object-store upload under them is an orphan (``S3OrphanUploadSweeper``).
+    func blobStorageKeysInUse(_ storageKeys: [String]) async throws -> Set<String>
+
     /// Bytes of blobs `author` holds (finished and unfinished) and its unfinished uploads.
     func blobUsage(author: String) async throws -> (bytes: Int64, uploading: Int)
 }

@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 import Logging
 import Synchronization
 #if canImport(Glibc)
@@ -110,20 +109,6 @@ final class DiskSpace: Sendable {
         if posix_fallocate(descriptor, 0, off_t(reserveBytes)) != 0 {
             unlink(reservePath)
             logger.warning("could not create the disk reserve", metadata: ["bytes": "\(reserveBytes)"])
-        }
-    }
-
-    /// Runs `write`, one transaction. When it finds the disk full (SQLite rolled it back as a
-    /// whole), the reserve is released and the transaction run once more; a disk still full is
-    /// ``StoreFailure/storageFull``. The one place that handles SQLITE_FULL, for every write.
-    static func retryingWhenFull<T>(_ diskSpace: DiskSpace?, _ write: () async throws -> T) async throws -> T {
-        do {
-            return try await write()
-        } catch let error as DatabaseError where error.resultCode == .SQLITE_FULL {
-            guard diskSpace?.writeFailedForSpace() == true else { throw StoreFailure.storageFull }
-            do { return try await write() } catch let error as DatabaseError where error.resultCode == .SQLITE_FULL {
-                throw StoreFailure.storageFull
-            }
         }
     }
 

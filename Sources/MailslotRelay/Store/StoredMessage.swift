@@ -1,5 +1,4 @@
 import Foundation
-import GRDB
 import MailslotWire
 
 /// A message row: everything the relay keeps of one message.
@@ -38,20 +37,6 @@ struct StoredMessage: Sendable, Equatable {
     /// The columns ``init(row:)`` reads, in its order: read by position, which spares a
     /// case-insensitive name lookup per column per row.
     static let columns = "seq, recipient, id, author, created_at, expires_at, size, envelope, lease_until, lease_holder"
-
-    /// A row selected with ``columns``.
-    init(row: Row) {
-        seq = row[0]
-        recipient = row[1]
-        id = row[2]
-        author = row[3]
-        createdAt = row[4]
-        expiresAt = row[5]
-        size = row[6]
-        envelope = row[7]
-        leaseUntil = row[8]
-        leaseHolder = row[9]
-    }
 
     /// The wire form. The envelope, the mailbox position and the lease only for the owner: `seq`
     /// counts every message the relay stored, which is no business of a sender.

@@ -9,7 +9,8 @@ import ServiceLifecycle
 import _NIOFileSystem
 
 /// The few S3 calls the blob store needs (docs/architecture.md, "Blobs/S3"): a multipart upload
-/// (create, parts, complete, abort), ranged reads, `HEAD` and `DELETE` of one object, signed with
+/// (create, parts, complete, abort), the listing of unfinished uploads (for the
+/// ``S3OrphanUploadSweeper``), ranged reads, `HEAD` and `DELETE` of one object, signed with
 /// ``SigV4``, over AsyncHTTPClient. Works with AWS and S3-compatible stores (R2, MinIO, Ceph,
 /// rclone's `serve s3`, which the tests run).
 ///
@@ -93,6 +94,53 @@ package final class S3Client: Service, Sendable {
     /// The largest XML answer read (CreateMultipartUpload, CompleteMultipartUpload, errors); S3's
     /// are a few hundred bytes.
     package static let maxXMLAnswer = 64 * 1024
+
+    /// The largest ListMultipartUploads answer read: a page of ``maxListedUploads`` entries of
+    /// about 1 KiB each at most (a 1 KiB key, an upload id of a few hundred bytes, owner fields).
+    package static let maxListAnswer = 1 << 20
+
+    /// The most uploads one ListMultipartUploads page asks for (S3's own maximum is 1 000).
+    package static let maxListedUploads = 500
+
+    /// An unfinished multipart upload, as ListMultipartUploads names it.
+    package struct MultipartUpload: Sendable, Equatable {
+        /// The object key it will write.
+        package var key: String
+        /// Its upload id.
+        package var uploadID: String
+        /// When it was started (`Initiated`), in seconds since 1970 UTC; nil when the store did
+        /// not say or said it in a form this client does not read.
+        package var initiated: Int64?
+
+        /// An upload from its fields.
+        package init(key: String, uploadID: String, initiated: Int64?) {
+            self.key = key
+            self.uploadID = uploadID
+            self.initiated = initiated
+        }
+    }
+
+    /// Where a listing goes on: after this key and upload id (S3's `key-marker` and `upload-id-marker`).
+    package struct ListMarker: Sendable, Equatable {
+        /// The last key of the page before.
+        package var key: String
+        /// The last upload id of that key on the page before (may be empty).
+        package var uploadID: String
+
+        /// A marker from its fields.
+        package init(key: String, uploadID: String) {
+            self.key = key
+            self.uploadID = uploadID
+        }
+    }
+
+    /// One page of ListMultipartUploads.
+    package struct UploadPage: Sendable, Equatable {
+        /// The uploads on this page, in the store's order (by key, then by start).
+        package var uploads: [MultipartUpload]
+        /// Where the next page starts; nil when this was the last.
+        package var next: ListMarker?
+    }
 
     /// Where the objects are.
     package let location: S3Location
@@ -223,6 +271,47 @@ package final class S3Client: Service, Sendable {
         }
     }
 
+    /// ListMultipartUploads (`GET /?uploads&prefix=…`): one page of the bucket's unfinished
+    /// uploads whose keys start with `prefix`, after `marker` (nil: from the start), at most
+    /// `maxUploads` (1…``maxListedUploads``). A page the store marks truncated without saying
+    /// where to go on, or whose marker does not move past `marker`, is a ``S3Error/badResponse(_:)``
+    /// (a caller paging on would otherwise loop).
+    package func listMultipartUploads(prefix: String, after marker: ListMarker? = nil, maxUploads: Int = S3Client.maxListedUploads)
+        async throws(S3Error) -> UploadPage {
+        precondition((1...Self.maxListedUploads).contains(maxUploads), "a page of 1...\(Self.maxListedUploads) uploads")
+        var query = [SigV4.QueryItem("uploads"), SigV4.QueryItem("max-uploads", String(maxUploads)), SigV4.QueryItem("prefix", prefix)]
+        if let marker {
+            query.append(SigV4.QueryItem("key-marker", marker.key))
+            if !marker.uploadID.isEmpty { query.append(SigV4.QueryItem("upload-id-marker", marker.uploadID)) }
+        }
+        let answer = try await mapped {
+            let response = try await self.execute(.GET, path: self.location.bucketPath, query: query, headers: [],
+                                                  payloadHash: SigV4.emptyPayloadHash, body: nil, deadline: .now() + self.timeouts.call)
+            guard response.status == .ok else { throw try await self.refusal(response) }
+            return try await self.collect(response, limit: Self.maxListAnswer)
+        }
+        let root = S3XML.rootName(answer)
+        if root == "Error" { throw S3Error.from(status: 200, code: S3XML.text(of: "Code", in: answer)) }
+        guard root == "ListMultipartUploadsResult" else {
+            throw .badResponse("ListMultipartUploads answered without a ListMultipartUploadsResult")
+        }
+        var uploads: [MultipartUpload] = []
+        for element in S3XML.elements(named: "Upload", in: answer) {
+            guard let key = S3XML.text(of: "Key", in: element), let id = S3XML.text(of: "UploadId", in: element), !id.isEmpty else {
+                throw .badResponse("ListMultipartUploads answered an Upload without its Key or UploadId")
+            }
+            uploads.append(MultipartUpload(key: key, uploadID: id, initiated: S3XML.text(of: "Initiated", in: element).flatMap(Self.parseTimestamp)))
+        }
+        guard S3XML.text(of: "IsTruncated", in: answer) == "true" else { return UploadPage(uploads: uploads, next: nil) }
+        // S3 names the next markers; some stores leave them out and mean the page's last upload.
+        let nextKey = S3XML.text(of: "NextKeyMarker", in: answer).flatMap { $0.isEmpty ? nil : $0 } ?? uploads.last?.key
+        let nextID = S3XML.text(of: "NextUploadIdMarker", in: answer).flatMap { $0.isEmpty ? nil : $0 } ?? uploads.last?.uploadID ?? ""
+        guard let nextKey else { throw .badResponse("ListMultipartUploads answered a truncated page without a next marker") }
+        let next = ListMarker(key: nextKey, uploadID: nextID)
+        guard next != marker else { throw .badResponse("ListMultipartUploads answered a truncated page that does not move on") }
+        return UploadPage(uploads: uploads, next: next)
+    }
+
     // MARK: Objects
 
     /// GetObject with `Range: bytes=lower-upper`: passes the bytes to `write` as they arrive, one
@@ -332,7 +421,13 @@ package final class S3Client: Service, Sendable {
     /// Signs and sends one request; returns once the answer's head is in.
     private func execute(_ method: HTTPMethod, key: String, query: [SigV4.QueryItem], headers: [SigV4.Header],
                          payloadHash: String, body: HTTPClientRequest.Body?, deadline: NIODeadline) async throws -> HTTPClientResponse {
-        let path = location.path(forKey: key)
+        try await execute(method, path: location.path(forKey: key), query: query, headers: headers, payloadHash: payloadHash,
+                          body: body, deadline: deadline)
+    }
+
+    /// Signs and sends one request to the decoded `path` (an object's or the bucket's).
+    private func execute(_ method: HTTPMethod, path: String, query: [SigV4.QueryItem], headers: [SigV4.Header],
+                         payloadHash: String, body: HTTPClientRequest.Body?, deadline: NIODeadline) async throws -> HTTPClientResponse {
         let signed = signer.sign(SigV4.Request(method: method.rawValue, path: path, query: query,
                                                headers: [SigV4.Header("host", location.hostHeader)] + headers, payloadHash: payloadHash),
                                  at: now())
@@ -361,12 +456,12 @@ package final class S3Client: Service, Sendable {
         return S3Error.from(status: Int(response.status.code), code: S3XML.text(of: "Code", in: body))
     }
 
-    /// The answer's body, at most ``maxXMLAnswer`` bytes.
-    private func collect(_ response: HTTPClientResponse) async throws -> [UInt8] {
+    /// The answer's body, at most `limit` bytes.
+    private func collect(_ response: HTTPClientResponse, limit: Int = S3Client.maxXMLAnswer) async throws -> [UInt8] {
         var body: [UInt8] = []
         for try await buffer in response.body {
-            guard body.count + buffer.readableBytes <= Self.maxXMLAnswer else {
-                throw S3Error.badResponse("an XML answer over \(Self.maxXMLAnswer) bytes")
+            guard body.count + buffer.readableBytes <= limit else {
+                throw S3Error.badResponse("an XML answer over \(limit) bytes")
             }
             body += buffer.readableBytesView
         }
@@ -413,6 +508,38 @@ package final class S3Client: Service, Sendable {
         }
         // Not the network's: the part body's own source (a buffer sequence that failed).
         return .bodyUnreadable
+    }
+
+    /// S3's timestamp `YYYY-MM-DDTHH:MM:SS[.fff]Z` (ISO 8601 in UTC, as `Initiated` is written)
+    /// → seconds since 1970, fractions dropped; nil for anything else.
+    static func parseTimestamp(_ text: String) -> Int64? {
+        let bytes = Array(text.utf8)
+        guard bytes.count >= 20, bytes.last == UInt8(ascii: "Z") else { return nil }
+        func number(_ range: Range<Int>) -> Int64? {
+            var value: Int64 = 0
+            for byte in bytes[range] {
+                guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) else { return nil }
+                value = value * 10 + Int64(byte - UInt8(ascii: "0"))
+            }
+            return value
+        }
+        guard bytes[4] == UInt8(ascii: "-"), bytes[7] == UInt8(ascii: "-"), bytes[10] == UInt8(ascii: "T"),
+              bytes[13] == UInt8(ascii: ":"), bytes[16] == UInt8(ascii: ":"),
+              let year = number(0..<4), let month = number(5..<7), let day = number(8..<10),
+              let hour = number(11..<13), let minute = number(14..<16), let second = number(17..<19),
+              (1...12).contains(month), (1...31).contains(day), hour < 24, minute < 60, second < 61 else { return nil }
+        // Nothing but a fraction may come between the seconds and the `Z`.
+        if bytes.count > 20 {
+            guard bytes[19] == UInt8(ascii: "."), bytes.count > 21, number(20..<(bytes.count - 1)) != nil else { return nil }
+        }
+        // Days from 1970-01-01 to the date (the proleptic Gregorian calendar, March-based years).
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yearOfEra = y - era * 400
+        let dayOfYear = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        let days = era * 146_097 + dayOfEra - 719_468
+        return days * 86_400 + hour * 3600 + minute * 60 + second
     }
 
     /// `bytes a-b/total` → (a...b, total); nil for anything else (`*/total` included).

@@ -148,6 +148,12 @@ package struct S3Location: Sendable, Equatable, CustomStringConvertible {
         pathStyle ? "/\(bucket)/\(key)" : "/\(key)"
     }
 
+    /// The decoded request path of the bucket itself (ListMultipartUploads): `/bucket` in path
+    /// style, `/` otherwise.
+    package var bucketPath: String {
+        pathStyle ? "/\(bucket)" : "/"
+    }
+
     /// The key of `name` under the prefix.
     package func key(_ name: String) -> String { prefix + name }
 

@@ -1,5 +1,6 @@
-/// The little XML the relay reads from S3: the root element's name, and the text of the first
-/// element with a given name (`UploadId`, `Code`, `Message`). S3's answers are flat and small, so a
+/// The little XML the relay reads from S3: the root element's name, the text of the first
+/// element with a given name (`UploadId`, `Code`, `Message`), and the repeated entries of a list
+/// (`Upload`). S3's answers are flat and small, so a
 /// scanner does; FoundationXML would bring libxml2 into the static build for four strings. It
 /// understands the XML declaration, comments, attributes on start tags and the five predefined
 /// entities plus character references; anything else it does not need to.
@@ -48,6 +49,32 @@ enum S3XML {
             return decodeEntities(document[(tagEnd + 1)..<end])
         }
         return nil
+    }
+
+    /// The contents of every `<name>…</name>` in the document, in order (attributes allowed on
+    /// the start tag; an empty element gives an empty array element): the repeated entries of a
+    /// list (`<Upload>` in ListMultipartUploadsResult). Elements of that name do not nest in S3's
+    /// answers, so each ends at the first `</name>` after it.
+    static func elements(named name: String, in document: [UInt8]) -> [[UInt8]] {
+        let document = withoutComments(document)
+        let open = Array("<\(name)".utf8), close = Array("</\(name)>".utf8)
+        var elements: [[UInt8]] = []
+        var index = 0
+        while let start = find(open, in: document, from: index) {
+            let after = start + open.count
+            guard after < document.count else { break }
+            guard isNameEnd(document[after]) else { index = after; continue }
+            guard let tagEnd = document[after...].firstIndex(of: UInt8(ascii: ">")) else { break }
+            if document[tagEnd - 1] == UInt8(ascii: "/") {
+                elements.append([])
+                index = tagEnd + 1
+                continue
+            }
+            guard let end = find(close, in: document, from: tagEnd + 1) else { break }
+            elements.append(Array(document[(tagEnd + 1)..<end]))
+            index = end + close.count
+        }
+        return elements
     }
 
     /// `text` with `&`, `<`, `>`, `"` and `'` written as entities: for values put into XML.

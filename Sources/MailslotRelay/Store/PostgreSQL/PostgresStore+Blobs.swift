@@ -241,6 +241,16 @@ extension PostgresStore {
         }
     }
 
+    func blobStorageKeysInUse(_ storageKeys: [String]) async throws -> Set<String> {
+        guard !storageKeys.isEmpty else { return [] }
+        return try await read("blob_storage_keys_in_use") { connection, logger in
+            let rows = try await connection.query("SELECT storage_key FROM blobs WHERE storage_key = ANY(\(storageKeys))", logger: logger)
+            var used: Set<String> = []
+            for try await key in rows.decode(String.self) { used.insert(key) }
+            return used
+        }
+    }
+
     func blobUsage(author: String) async throws -> (bytes: Int64, uploading: Int) {
         try await read("blob_usage") { connection, logger in try await Self.blobUsage(connection, logger, author: author) }
     }

@@ -172,6 +172,17 @@ extension SQLiteStore {
         }
     }
 
+    func blobStorageKeysInUse(_ storageKeys: [String]) async throws -> Set<String> {
+        guard !storageKeys.isEmpty else { return [] }
+        return try await read("blob_storage_keys_in_use") { db in
+            // One lookup of the unique index per key; the caller's pages are bounded.
+            let statement = try db.cachedStatement(sql: "SELECT 1 FROM blobs WHERE storage_key = ?")
+            var used: Set<String> = []
+            for key in storageKeys where try Row.fetchOne(statement, arguments: [key]) != nil { used.insert(key) }
+            return used
+        }
+    }
+
     func blobUsage(author: String) async throws -> (bytes: Int64, uploading: Int) {
         try await read("blob_usage") { db in try Self.usage(db, author: author) }
     }
