@@ -40,6 +40,8 @@ public actor MailslotClient {
     var runningUploads: Set<String> = []
     /// Attachments being downloaded right now.
     var runningDownloads: Set<AttachmentID> = []
+    /// ``maxUnhandled``; smaller in tests, to see the back-pressure without hundreds of messages.
+    var unhandledLimit = MailslotClient.maxUnhandled
 
     /// A client of the relay at `relay`, keeping its state in the SQLite file at `databasePath`
     /// (and, beside it, the outbox spool of files being sent and, by default, the `files/`

@@ -41,7 +41,11 @@ extension MailslotClient {
     }
 
     /// Fetches every waiting message over HTTP, stores each (or records why it was rejected),
-    /// then acknowledges it so the relay erases it. Returns the newly stored messages.
+    /// then acknowledges it so the relay erases it. Returns the messages the app has not been
+    /// given yet: those stored earlier but never handed over (a ``messages(onState:)`` loop that
+    /// stopped before handling them, a crash before a `receive` returned), then the new ones.
+    /// The messages returned count as handled: an app that must not lose one to a crash while
+    /// handling it iterates ``messages(onState:)`` instead, which hands them over one at a time.
     ///
     /// An acknowledgement answered `404` counts as done: the message is gone from the relay
     /// already (unsent, expired, acknowledged by another device). Any other failure stops the
@@ -53,7 +57,8 @@ extension MailslotClient {
     public func receive() async throws -> [ReceivedMessage] {
         let me = try await identity()
         await keepKeysCurrent()
-        var received: [ReceivedMessage] = []
+        // Stored before and never handed over: returned first, in the order they were stored.
+        var received: [ReceivedMessage] = try await store.unhandled(limit: Int(Int32.max))
         do {
             var cursor: String?
             repeat {
@@ -76,6 +81,8 @@ extension MailslotClient {
                 await eraseOldCopies()
                 var withFiles: [ReceivedMessage] = []
                 for message in received { withFiles.append(await withAttachments(message)) }
+                // Handed over with the failure: handled (a store failure here leaves them to come again).
+                try? await store.markHandled(received.map(\.id))
                 throw ReceiveInterrupted(received: withFiles, failure: error)
             }
             throw error
@@ -87,6 +94,7 @@ extension MailslotClient {
         // never holds a message on the relay.
         var withFiles: [ReceivedMessage] = []
         for message in received { withFiles.append(await withAttachments(message)) }
+        try await store.markHandled(received.map(\.id))
         return withFiles
     }
 

@@ -193,9 +193,44 @@ extension ClientStore {
     /// ``storeReceived(_:)`` inside a transaction (a session's advance is written in the same one).
     static func storeReceived(_ message: ReceivedMessage, _ db: Database) throws {
         try db.execute(sql: "DELETE FROM rejected WHERE id = ?", arguments: [message.id])
-        try db.execute(sql: "INSERT OR IGNORE INTO inbox (id, sender, type, body, received_at) VALUES (?, ?, ?, ?, ?)",
+        // Not handled yet: the app has not seen it (``MailslotClient/messages(onState:)`` yields it until it is).
+        try db.execute(sql: "INSERT OR IGNORE INTO inbox (id, sender, type, body, received_at, handled) VALUES (?, ?, ?, ?, ?, 0)",
                        arguments: [message.id, message.sender, message.message.type.rawValue, Data(message.body), Date().timeIntervalSince1970])
         if db.changesCount > 0 { try storeAttachments(of: message, db) }
+    }
+
+    // MARK: Handling by the app (at least once)
+
+    /// Stored messages the app has not handled yet, oldest first (in the order they were stored),
+    /// at most `limit` of them: what the live stream yields before anything new.
+    func unhandled(limit: Int) async throws -> [ReceivedMessage] {
+        try await pool.write { db in
+            var messages: [ReceivedMessage] = []
+            for row in try Row.fetchAll(db, sql: "SELECT * FROM inbox WHERE handled = 0 ORDER BY received_at, id LIMIT ?", arguments: [limit]) {
+                let body: Data = row["body"], id: String = row["id"]
+                guard let message = try? ChatMessage.decode(Array(body)) else {
+                    // Stored only after it decoded: a row that no longer does is damage, and must not
+                    // hold the stream for ever. It stays in the inbox (``history(from:)`` skips it).
+                    try db.execute(sql: "UPDATE inbox SET handled = 1 WHERE id = ?", arguments: [id])
+                    continue
+                }
+                messages.append(ReceivedMessage(id: id, sender: row["sender"], message: message, body: Array(body)))
+            }
+            return messages
+        }
+    }
+
+    /// How many stored messages the app has not handled yet.
+    func unhandledCount() async throws -> Int {
+        try await pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM inbox WHERE handled = 0") ?? 0 }
+    }
+
+    /// Marks messages as handled by the app: the stream does not yield them again.
+    func markHandled(_ ids: [String]) async throws {
+        guard !ids.isEmpty else { return }
+        try await pool.write { db in
+            for id in ids { try db.execute(sql: "UPDATE inbox SET handled = 1 WHERE id = ? AND handled = 0", arguments: [id]) }
+        }
     }
 
     func storeRejected(id: String, author: String, reason: String) async throws {
