@@ -72,7 +72,7 @@ extension MailslotClient {
                 // The relay's cursors move forward (spec/protocol.md §4.9): one that does not
                 // would have this loop ask for ever.
                 if let next = page.next, let previous = cursor, let nextSeq = Int64(next), let previousSeq = Int64(previous), nextSeq <= previousSeq {
-                    throw ClientError.invalidResponse("the relay's next cursor \(next) does not follow \(previous)")
+                    throw ClientError.invalidResponse(detail: "the relay's next cursor \(next) does not follow \(previous)")
                 }
                 cursor = page.next
             } while cursor != nil
@@ -114,7 +114,7 @@ extension MailslotClient {
     func accept(_ record: MessageRecord, as me: Identity) async throws -> Accepted {
         if try await store.knows(record.id) { return Accepted() }  // a redelivery after a crash before the ack
         guard let text = record.envelope, let envelope = Base64URL.decode(text) else {
-            try await store.storeRejected(id: record.id, author: record.author, reason: "envelope_missing")
+            try await store.storeRejected(id: record.id, author: record.author, reason: .envelopeMissing)
             return Accepted()
         }
         do {
@@ -123,7 +123,7 @@ extension MailslotClient {
             case .version2(let sealed): return try await acceptVersion2(sealed, record, as: me)
             }
         } catch let error as EnvelopeError {
-            try await store.storeRejected(id: record.id, author: record.author, reason: error.code)
+            try await store.storeRejected(id: record.id, author: record.author, reason: RejectedMessage.Reason(code: error.code))
             guard Self.isUnreadable(error) else { return Accepted() }
             // Delivered again (its ack was lost): the notice queued the first time, still waiting.
             if try await store.hasNotice(for: record.id) { return Accepted(notice: try await store.waitingNotice(for: record.id)) }
@@ -144,16 +144,16 @@ extension MailslotClient {
     }
 
     private func acceptVersion1(_ opened: OpenedEnvelope, _ record: MessageRecord) async throws -> Accepted {
-        guard opened.sender == record.author else { return try await reject(record, "author_mismatch") }
+        guard opened.sender == record.author else { return try await reject(record, .authorMismatch) }
         // Once a contact has written in sessions, a version 1 envelope from it is a downgrade.
-        guard try await !store.usesSessions(opened.sender) else { return try await reject(record, "envelope_downgrade") }
-        guard let pinned = try await isPinned(opened.senderKey, of: opened.sender) else { return try await reject(record, "sender_has_no_keys") }
+        guard try await !store.usesSessions(opened.sender) else { return try await reject(record, .downgrade) }
+        guard let pinned = try await isPinned(opened.senderKey, of: opened.sender) else { return try await reject(record, .senderHasNoKeys) }
         if let receipt = opened.message.payload.receipt, opened.message.type == .receipt, receipt.kind == .unreadable {
             // Even under a key not trusted yet: the notice only marks messages sent to its own
             // (relay-authenticated) author, and they go out again only to keys the user trusts.
             try await undelivered(receipt.messageIDs, reportedBy: opened.sender, in: nil)
         }
-        guard pinned else { return try await reject(record, ClientError.keyChangedCode) }
+        guard pinned else { return try await reject(record, .keyChanged) }
         let message = ReceivedMessage(id: record.id, sender: opened.sender, message: opened.message, body: opened.body)
         if opened.message.type == .typing { return Accepted(message: message) }  // shown, never stored
         try await store.storeReceived(message)
@@ -163,11 +163,11 @@ extension MailslotClient {
     /// A version 2 envelope: the author and the pinned key are checked before the session is
     /// touched, then it opens, advances its session and is stored in one transaction.
     private func acceptVersion2(_ sealed: SessionEnvelope, _ record: MessageRecord, as me: Identity) async throws -> Accepted {
-        guard sealed.sender == record.author else { return try await reject(record, "author_mismatch") }
+        guard sealed.sender == record.author else { return try await reject(record, .authorMismatch) }
         // A first contact is pinned (its bundle fetched) only for a message that opens: one that
         // does not throws its envelope error here, and is kept as rejected, with no notice.
         if try await store.contact(sealed.sender) == nil { _ = try await store.openWithoutKeeping(sealed, as: me) }
-        guard let pinned = try await isPinned(sealed.senderKey, of: sealed.sender) else { return try await reject(record, "sender_has_no_keys") }
+        guard let pinned = try await isPinned(sealed.senderKey, of: sealed.sender) else { return try await reject(record, .senderHasNoKeys) }
         guard pinned else {
             // Under a key not trusted yet an `unreadable` notice is still read, as in version 1 —
             // it only marks messages sent to its own author — but no session is kept with that key.
@@ -175,7 +175,7 @@ extension MailslotClient {
                let receipt = notice.message.payload.receipt, receipt.kind == .unreadable {
                 try await undelivered(receipt.messageIDs, reportedBy: notice.sender, in: nil)
             }
-            return try await reject(record, ClientError.keyChangedCode)
+            return try await reject(record, .keyChanged)
         }
         let opened = try await store.openInSession(sealed, as: me)
         if let receipt = opened.message.payload.receipt, opened.message.type == .receipt, receipt.kind == .unreadable {
@@ -208,7 +208,7 @@ extension MailslotClient {
         }
     }
 
-    private func reject(_ record: MessageRecord, _ reason: String) async throws -> Accepted {
+    private func reject(_ record: MessageRecord, _ reason: RejectedMessage.Reason) async throws -> Accepted {
         try await store.storeRejected(id: record.id, author: record.author, reason: reason)
         return Accepted()
     }

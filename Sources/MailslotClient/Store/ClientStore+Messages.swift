@@ -26,7 +26,7 @@ public struct OutgoingMessage: Sendable, Equatable {
         case queued
         /// The relay stored it.
         case sent
-        /// The relay refused it for good; `lastError` says why.
+        /// The relay refused it for good; ``OutgoingMessage/reason`` says why.
         case refused
         /// Not sealed yet: the recipient's identity key changed. It goes out, sealed to the new
         /// keys, when the user trusts them (``MailslotClient/trust(_:safetyNumber:)``).
@@ -35,7 +35,7 @@ public struct OutgoingMessage: Sendable, Equatable {
         /// ``MailslotClient/resend(_:)`` seals it again to the recipient's current keys.
         case undelivered
         /// A file send whose upload is not finished: the relay has not all of the file yet.
-        /// ``MailslotClient/flush(now:)`` resumes it; `lastError` says what stopped it.
+        /// ``MailslotClient/flush()`` resumes it; ``OutgoingMessage/reason`` says what stopped it.
         case uploading
     }
     /// The message id.
@@ -46,8 +46,12 @@ public struct OutgoingMessage: Sendable, Equatable {
     public let state: State
     /// How many times delivery failed and was retried.
     public let attempts: Int
-    /// The last problem code or failure, if any.
-    public let lastError: String?
+    /// The last failure as the outbox recorded it (a problem code, `key_changed`, …); public as ``reason``.
+    let lastError: String?
+    /// Why it is not sent, or was not the last time it was tried: the relay's problem, the relay
+    /// unreachable, the recipient's key changed (held), their device could not open it
+    /// (undelivered), a file send interrupted. Nil when nothing failed.
+    public var reason: MailslotClient.SendOutcome.Reason? { lastError.map(MailslotClient.SendOutcome.Reason.init(recorded:)) }
     /// The chat message, as signed.
     public let message: ChatMessage?
     /// When it was composed and stored in the outbox, by this device's clock.
@@ -233,10 +237,10 @@ extension ClientStore {
         }
     }
 
-    func storeRejected(id: String, author: String, reason: String) async throws {
+    func storeRejected(id: String, author: String, reason: RejectedMessage.Reason) async throws {
         try await pool.write { db in
             try db.execute(sql: "INSERT OR IGNORE INTO rejected (id, author, reason, received_at) VALUES (?, ?, ?, ?)",
-                           arguments: [id, author, reason, Date().timeIntervalSince1970])
+                           arguments: [id, author, reason.code, Date().timeIntervalSince1970])
         }
     }
 
