@@ -67,7 +67,7 @@ import Testing
                 break
             }
             guard case .queued(_, let reason) = try await transfer.outcome() else { Issue.record("not queued"); return }
-            #expect(reason == "interrupted")
+            #expect(reason == .interrupted)
             let pending = try #require(try await alice.outgoing().first { $0.id == transfer.messageID })
             #expect(pending.state == .uploading && pending.lastError == "interrupted", "shown as unfinished, and why")
             let storedBefore = Int(relay.counter("mailslot_blob_parts_received_total"))
@@ -209,7 +209,7 @@ import Testing
                 #expect(answer.status == 410 && answer.problem == .uploadExpired)
                 #expect(try await alice.flush() == 0)
                 outcome = try #require(try await alice.outgoing().first { $0.id == transfer.messageID }).state == .sent
-                    ? .sent(id: transfer.messageID) : .queued(id: transfer.messageID, reason: "not sent")
+                    ? .sent(id: transfer.messageID) : .queued(id: transfer.messageID, reason: .failed(detail: "not sent"))
             } else {
                 #expect(try await relay.call("DELETE", "/v1/blobs/\(before.blobID)", session: session).status == 204)
                 outcome = try await alice.resend(transfer.messageID)

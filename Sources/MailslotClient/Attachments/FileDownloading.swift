@@ -35,7 +35,7 @@ extension MailslotClient {
         guard let message = try await store.receivedMessage(id.messageID),
               let row = try await store.attachmentRows(of: id.messageID).first(where: { $0.id == id }),
               let current = Self.attachment(row, in: message.message) else {
-            throw ClientError.invalidResponse("no attachment \(id)")
+            throw ClientError.invalidResponse(detail: "no attachment \(id)")
         }
         switch current.state {
         case .saved, .gone: return current
@@ -196,7 +196,7 @@ extension MailslotClient {
             let request = pending.removeFirst()
             let bytes = try await request.task.value
             guard request.range.lowerBound == offset, Int64(bytes.count) == request.range.count else {
-                throw ClientError.invalidResponse("a range of blob \(reference.blob) came out of place")
+                throw ClientError.invalidResponse(detail: "a range of blob \(reference.blob) came out of place")
             }
             try await FileWork.run { try spool.append(bytes) }
             offset = request.range.upperBound

@@ -13,19 +13,36 @@ extension MailslotClient {
         case refused(UInt16)
     }
 
-    /// The mailbox as a live stream: each message is opened, verified and stored locally, then
-    /// yielded, then acknowledged so the relay erases it. A crash between the store and the ack
-    /// brings the message again, and the store drops the duplicate. Messages that fail to open
-    /// or verify are stored as rejected and acknowledged, so they never block the mailbox (and the
-    /// author of one sealed to keys this device does not have is told: see `Accepting.swift`).
-    /// Reconnects with exponential backoff and jitter; catches up from the backlog after a gap.
-    public nonisolated func messages(onState: @escaping @Sendable (ConnectionState) -> Void = { _ in })
-        -> AsyncThrowingStream<ReceivedMessage, any Error> {
-        AsyncThrowingStream { continuation in
-            let task = Task { await self.receiveLoop(continuation, onState: onState) }
-            continuation.onTermination = { _ in task.cancel() }
-        }
+    /// The mailbox as a live stream, delivered at least once: stored messages the app has not
+    /// handled yet first (after a restart too), then each new message as it arrives.
+    ///
+    /// **A message is handled when the loop asks for the next one** (``MessageStream`` tells the
+    /// whole rule): one whose handling did not finish — a crash, a `break` — comes again.
+    ///
+    /// Each message is opened, verified and stored locally, then acknowledged so the relay erases
+    /// it: the store keeps it until the app handled it. A crash between the store and the ack
+    /// brings the message again from the relay, and the store drops the duplicate. Messages that
+    /// fail to open or verify are stored as rejected (``rejected()``) and acknowledged, so they
+    /// never block the mailbox, and are not yielded (the author of one sealed to keys this device
+    /// does not have is told: see `Accepting.swift`). Reconnects with exponential backoff and
+    /// jitter; catches up from the backlog after a gap. At most ``maxUnhandled`` stored messages
+    /// wait for the app: beyond that the client stops reading from the relay until it catches up.
+    ///
+    /// ```swift
+    /// for try await message in client.messages() {
+    ///     print(message.sender, message.message.payload.text ?? "")
+    /// }
+    /// ```
+    ///
+    /// - Parameter onState: Told where the connection stands (connecting, connected, waiting), for a UI or a log.
+    /// - Returns: A sequence that connects when iterated, and disconnects when the iteration ends.
+    public nonisolated func messages(onState: @escaping @Sendable (ConnectionState) -> Void = { _ in }) -> MessageStream {
+        MessageStream(client: self, onState: onState)
     }
+
+    /// The most stored messages that wait for the app to handle them before the live stream stops
+    /// reading from the relay (back-pressure: the relay holds the rest, within its delivery window).
+    public static let maxUnhandled = 256
 
     /// Where the live subscription stands, for a UI or a log.
     public enum ConnectionState: Sendable, Equatable {
@@ -33,8 +50,43 @@ extension MailslotClient {
         case connecting
         /// Subscribed: the backlog and new messages flow.
         case connected
-        /// The connection dropped; the next try comes after this many seconds.
-        case waiting(seconds: Double, reason: String)
+        /// The connection dropped for `reason`; the next try comes after this many seconds.
+        case waiting(seconds: Double, reason: DisconnectReason)
+    }
+
+    /// Why the live subscription dropped (``ConnectionState/waiting(seconds:reason:)``).
+    public enum DisconnectReason: Sendable, Equatable, CustomStringConvertible {
+        /// The relay closed the connection (a restart, a session that ended, a takeover elsewhere).
+        case closedByRelay
+        /// The relay cannot serve for now: it closed with this private code (45xx, e.g. 4503: its
+        /// database is out of reach, spec/protocol.md §8).
+        case relayUnavailable(closeCode: UInt16)
+        /// The relay could not be reached.
+        case unreachable
+        /// The relay refused a request the connection needs (signing in, a refresh): its problem code.
+        case relay(ProblemCode)
+        /// Anything else; `detail` is for a log or a person, not to be matched on.
+        case failed(detail: String)
+
+        /// The failure that dropped the connection, as a reason.
+        init(_ error: any Error) {
+            switch error {
+            case ClientError.unreachable: self = .unreachable
+            case ClientError.relay(let problem): self = .relay(problem.code)
+            default: self = .failed(detail: MailslotClient.describe(error))
+            }
+        }
+
+        /// For a person or a log.
+        public var description: String {
+            switch self {
+            case .closedByRelay: "closed by the relay"
+            case .relayUnavailable(let code): "the relay is unavailable (\(code))"
+            case .unreachable: "unreachable"
+            case .relay(let code): code.rawValue
+            case .failed(let detail): detail
+            }
+        }
     }
 
     /// The `ack` frame for message `id`.
@@ -50,11 +102,12 @@ extension MailslotClient {
         (4500...4599).contains(code) ? previous + 1 : 0
     }
 
-    private func receiveLoop(_ continuation: AsyncThrowingStream<ReceivedMessage, any Error>.Continuation,
-                             onState: @escaping @Sendable (ConnectionState) -> Void) async {
+    /// Subscribes, stores and acknowledges, reconnecting, until the task is cancelled or the relay
+    /// ends the subscription for good; tells `signal` of each message stored.
+    func receiveLoop(_ signal: StreamSignal, onState: @escaping @Sendable (ConnectionState) -> Void) async {
         var failures = 0
         while !Task.isCancelled {
-            var reason = "closed by the relay"
+            var reason = DisconnectReason.closedByRelay
             do {
                 onState(.connecting)
                 await keepKeysCurrent()
@@ -104,14 +157,20 @@ extension MailslotClient {
                             continue
                         case .message(let record):
                             let accepted = try await self.accept(record, as: me)
-                            // Its files are saved (as the policy says) before it is shown, so
-                            // that it comes with their paths; it is stored already.
-                            if let message = accepted.message { continuation.yield(await self.withAttachments(message)) }
-                            // Acknowledged only now, after the store: the relay erases it.
+                            if let message = accepted.message {
+                                // Stored (the stream reads it from the store), or shown once and never stored.
+                                if message.message.type == .typing { signal.ephemeral(message) } else { signal.stored() }
+                            }
+                            // Acknowledged only now, after the store: the relay erases it. Not
+                            // after the app handled it: the store keeps it until then.
                             try await outbound.write(.text(try Self.ackText(record.id)))
                             acks.sent(record.id)
                             await self.eraseOldCopies()
                             if let notice = accepted.notice { await self.notify(notice) }
+                            // Back-pressure: while the app has this many to handle, read no more.
+                            while try await self.store.unhandledCount() >= self.unhandledLimit, !Task.isCancelled {
+                                await signal.waitForRoom()
+                            }
                         default:
                             continue
                         }
@@ -119,17 +178,17 @@ extension MailslotClient {
                 }
                 switch close?.closeCode {
                 case .unknown(CloseCode.replaced):
-                    continuation.finish(throwing: StreamEnd.replaced)
+                    signal.finish(.failure(StreamEnd.replaced))
                     return
                 case .unknown(let code) where code == 4400 || code == 4403:
-                    continuation.finish(throwing: StreamEnd.refused(code))
+                    signal.finish(.failure(StreamEnd.refused(code)))
                     return
                 case .unknown(CloseCode.sessionEnded), .unknown(4401):
                     failures = 0
                     try await store.clearSession()  // sign in or refresh on the next round
                 case .unknown(let code):
                     failures = Self.failures(afterClose: code, previous: failures)
-                    if failures > 0 { reason = "the relay is unavailable (\(code))" }
+                    if failures > 0 { reason = .relayUnavailable(closeCode: code) }
                 default:
                     failures = 0
                 }
@@ -137,8 +196,8 @@ extension MailslotClient {
                 break
             } catch {
                 failures += 1
-                reason = Self.describe(error)
-                logger.info("subscription dropped; reconnecting", metadata: ["error": "\(reason)", "attempt": "\(failures)"])
+                reason = DisconnectReason(error)
+                logger.info("subscription dropped; reconnecting", metadata: ["error": "\(Self.describe(error))", "attempt": "\(failures)"])
             }
             // Backoff with jitter: 0.25 s doubling to 30 s, each wait randomised by ±50 %.
             let base = min(30, 0.25 * pow(2, Double(min(failures, 8))))
@@ -146,6 +205,6 @@ extension MailslotClient {
             if !Task.isCancelled { onState(.waiting(seconds: wait, reason: reason)) }
             try? await Task.sleep(for: .milliseconds(Int64(wait * 1000)))
         }
-        continuation.finish()
+        signal.finish(.success(()))
     }
 }
