@@ -6,17 +6,6 @@ import MailslotWire
 /// publishes and pins keys, seals and sends (through a durable outbox), and receives with
 /// ack-then-delete: every message is stored locally before the relay is told to erase it.
 public actor MailslotClient {
-    /// What happened to a message handed to ``send(_:to:)``.
-    public enum SendOutcome: Sendable, Equatable {
-        /// The relay stored it.
-        case sent(id: String)
-        /// It is in the outbox (the relay could not be reached, or asked to wait: rate limit, full
-        /// mailbox); ``flush()`` retries it with the same id and the same envelope.
-        case queued(id: String, reason: String)
-        /// The relay refused it for good (blocked, conflict, invalid): it leaves the outbox.
-        case refused(id: String, reason: String)
-    }
-
     let api: RelayAPI
     let store: ClientStore
     let tokenProvider: @Sendable () async throws -> String
@@ -40,6 +29,8 @@ public actor MailslotClient {
     var runningUploads: Set<String> = []
     /// Attachments being downloaded right now.
     var runningDownloads: Set<AttachmentID> = []
+    /// ``maxUnhandled``; smaller in tests, to see the back-pressure without hundreds of messages.
+    var unhandledLimit = MailslotClient.maxUnhandled
 
     /// A client of the relay at `relay`, keeping its state in the SQLite file at `databasePath`
     /// (and, beside it, the outbox spool of files being sent and, by default, the `files/`
@@ -126,15 +117,15 @@ public actor MailslotClient {
     /// The contact's pinned keys; fetched and pinned on first use. Refuses a contact whose
     /// identity key changed until the user calls ``trust(_:safetyNumber:)``.
     public func contact(_ uid: String) async throws -> Contact {
-        guard Identifier.isValidUID(uid) else { throw ClientError.invalidUID(uid) }
+        guard Identifier.isValidUID(uid) else { throw ClientError.invalidUID(text: uid) }
         if let known = try await store.contact(uid) {
             // A changed key waits for the user; so does a key whose comparison failed.
-            guard known.trust != .changed, known.trust != .disputed else { throw ClientError.keyChanged(uid) }
+            guard known.trust != .changed, known.trust != .disputed else { throw ClientError.keyChanged(uid: uid) }
             return known
         }
         let bundle = try await fetchBundle(uid)
         try await store.pin(bundle)
-        guard let pinned = try await store.contact(uid) else { throw ClientError.noKeys(uid) }
+        guard let pinned = try await store.contact(uid) else { throw ClientError.noKeys(uid: uid) }
         return pinned
     }
 
@@ -149,7 +140,7 @@ public actor MailslotClient {
         }
         if bundle.identityKey != known.identityKey {
             try await store.markChanged(uid, offered: bundle, replacing: known.identityKey)
-            throw ClientError.keyChanged(uid)
+            throw ClientError.keyChanged(uid: uid)
         }
         // The relay serves the pinned identity again: a change it showed before is withdrawn.
         if known.trust == .changed { try await store.withdrawChange(uid) }
@@ -160,9 +151,9 @@ public actor MailslotClient {
     private func fetchBundle(_ uid: String) async throws -> KeyBundle {
         let data: Data
         do { data = try await authorized { try await api.keys(of: uid, session: $0) } } catch ClientError.relay(let problem) where problem.code == .notFound {
-            throw ClientError.noKeys(uid)
+            throw ClientError.noKeys(uid: uid)
         }
-        do { return try KeyBundle.decode(Array(data), for: uid) } catch { throw ClientError.invalidKeys(uid, error.code) }
+        do { return try KeyBundle.decode(Array(data), for: uid) } catch { throw ClientError.invalidKeys(uid: uid, code: error.code) }
     }
 
     /// Replaces this device's mailbox key with a new one and publishes it. The old secret key is

@@ -83,13 +83,8 @@ struct Send: AsyncParsableCommand {
 
     private func send(_ payload: Payload, type: MessageType) async throws {
         let client = try Profile(options).client()
-        let output = Output(json: options.json)
-        do {
-            try output.outcome(try await client.send(payload, type: type, to: uid), to: uid)
-        } catch ClientError.keyChanged(let recipient) where recipient == uid {
-            let held = try await client.outgoing().last { $0.recipient == uid && $0.state == .held }
-            try output.held(held?.id, to: uid)
-        }
+        // A held message (the recipient's key changed) is an outcome: said, with exit 65.
+        try Output(json: options.json).outcome(try await client.send(payload, type: type, to: uid), to: uid)
     }
 }
 
@@ -106,11 +101,7 @@ struct Resend: AsyncParsableCommand {
             let client = try Profile(options).client()
             let output = Output(json: options.json)
             let recipient = try await client.outgoing().first { $0.id == id }?.recipient
-            do {
-                try output.outcome(try await client.resend(id), to: recipient ?? "")
-            } catch ClientError.keyChanged(let uid) {
-                try output.held(id, to: uid)
-            }
+            try output.outcome(try await client.resend(id), to: recipient ?? "")
         }
     }
 }
@@ -247,12 +238,12 @@ struct Rejected: AsyncParsableCommand {
             let client = try Profile(options).client()
             let output = Output(json: options.json)
             let incoming = try await client.rejected().map { rejected in
-                (rejected.receivedAt, ["direction": "in", "id": rejected.id, "from": rejected.author, "reason": rejected.reason] as [String: Any],
+                (rejected.receivedAt, ["direction": "in", "id": rejected.id, "from": rejected.author, "reason": rejected.reason.code] as [String: Any],
                  "← \(rejected.author) \(rejected.id) rejected: \(rejected.reason)")
             }
             let outgoing = try await client.outgoing().filter { $0.state == .refused }.map { refused in
-                (refused.createdAt, ["direction": "out", "id": refused.id, "to": refused.recipient, "reason": refused.lastError ?? "refused"] as [String: Any],
-                 "→ \(refused.recipient) \(refused.id) refused: \(refused.lastError ?? "refused")")
+                (refused.createdAt, ["direction": "out", "id": refused.id, "to": refused.recipient, "reason": refused.reason?.description ?? "refused"] as [String: Any],
+                 "→ \(refused.recipient) \(refused.id) refused: \(refused.reason?.description ?? "refused")")
             }
             for (at, fields, text) in (incoming + outgoing).sorted(by: { $0.0 < $1.0 }) {
                 let when = Timestamp.format(Int64(at.timeIntervalSince1970.rounded(.down)))
@@ -349,7 +340,7 @@ struct Trust: AsyncParsableCommand {
 
     func run() async throws {
         try await reporting {
-            guard Identifier.isValidUID(uid) else { throw ClientError.invalidUID(uid) }
+            guard Identifier.isValidUID(uid) else { throw ClientError.invalidUID(text: uid) }
             let number = try safetyNumber ?? askForNumber()
             let contact = try await Profile(options).client().trust(uid, safetyNumber: number)
             Output(json: options.json).emit(["uid": contact.uid, "trust": contact.trust.rawValue, "key_id": contact.keyID],

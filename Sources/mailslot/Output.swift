@@ -146,11 +146,11 @@ struct Output {
     func sent(_ outgoing: OutgoingMessage) {
         var fields: [String: Any] = ["id": outgoing.id, "to": outgoing.recipient, "state": outgoing.state.rawValue]
         var text = "[\(outgoing.message.map { Timestamp.format($0.timestamp / 1000) } ?? "?")] → \(outgoing.recipient) [\(outgoing.state.rawValue)]"
-        if let error = outgoing.lastError, outgoing.state != .sent { fields["reason"] = error }
+        if let reason = outgoing.reason, outgoing.state != .sent { fields["reason"] = reason.description }
         if let message = outgoing.message { describe(message, into: &fields, text: &text) }
         switch outgoing.state {
         case .undelivered: text += "  (not readable on their device: `mailslot resend \(outgoing.id)` once their key is trusted)"
-        case .uploading: text += "  (file upload not finished\(outgoing.lastError.map { ": \($0)" } ?? ""); `mailslot flush` finishes it)"
+        case .uploading: text += "  (file upload not finished\(outgoing.reason.map { ": \($0)" } ?? ""); `mailslot flush` finishes it)"
         case .held: text += "  (their key changed: compare `mailslot fingerprint \(outgoing.recipient)` with them; `mailslot trust \(outgoing.recipient) --safety-number DIGITS` sends it)"
         default: break
         }
@@ -186,11 +186,13 @@ struct Output {
         case .sent(let id):
             emit(["id": id, "to": uid, "state": "sent"], text: id)
         case .queued(let id, let reason):
-            emit(["id": id, "to": uid, "state": "queued", "reason": reason], text: id)
+            emit(["id": id, "to": uid, "state": "queued", "reason": reason.description], text: id)
             throw CLIError.queued(queuedMessage.map { "\($0) (\(reason))" } ?? "queued, not sent yet (\(reason)); `mailslot flush` retries")
         case .refused(let id, let reason):
-            emit(["id": id, "to": uid, "state": "refused", "reason": reason], text: id)
+            emit(["id": id, "to": uid, "state": "refused", "reason": reason.description], text: id)
             throw CLIError.unavailable("the relay refused the message: \(reason)")
+        case .held(let id, let recipient):
+            try held(id, to: recipient)
         }
     }
 

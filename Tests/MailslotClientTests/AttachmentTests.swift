@@ -66,7 +66,7 @@ import Testing
                 break
             }
             guard case .queued(_, let reason) = try await transfer.outcome() else { Issue.record("not queued"); return }
-            #expect(reason == "interrupted")
+            #expect(reason == .interrupted)
             let pending = try #require(try await alice.outgoing().first { $0.id == transfer.messageID })
             #expect(pending.state == .uploading && pending.lastError == "interrupted", "shown as unfinished, and why")
             let storedBefore = Int(relay.counter("mailslot_blob_parts_received_total"))

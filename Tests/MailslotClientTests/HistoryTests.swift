@@ -44,7 +44,7 @@ import Testing
             #expect(try await relay.send(try await relay.signIn("mallory").session, to: "bob", id: id).status == 201)
             #expect(try await bob.receive().isEmpty)
             let rejected = try #require(try await bob.rejected().first)
-            #expect(rejected.id == id && rejected.author == "mallory" && !rejected.reason.isEmpty)
+            #expect(rejected.id == id && rejected.author == "mallory" && !rejected.reason.code.isEmpty)
             #expect(rejected.receivedAt >= before.addingTimeInterval(-1) && rejected.receivedAt <= Date())
         }
     }

@@ -124,11 +124,102 @@ import Testing
             #expect(try await bob.acceptFirstWithoutAck().message?.id == id)
             #expect(try await relay.pending("bob") == 1, "not acked: still on the relay")
 
-            // After the restart the relay delivers it again; the store drops the duplicate and acks it.
+            // After the restart the relay delivers it again; the store drops the duplicate and acks
+            // it, and the copy stored before the crash — never handed to the app — is returned once.
             let restarted = try relay.client("bob")
+            #expect(try await restarted.receive().map(\.id) == [id], "handed over once: the crash came before the app saw it")
             #expect(try await restarted.receive().isEmpty, "not yielded twice")
             #expect(try await restarted.history().map(\.id) == [id], "stored once")
             #expect(try await relay.pending("bob") == 0, "and now erased from the relay")
         }
     }
+
+    /// At least once (MessageStream's rule): a message yielded to a loop that "crashes" before
+    /// asking for the next one — the client dropped, nothing handled — comes again from a new
+    /// client on the same store, although the relay erased it; once the loop asked for the next
+    /// one, it is handled, and comes neither from the stream nor from `receive` again.
+    @Test func aMessageNotHandledBeforeACrashComesAgainAfterTheRestart() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice")
+            try await alice.signIn()
+            try await relay.client("bob").signIn()
+            guard case .sent(let id) = try await alice.send(text: "handle me", to: "bob") else { Issue.record("not sent"); return }
+
+            // The first run: the message is yielded, and the app dies while handling it.
+            do {
+                let crashing = try relay.client("bob")
+                let iterator = crashing.messages().makeAsyncIterator()
+                #expect(try await Self.next(of: iterator, within: .seconds(20))?.id == id)
+            }
+            #expect(try await eventually { try await relay.pending("bob") == 0 }, "stored, so acknowledged: the relay erased it")
+
+            // The restart: the store brings it again, before anything new.
+            let restarted = try relay.client("bob")
+            let iterator = restarted.messages().makeAsyncIterator()
+            #expect(try await Self.next(of: iterator, within: .seconds(20))?.id == id, "yielded again after the crash")
+            // The loop asks for the next one: the first is handled now, and nothing else waits.
+            #expect(try await Self.next(of: iterator, within: .milliseconds(500)) == nil)
+            let third = try relay.client("bob")
+            #expect(try await third.receive().isEmpty, "handled: not handed over a third time")
+            #expect(try await third.history().map(\.id) == [id], "stored once")
+        }
+    }
+
+    /// Back-pressure: with a slow app, the stream stores at most `unhandledLimit` messages it has
+    /// not handled and stops reading from the relay, which keeps the rest; they all come, in
+    /// order, as the app catches up.
+    @Test func aSlowConsumerLeavesTheRestOnTheRelay() async throws {
+        try await withTestRelay { relay in
+            let alice = try relay.client("alice"), bob = try relay.client("bob")
+            try await alice.signIn()
+            try await bob.signIn()
+            await bob.limitUnhandled(to: 3)
+            let texts = (1...7).map { "m\($0)" }
+            for text in texts { _ = try await alice.send(text: text, to: "bob") }
+
+            let iterator = bob.messages().makeAsyncIterator()
+            #expect(try await Self.next(of: iterator, within: .seconds(20))?.message.payload.text == "m1")
+            // The app is busy with m1: three stored and not handled, the other four left on the relay.
+            #expect(try await eventually { try await relay.pending("bob") == 4 })
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try await relay.pending("bob") == 4, "no more read while the app is behind")
+            var seen = ["m1"]
+            while seen.count < texts.count, let message = try await Self.next(of: iterator, within: .seconds(20)) {
+                seen.append(message.message.payload.text ?? "")
+            }
+            #expect(seen == texts)
+            #expect(try await eventually { try await relay.pending("bob") == 0 })
+        }
+    }
+
+    /// The next element of `iterator`, or nil when none comes within `limit`.
+    static func next(of iterator: MessageStream.AsyncIterator, within limit: Duration) async throws -> ReceivedMessage? {
+        try await withThrowingTaskGroup(of: ReceivedMessage?.self) { group in
+            group.addTask {
+                var iterator = iterator
+                return try await iterator.next()
+            }
+            group.addTask {
+                try? await Task.sleep(for: limit)
+                return nil
+            }
+            let first = try await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
+    }
+
+    /// Whether `condition` holds within about ten seconds, asked every 50 ms.
+    func eventually(_ condition: () async throws -> Bool) async throws -> Bool {
+        for _ in 0..<200 {
+            if try await condition() { return true }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return false
+    }
+}
+
+extension MailslotClient {
+    /// A smaller ``maxUnhandled``, to see the back-pressure with a few messages.
+    func limitUnhandled(to limit: Int) { unhandledLimit = limit }
 }

@@ -34,7 +34,7 @@ extension MailslotClient {
         guard let message = try await store.receivedMessage(id.messageID),
               let row = try await store.attachmentRows(of: id.messageID).first(where: { $0.id == id }),
               let current = Self.attachment(row, in: message.message) else {
-            throw ClientError.invalidResponse("no attachment \(id)")
+            throw ClientError.invalidResponse(detail: "no attachment \(id)")
         }
         switch current.state {
         case .saved, .gone: return current

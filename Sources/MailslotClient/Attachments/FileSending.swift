@@ -28,18 +28,18 @@ extension MailslotClient {
     /// (``ClientError/cannotSeal(_:)``), or a file larger than the relay takes
     /// (``ClientError/relay(_:)`` with `blob_too_large`; nothing is kept).
     public func send(file: OutgoingFile, caption: String? = nil, to recipient: String, name senderName: String? = nil) async throws -> FileSend {
-        guard Identifier.isValidUID(recipient) else { throw ClientError.invalidUID(recipient) }
+        guard Identifier.isValidUID(recipient) else { throw ClientError.invalidUID(text: recipient) }
         let me = try await identity()
         let name = file.name ?? file.url.lastPathComponent
         let label: String? = name.isEmpty ? nil : name
         let plainSize = try Self.regularFileSize(file.url)
-        guard let size = FileCipher.size(plainSize: plainSize) else { throw ClientError.cannotSeal(FileError.badLength.code) }
+        guard let size = FileCipher.size(plainSize: plainSize) else { throw ClientError.cannotSeal(code: FileError.badLength.code) }
         // The reference's rules (media type, name, preview), checked now rather than after the upload.
         do {
             _ = try FileReference(blob: BlobLayout.newID(), sealed: SealedFile(key: FileKey(), digest: FileDigest(bytes: [UInt8](repeating: 0, count: 32))!,
                                                                               size: size, plainSize: plainSize),
                                   mediaType: file.mediaType, name: label, preview: file.preview)
-        } catch { throw ClientError.cannotSeal(error.code) }
+        } catch { throw ClientError.cannotSeal(code: error.code) }
         do { _ = try await contact(recipient) } catch ClientError.keyChanged {
             // Sent all the same: the message is held for the user's trust once the file is up.
         } catch ClientError.unreachable {
@@ -68,9 +68,9 @@ extension MailslotClient {
             continuation.finish()
             throw error
         case .success(false):
-            let reason = try await outgoing().first { $0.id == upload.messageID }?.lastError ?? "queued"
+            let reason = try await outgoing().first { $0.id == upload.messageID }?.lastError ?? "unreachable"
             continuation.finish()
-            task = Task { .queued(id: upload.messageID, reason: reason) }
+            task = Task { .queued(id: upload.messageID, reason: SendOutcome.Reason(recorded: reason)) }
         case .success(true):
             task = Task {
                 defer { continuation.finish() }
@@ -83,10 +83,10 @@ extension MailslotClient {
     /// A small picture sent inline; nil when the relay found the envelope too large after all
     /// (the file then goes as a blob; the refused try is forgotten).
     private func sendInline(_ file: OutgoingFile, label: String?, caption: String?, to recipient: String, senderName: String?) async throws -> FileSend? {
-        guard let data = FileManager.default.contents(atPath: file.url.path) else { throw ClientError.unreadableFile(file.url.path) }
+        guard let data = FileManager.default.contents(atPath: file.url.path) else { throw ClientError.unreadableFile(path: file.url.path) }
         let attachment = Attachment(mediaType: file.mediaType, data: Array(data), name: label)
         let outcome = try await send(Payload(text: caption, attachments: [attachment]), type: .picture, to: recipient, name: senderName)
-        if case .refused(let id, let reason) = outcome, reason == ProblemCode.envelopeTooLarge.rawValue {
+        if case .refused(let id, let reason) = outcome, reason == .relay(.envelopeTooLarge) {
             try await store.forgetUpload(id)
             return nil
         }
@@ -114,12 +114,12 @@ extension MailslotClient {
         let request = BlobCreateRequest(id: upload.blobID, size: upload.size, recipients: [upload.recipient])
         do {
             let record = try await authorized { try await api.createBlob(request, session: $0) }
-            guard record.size == upload.size else { throw ClientError.invalidResponse("the relay created blob \(record.id) with another size") }
+            guard record.size == upload.size else { throw ClientError.invalidResponse(detail: "the relay created blob \(record.id) with another size") }
             try await store.setUploadStage(upload.messageID, .registered)
             return .success(true)
         } catch ClientError.relay(let problem) where Self.isFinal(problem) {
             try? await store.forgetUpload(upload.messageID)
-            return .failure(ClientError.relay(problem))
+            return .failure(ClientError.relay(problem: problem))
         } catch {
             try? await store.noteUploadProblem(upload.messageID, Self.describe(error))
             return .success(false)
@@ -131,7 +131,7 @@ extension MailslotClient {
     /// outbox (`queued`, with why); a lost or refused upload ends it (`refused`).
     func runUpload(_ upload: ClientStore.Upload, progress: ProgressSink, stop: StopSignal) async throws -> SendOutcome {
         let id = upload.messageID
-        guard runningUploads.insert(id).inserted else { return .queued(id: id, reason: "already running") }
+        guard runningUploads.insert(id).inserted else { return .queued(id: id, reason: .uploadRunning) }
         defer { runningUploads.remove(id) }
         do {
             if upload.stage == .registered {
@@ -148,14 +148,14 @@ extension MailslotClient {
         } catch ClientError.relay(let problem) where Self.isFinal(problem) || problem.code.status == 410 {
             return await abandon(upload, reason: problem.code.rawValue)
         } catch ClientError.keyChanged(let uid) {
-            throw ClientError.keyChanged(uid)
+            throw ClientError.keyChanged(uid: uid)
         } catch {
             let reason = stop.isSet || Task.isCancelled || error is CancellationError ? "interrupted" : Self.describe(error)
             // In a task of its own: the store refuses work for a cancelled task, and why the
             // send stopped must be kept all the same.
             let store = store
             await Task { try? await store.noteUploadProblem(id, reason) }.value
-            return .queued(id: id, reason: reason)
+            return .queued(id: id, reason: SendOutcome.Reason(recorded: reason))
         }
     }
 
@@ -175,7 +175,7 @@ extension MailslotClient {
     private func sealAndUpload(_ upload: ClientStore.Upload, progress: ProgressSink, stop: StopSignal) async throws {
         let record = try await authorized { try await api.blob(upload.blobID, session: $0) }
         guard record.size == upload.size, let layout = BlobLayout(size: record.size, partSize: record.partSize) else {
-            throw ClientError.invalidResponse("the relay's blob \(record.id) does not have the size of the file sent")
+            throw ClientError.invalidResponse(detail: "the relay's blob \(record.id) does not have the size of the file sent")
         }
         let received = record.state == .complete ? Set(1...layout.parts) : Set(record.received ?? [])
         let stamp = try Self.sourceStamp(upload.source)
@@ -267,7 +267,7 @@ extension MailslotClient {
                                   payload: Payload(text: upload.caption, files: [reference]), timestamp: Int64(Date().timeIntervalSince1970 * 1000))
             try message.validate()
             body = try message.encoded()
-        } catch { throw ClientError.cannotSeal(error.code) }
+        } catch { throw ClientError.cannotSeal(code: error.code) }
         try await store.markEncrypted(upload.messageID, message: message, body: body)
     }
 
@@ -276,7 +276,7 @@ extension MailslotClient {
     private func uploadParts(_ upload: ClientStore.Upload, progress: ProgressSink, stop: StopSignal) async throws -> Bool {
         let record = try await authorized { try await api.blob(upload.blobID, session: $0) }
         guard record.size == upload.size, let layout = BlobLayout(size: record.size, partSize: record.partSize) else {
-            throw ClientError.invalidResponse("the relay's blob \(record.id) does not have the size of the file sent")
+            throw ClientError.invalidResponse(detail: "the relay's blob \(record.id) does not have the size of the file sent")
         }
         if record.state == .complete { return true }
         let received = Set(record.received ?? [])
@@ -305,7 +305,7 @@ extension MailslotClient {
     /// The blob is complete: the message is sealed (or held for a changed key) and sent.
     private func finish(_ upload: ClientStore.Upload, progress: ProgressSink) async throws -> SendOutcome {
         progress.report(.sending, 0, 1, force: true)
-        guard let stored = try await store.outgoingBody(upload.messageID) else { throw ClientError.notResendable(upload.messageID) }
+        guard let stored = try await store.outgoingBody(upload.messageID) else { throw ClientError.notResendable(id: upload.messageID) }
         let message = try decodeStored(stored.body)
         let sealed: ClientStore.Sealed?
         do {
@@ -315,7 +315,7 @@ extension MailslotClient {
         }
         try await store.finishUpload(upload.messageID, sealed: sealed)
         await eraseOldCopies()
-        guard let sealed else { throw ClientError.keyChanged(upload.recipient) }
+        guard let sealed else { return .held(id: upload.messageID, recipient: upload.recipient) }
         let outcome = try outcome(of: await deliver(.init(id: upload.messageID, recipient: upload.recipient, sealed: sealed)))
         progress.report(.sending, 1, 1, force: true)
         return outcome
@@ -328,7 +328,7 @@ extension MailslotClient {
         try? await store.abandonUpload(upload.messageID, reason: reason)
         try? FileManager.default.removeItem(at: upload.spool)
         _ = try? await authorized { try await api.deleteBlob(upload.blobID, session: $0) }
-        return .refused(id: upload.messageID, reason: reason)
+        return .refused(id: upload.messageID, reason: SendOutcome.Reason(recorded: reason))
     }
 
     /// The outbox's spool folder, beside the database: ciphertexts waiting to be uploaded.
@@ -339,7 +339,7 @@ extension MailslotClient {
         guard url.isFileURL, let attributes = try? FileManager.default.attributesOfItem(atPath: url.path),
               attributes[.type] as? FileAttributeType == .typeRegular, let size = (attributes[.size] as? NSNumber)?.int64Value,
               FileManager.default.isReadableFile(atPath: url.path) else {
-            throw ClientError.unreadableFile(url.path)
+            throw ClientError.unreadableFile(path: url.path)
         }
         return size
     }
@@ -351,15 +351,6 @@ extension ClientStore.Upload {
         self.init(messageID: upload.messageID, blobID: upload.blobID, recipient: upload.recipient, source: upload.source, spool: upload.spool,
                   plainSize: upload.plainSize, size: upload.size, mediaType: upload.mediaType, name: upload.name, preview: upload.preview,
                   caption: upload.caption, senderName: upload.senderName, stage: stage, cipher: upload.cipher)
-    }
-}
-
-extension MailslotClient.SendOutcome {
-    /// The message id, whatever the outcome.
-    var id: String {
-        switch self {
-        case .sent(let id), .queued(let id, _), .refused(let id, _): id
-        }
     }
 }
 

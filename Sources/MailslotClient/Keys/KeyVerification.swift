@@ -50,15 +50,15 @@ extension MailslotClient {
     /// key that ``trust(_:safetyNumber:)`` would install, whether it is a new key, and the old
     /// number. A contact never seen before is fetched and pinned first (trust on first use).
     public func safetyNumberCheck(with uid: String) async throws -> SafetyNumberCheck {
-        guard Identifier.isValidUID(uid) else { throw ClientError.invalidUID(uid) }
+        guard Identifier.isValidUID(uid) else { throw ClientError.invalidUID(text: uid) }
         let me = try await identity()
         if try await store.contact(uid) == nil { _ = try await contact(uid) }
-        guard var candidate = try await store.trustCandidate(uid) else { throw ClientError.noKeys(uid) }
+        guard var candidate = try await store.trustCandidate(uid) else { throw ClientError.noKeys(uid: uid) }
         if candidate.offerMissing {
             // Changed, with no offer kept to show: the relay's keys are fetched again, which puts
             // a new identity key on offer (or withdraws the change when it serves the pinned one).
             _ = try? await refreshKeys(of: uid)
-            guard let fetched = try await store.trustCandidate(uid), !fetched.offerMissing else { throw ClientError.keyChanged(uid) }
+            guard let fetched = try await store.trustCandidate(uid), !fetched.offerMissing else { throw ClientError.keyChanged(uid: uid) }
             candidate = fetched
         }
         let shown = SafetyNumber.of((me.uid, me.signing.publicKey), (uid, candidate.identityKey))
@@ -90,17 +90,17 @@ extension MailslotClient {
     /// when the relay cannot be reached). There is no way to trust without a number.
     @discardableResult
     public func trust(_ uid: String, safetyNumber: String) async throws -> Contact {
-        guard Identifier.isValidUID(uid) else { throw ClientError.invalidUID(uid) }
+        guard Identifier.isValidUID(uid) else { throw ClientError.invalidUID(text: uid) }
         guard let expected = SafetyNumberCheck.digits(of: safetyNumber) else { throw ClientError.invalidSafetyNumber }
         let me = try await identity()
         if try await store.contact(uid) == nil { _ = try await contact(uid) }
         let trusted: Contact
         switch try await store.trust(uid, expecting: expected, as: me) {
         case .trusted(let contact): trusted = contact
-        case .unknown: throw ClientError.noKeys(uid)
-        case .mismatch: throw ClientError.safetyNumberMismatch(uid)
+        case .unknown: throw ClientError.noKeys(uid: uid)
+        case .mismatch: throw ClientError.safetyNumberMismatch(uid: uid)
         // Nothing was shown for a change whose offer is gone: `safetyNumberCheck` fetches it.
-        case .offerMissing: throw ClientError.keyChanged(uid)
+        case .offerMissing: throw ClientError.keyChanged(uid: uid)
         }
         for id in try await store.outgoingIDs(to: uid, state: .held) { _ = try? await resend(id) }
         return trusted

@@ -41,7 +41,11 @@ extension MailslotClient {
     }
 
     /// Fetches every waiting message over HTTP, stores each (or records why it was rejected),
-    /// then acknowledges it so the relay erases it. Returns the newly stored messages.
+    /// then acknowledges it so the relay erases it. Returns the messages the app has not been
+    /// given yet: those stored earlier but never handed over (a ``messages(onState:)`` loop that
+    /// stopped before handling them, a crash before a `receive` returned), then the new ones.
+    /// The messages returned count as handled: an app that must not lose one to a crash while
+    /// handling it iterates ``messages(onState:)`` instead, which hands them over one at a time.
     ///
     /// An acknowledgement answered `404` counts as done: the message is gone from the relay
     /// already (unsent, expired, acknowledged by another device). Any other failure stops the
@@ -53,7 +57,8 @@ extension MailslotClient {
     public func receive() async throws -> [ReceivedMessage] {
         let me = try await identity()
         await keepKeysCurrent()
-        var received: [ReceivedMessage] = []
+        // Stored before and never handed over: returned first, in the order they were stored.
+        var received: [ReceivedMessage] = try await store.unhandled(limit: Int(Int32.max))
         do {
             var cursor: String?
             repeat {
@@ -67,7 +72,7 @@ extension MailslotClient {
                 // The relay's cursors move forward (spec/protocol.md §4.9): one that does not
                 // would have this loop ask for ever.
                 if let next = page.next, let previous = cursor, let nextSeq = Int64(next), let previousSeq = Int64(previous), nextSeq <= previousSeq {
-                    throw ClientError.invalidResponse("the relay's next cursor \(next) does not follow \(previous)")
+                    throw ClientError.invalidResponse(detail: "the relay's next cursor \(next) does not follow \(previous)")
                 }
                 cursor = page.next
             } while cursor != nil
@@ -76,6 +81,8 @@ extension MailslotClient {
                 await eraseOldCopies()
                 var withFiles: [ReceivedMessage] = []
                 for message in received { withFiles.append(await withAttachments(message)) }
+                // Handed over with the failure: handled (a store failure here leaves them to come again).
+                try? await store.markHandled(received.map(\.id))
                 throw ReceiveInterrupted(received: withFiles, failure: error)
             }
             throw error
@@ -87,6 +94,7 @@ extension MailslotClient {
         // never holds a message on the relay.
         var withFiles: [ReceivedMessage] = []
         for message in received { withFiles.append(await withAttachments(message)) }
+        try await store.markHandled(received.map(\.id))
         return withFiles
     }
 
@@ -106,7 +114,7 @@ extension MailslotClient {
     func accept(_ record: MessageRecord, as me: Identity) async throws -> Accepted {
         if try await store.knows(record.id) { return Accepted() }  // a redelivery after a crash before the ack
         guard let text = record.envelope, let envelope = Base64URL.decode(text) else {
-            try await store.storeRejected(id: record.id, author: record.author, reason: "envelope_missing")
+            try await store.storeRejected(id: record.id, author: record.author, reason: .envelopeMissing)
             return Accepted()
         }
         do {
@@ -115,7 +123,7 @@ extension MailslotClient {
             case .version2(let sealed): return try await acceptVersion2(sealed, record, as: me)
             }
         } catch let error as EnvelopeError {
-            try await store.storeRejected(id: record.id, author: record.author, reason: error.code)
+            try await store.storeRejected(id: record.id, author: record.author, reason: RejectedMessage.Reason(code: error.code))
             guard Self.isUnreadable(error) else { return Accepted() }
             // Delivered again (its ack was lost): the notice queued the first time, still waiting.
             if try await store.hasNotice(for: record.id) { return Accepted(notice: try await store.waitingNotice(for: record.id)) }
@@ -136,16 +144,16 @@ extension MailslotClient {
     }
 
     private func acceptVersion1(_ opened: OpenedEnvelope, _ record: MessageRecord) async throws -> Accepted {
-        guard opened.sender == record.author else { return try await reject(record, "author_mismatch") }
+        guard opened.sender == record.author else { return try await reject(record, .authorMismatch) }
         // Once a contact has written in sessions, a version 1 envelope from it is a downgrade.
-        guard try await !store.usesSessions(opened.sender) else { return try await reject(record, "envelope_downgrade") }
-        guard let pinned = try await isPinned(opened.senderKey, of: opened.sender) else { return try await reject(record, "sender_has_no_keys") }
+        guard try await !store.usesSessions(opened.sender) else { return try await reject(record, .downgrade) }
+        guard let pinned = try await isPinned(opened.senderKey, of: opened.sender) else { return try await reject(record, .senderHasNoKeys) }
         if let receipt = opened.message.payload.receipt, opened.message.type == .receipt, receipt.kind == .unreadable {
             // Even under a key not trusted yet: the notice only marks messages sent to its own
             // (relay-authenticated) author, and they go out again only to keys the user trusts.
             try await undelivered(receipt.messageIDs, reportedBy: opened.sender, in: nil)
         }
-        guard pinned else { return try await reject(record, ClientError.keyChangedCode) }
+        guard pinned else { return try await reject(record, .keyChanged) }
         let message = ReceivedMessage(id: record.id, sender: opened.sender, message: opened.message, body: opened.body)
         if opened.message.type == .typing { return Accepted(message: message) }  // shown, never stored
         try await store.storeReceived(message)
@@ -155,11 +163,11 @@ extension MailslotClient {
     /// A version 2 envelope: the author and the pinned key are checked before the session is
     /// touched, then it opens, advances its session and is stored in one transaction.
     private func acceptVersion2(_ sealed: SessionEnvelope, _ record: MessageRecord, as me: Identity) async throws -> Accepted {
-        guard sealed.sender == record.author else { return try await reject(record, "author_mismatch") }
+        guard sealed.sender == record.author else { return try await reject(record, .authorMismatch) }
         // A first contact is pinned (its bundle fetched) only for a message that opens: one that
         // does not throws its envelope error here, and is kept as rejected, with no notice.
         if try await store.contact(sealed.sender) == nil { _ = try await store.openWithoutKeeping(sealed, as: me) }
-        guard let pinned = try await isPinned(sealed.senderKey, of: sealed.sender) else { return try await reject(record, "sender_has_no_keys") }
+        guard let pinned = try await isPinned(sealed.senderKey, of: sealed.sender) else { return try await reject(record, .senderHasNoKeys) }
         guard pinned else {
             // Under a key not trusted yet an `unreadable` notice is still read, as in version 1 —
             // it only marks messages sent to its own author — but no session is kept with that key.
@@ -167,7 +175,7 @@ extension MailslotClient {
                let receipt = notice.message.payload.receipt, receipt.kind == .unreadable {
                 try await undelivered(receipt.messageIDs, reportedBy: notice.sender, in: nil)
             }
-            return try await reject(record, ClientError.keyChangedCode)
+            return try await reject(record, .keyChanged)
         }
         let opened = try await store.openInSession(sealed, as: me)
         if let receipt = opened.message.payload.receipt, opened.message.type == .receipt, receipt.kind == .unreadable {
@@ -200,7 +208,7 @@ extension MailslotClient {
         }
     }
 
-    private func reject(_ record: MessageRecord, _ reason: String) async throws -> Accepted {
+    private func reject(_ record: MessageRecord, _ reason: RejectedMessage.Reason) async throws -> Accepted {
         try await store.storeRejected(id: record.id, author: record.author, reason: reason)
         return Accepted()
     }

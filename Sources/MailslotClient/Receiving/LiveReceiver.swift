@@ -13,19 +13,36 @@ extension MailslotClient {
         case refused(UInt16)
     }
 
-    /// The mailbox as a live stream: each message is opened, verified and stored locally, then
-    /// yielded, then acknowledged so the relay erases it. A crash between the store and the ack
-    /// brings the message again, and the store drops the duplicate. Messages that fail to open
-    /// or verify are stored as rejected and acknowledged, so they never block the mailbox (and the
-    /// author of one sealed to keys this device does not have is told: see `Accepting.swift`).
-    /// Reconnects with exponential backoff and jitter; catches up from the backlog after a gap.
-    public nonisolated func messages(onState: @escaping @Sendable (ConnectionState) -> Void = { _ in })
-        -> AsyncThrowingStream<ReceivedMessage, any Error> {
-        AsyncThrowingStream { continuation in
-            let task = Task { await self.receiveLoop(continuation, onState: onState) }
-            continuation.onTermination = { _ in task.cancel() }
-        }
+    /// The mailbox as a live stream, delivered at least once: stored messages the app has not
+    /// handled yet first (after a restart too), then each new message as it arrives.
+    ///
+    /// **A message is handled when the loop asks for the next one** (``MessageStream`` tells the
+    /// whole rule): one whose handling did not finish — a crash, a `break` — comes again.
+    ///
+    /// Each message is opened, verified and stored locally, then acknowledged so the relay erases
+    /// it: the store keeps it until the app handled it. A crash between the store and the ack
+    /// brings the message again from the relay, and the store drops the duplicate. Messages that
+    /// fail to open or verify are stored as rejected (``rejected()``) and acknowledged, so they
+    /// never block the mailbox, and are not yielded (the author of one sealed to keys this device
+    /// does not have is told: see `Accepting.swift`). Reconnects with exponential backoff and
+    /// jitter; catches up from the backlog after a gap. At most ``maxUnhandled`` stored messages
+    /// wait for the app: beyond that the client stops reading from the relay until it catches up.
+    ///
+    /// ```swift
+    /// for try await message in client.messages() {
+    ///     print(message.sender, message.message.payload.text ?? "")
+    /// }
+    /// ```
+    ///
+    /// - Parameter onState: Told where the connection stands (connecting, connected, waiting), for a UI or a log.
+    /// - Returns: A sequence that connects when iterated, and disconnects when the iteration ends.
+    public nonisolated func messages(onState: @escaping @Sendable (ConnectionState) -> Void = { _ in }) -> MessageStream {
+        MessageStream(client: self, onState: onState)
     }
+
+    /// The most stored messages that wait for the app to handle them before the live stream stops
+    /// reading from the relay (back-pressure: the relay holds the rest, within its delivery window).
+    public static let maxUnhandled = 256
 
     /// Where the live subscription stands, for a UI or a log.
     public enum ConnectionState: Sendable, Equatable {
@@ -50,8 +67,9 @@ extension MailslotClient {
         (4500...4599).contains(code) ? previous + 1 : 0
     }
 
-    private func receiveLoop(_ continuation: AsyncThrowingStream<ReceivedMessage, any Error>.Continuation,
-                             onState: @escaping @Sendable (ConnectionState) -> Void) async {
+    /// Subscribes, stores and acknowledges, reconnecting, until the task is cancelled or the relay
+    /// ends the subscription for good; tells `signal` of each message stored.
+    func receiveLoop(_ signal: StreamSignal, onState: @escaping @Sendable (ConnectionState) -> Void) async {
         var failures = 0
         while !Task.isCancelled {
             var reason = "closed by the relay"
@@ -104,14 +122,20 @@ extension MailslotClient {
                             continue
                         case .message(let record):
                             let accepted = try await self.accept(record, as: me)
-                            // Its files are saved (as the policy says) before it is shown, so
-                            // that it comes with their paths; it is stored already.
-                            if let message = accepted.message { continuation.yield(await self.withAttachments(message)) }
-                            // Acknowledged only now, after the store: the relay erases it.
+                            if let message = accepted.message {
+                                // Stored (the stream reads it from the store), or shown once and never stored.
+                                if message.message.type == .typing { signal.ephemeral(message) } else { signal.stored() }
+                            }
+                            // Acknowledged only now, after the store: the relay erases it. Not
+                            // after the app handled it: the store keeps it until then.
                             try await outbound.write(.text(try Self.ackText(record.id)))
                             acks.sent(record.id)
                             await self.eraseOldCopies()
                             if let notice = accepted.notice { await self.notify(notice) }
+                            // Back-pressure: while the app has this many to handle, read no more.
+                            while try await self.store.unhandledCount() >= self.unhandledLimit, !Task.isCancelled {
+                                await signal.waitForRoom()
+                            }
                         default:
                             continue
                         }
@@ -119,10 +143,10 @@ extension MailslotClient {
                 }
                 switch close?.closeCode {
                 case .unknown(CloseCode.replaced):
-                    continuation.finish(throwing: StreamEnd.replaced)
+                    signal.finish(.failure(StreamEnd.replaced))
                     return
                 case .unknown(let code) where code == 4400 || code == 4403:
-                    continuation.finish(throwing: StreamEnd.refused(code))
+                    signal.finish(.failure(StreamEnd.refused(code)))
                     return
                 case .unknown(CloseCode.sessionEnded), .unknown(4401):
                     failures = 0
@@ -146,6 +170,6 @@ extension MailslotClient {
             if !Task.isCancelled { onState(.waiting(seconds: wait, reason: reason)) }
             try? await Task.sleep(for: .milliseconds(Int64(wait * 1000)))
         }
-        continuation.finish()
+        signal.finish(.success(()))
     }
 }

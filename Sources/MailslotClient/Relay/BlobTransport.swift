@@ -36,14 +36,14 @@ enum BlobTransport {
             response = try await client.execute(request, timeout: requestTimeout)
             body = try await response.body.collect(upTo: limit)
         } catch is NIOTooManyBytesError {
-            throw ClientError.invalidResponse("the relay answered more than \(limit) bytes")
+            throw ClientError.invalidResponse(detail: "the relay answered more than \(limit) bytes")
         } catch {
-            throw ClientError.unreachable("\(host): \(error)")
+            throw ClientError.unreachable(reason: "\(host): \(error)")
         }
         let status = Int(response.status.code)
         guard (200..<300).contains(status) else {
-            if let problem = try? RelayAnswers.decode(Problem.self, from: Data(body.readableBytesView)) { throw ClientError.relay(problem) }
-            throw ClientError.invalidResponse("HTTP \(status) without a problem body")
+            if let problem = try? RelayAnswers.decode(Problem.self, from: Data(body.readableBytesView)) { throw ClientError.relay(problem: problem) }
+            throw ClientError.invalidResponse(detail: "HTTP \(status) without a problem body")
         }
         return (status, response.headers, body)
     }

@@ -53,7 +53,7 @@ extension RelayAPI {
         let whole = range.lowerBound == 0 && range.upperBound == size && answer.status == 200
         guard whole || (answer.status == 206 && answer.headers.first(name: "Content-Range") == expected),
               Int64(answer.body.readableBytes) == range.count else {
-            throw ClientError.invalidResponse("the relay answered \(answer.body.readableBytes) bytes (HTTP \(answer.status)) for \(expected)")
+            throw ClientError.invalidResponse(detail: "the relay answered \(answer.body.readableBytes) bytes (HTTP \(answer.status)) for \(expected)")
         }
         return Data(answer.body.readableBytesView)
     }
@@ -62,7 +62,7 @@ extension RelayAPI {
     /// `path` was checked against the identifier grammar: no escaping needed).
     private func blobURL(_ path: String) throws -> String {
         guard let url = URL(string: base.absoluteString.trimmingTrailingSlash + path) else {
-            throw ClientError.invalidResponse("cannot form a URL for \(path)")
+            throw ClientError.invalidResponse(detail: "cannot form a URL for \(path)")
         }
         return url.absoluteString
     }

@@ -4,40 +4,44 @@ import FoundationNetworking
 #endif
 import MailslotWire
 
-/// What went wrong talking to the relay, or with a contact's keys.
+/// What went wrong talking to the relay, or with a contact's keys. Each case names what it
+/// carries; match them by case (`catch ClientError.keyChanged(let uid)`).
 public enum ClientError: Error, Equatable, Sendable {
-    /// The relay answered with a problem (its stable `code` says which).
-    case relay(Problem)
-    /// The relay could not be reached (network, DNS, refused connection, timeout).
-    case unreachable(String)
-    /// The relay answered something that is not the protocol.
-    case invalidResponse(String)
+    /// The relay answered with `problem` (its stable ``Problem/code`` says which: spec/protocol.md §3).
+    case relay(problem: Problem)
+    /// The relay could not be reached (network, DNS, refused connection, timeout); `reason` says
+    /// how, for a log or a person — not to be matched on.
+    case unreachable(reason: String)
+    /// The relay answered something that is not the protocol; `detail` says what, for a log.
+    case invalidResponse(detail: String)
     /// No identity yet: sign in first.
     case notSignedIn
-    /// The user has published no keys, so nothing can be sealed to them.
-    case noKeys(String)
-    /// The relay served a key bundle that fails verification.
-    case invalidKeys(String, String)
-    /// The contact's identity key changed since it was pinned: refused until the user trusts it.
-    case keyChanged(String)
-    /// The message cannot be sealed (see the envelope error code).
-    case cannotSeal(String)
-    /// Not a uid (spec/protocol.md §2): refused here, before anything is asked of the relay.
-    case invalidUID(String)
-    /// The local store belongs to another user: one store, one uid.
+    /// User `uid` has published no keys, so nothing can be sealed to them.
+    case noKeys(uid: String)
+    /// The relay served a key bundle for `uid` that fails verification; `code` is the key bundle
+    /// error code (spec/envelope.md).
+    case invalidKeys(uid: String, code: String)
+    /// Contact `uid`'s identity key changed since it was pinned (or a comparison of it failed):
+    /// refused until the user trusts it (``MailslotClient/trust(_:safetyNumber:)``).
+    case keyChanged(uid: String)
+    /// The message cannot be sealed; `code` is the envelope or message error code (spec/envelope.md).
+    case cannotSeal(code: String)
+    /// `text` is not a uid (spec/protocol.md §2): refused here, before anything is asked of the relay.
+    case invalidUID(text: String)
+    /// The local store belongs to `owner`, not to `requested`: one store, one uid.
     case profileMismatch(owner: String, requested: String)
-    /// No sent message with this id is undelivered or held: there is nothing to send again.
-    case notResendable(String)
+    /// No sent message `id` is undelivered or held: there is nothing to send again.
+    case notResendable(id: String)
     /// Not a safety number: ``MailslotClient/trust(_:safetyNumber:)`` takes 60 digits (spaces and
     /// line breaks between them are ignored).
     case invalidSafetyNumber
-    /// The safety number given to ``MailslotClient/trust(_:safetyNumber:)`` is not the number of
-    /// the keys trusting would install (the contact's offered key while it changed, otherwise the
-    /// pinned one): nothing was trusted. The user compared another key, or the relay offered
-    /// another bundle since the number was shown.
-    case safetyNumberMismatch(String)
-    /// The file to send cannot be read, or is not a regular file (a folder, a device, a pipe).
-    case unreadableFile(String)
+    /// The safety number given to ``MailslotClient/trust(_:safetyNumber:)`` for contact `uid` is
+    /// not the number of the keys trusting would install (the contact's offered key while it
+    /// changed, otherwise the pinned one): nothing was trusted. The user compared another key, or
+    /// the relay offered another bundle since the number was shown.
+    case safetyNumberMismatch(uid: String)
+    /// The file at `path` cannot be read, or is not a regular file (a folder, a device, a pipe).
+    case unreadableFile(path: String)
 
     /// The reason stored with a message held because its recipient's identity key changed.
     static let keyChangedCode = "key_changed"
@@ -118,7 +122,7 @@ struct RelayAPI: Sendable {
                                                                 body: JSONEncoder().encode(PrekeyClaimRequest())))
         guard let prekey = claim.prekey else { return nil }
         guard let key = prekey.publicKey, key.isUsable else {  // the id was range-checked when decoded
-            throw ClientError.invalidResponse("the relay served prekey \(prekey.id), which is not a usable X25519 key")
+            throw ClientError.invalidResponse(detail: "the relay served prekey \(prekey.id), which is not a usable X25519 key")
         }
         return (prekey.id, key)
     }
@@ -134,7 +138,7 @@ struct RelayAPI: Sendable {
                   headers: [String: String] = [:]) async throws -> (data: Data, response: HTTPURLResponse) {
         // Every uid and id in `path` was checked against the identifier grammar: no escaping needed.
         guard let url = URL(string: base.absoluteString.trimmingTrailingSlash + path) else {
-            throw ClientError.invalidResponse("cannot form a URL for \(path)")
+            throw ClientError.invalidResponse(detail: "cannot form a URL for \(path)")
         }
         var request = URLRequest(url: url)
         request.httpMethod = method
@@ -146,12 +150,12 @@ struct RelayAPI: Sendable {
         for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
         let data: Data, response: URLResponse
         do { (data, response) = try await self.session.data(for: request) } catch {
-            throw ClientError.unreachable("\(base.host ?? "relay"): \(error.localizedDescription)")
+            throw ClientError.unreachable(reason: "\(base.host ?? "relay"): \(error.localizedDescription)")
         }
-        guard let http = response as? HTTPURLResponse else { throw ClientError.invalidResponse("not HTTP") }
+        guard let http = response as? HTTPURLResponse else { throw ClientError.invalidResponse(detail: "not HTTP") }
         guard (200..<300).contains(http.statusCode) else {
-            if let problem = try? RelayAnswers.decode(Problem.self, from: data) { throw ClientError.relay(problem) }
-            throw ClientError.invalidResponse("HTTP \(http.statusCode) without a problem body")
+            if let problem = try? RelayAnswers.decode(Problem.self, from: data) { throw ClientError.relay(problem: problem) }
+            throw ClientError.invalidResponse(detail: "HTTP \(http.statusCode) without a problem body")
         }
         return (data, http)
     }
@@ -161,7 +165,7 @@ struct RelayAPI: Sendable {
     /// handled like any bad answer.
     func decode<T: Decodable>(_ type: T.Type, _ data: Data) throws -> T {
         do { return try RelayAnswers.decode(type, from: data) } catch {
-            throw ClientError.invalidResponse("the relay's \(T.self) answer: \(error)")
+            throw ClientError.invalidResponse(detail: "the relay's \(T.self) answer: \(error)")
         }
     }
 

@@ -9,20 +9,39 @@ import MailslotWire
 // message sealed again under the same id; a new identity key holds the message until the user
 // trusts it (``MailslotClient/trust(_:safetyNumber:)``).
 extension MailslotClient {
-    /// Seals `message` for `recipient` under a new time-ordered id, stores it in the outbox, and
-    /// tries to deliver it. A relay that cannot be reached leaves it queued. Throws
-    /// ``ClientError/keyChanged(_:)`` when the recipient's identity key changed: the message is
-    /// then held in the outbox, and goes out when the user trusts the new key.
+    /// Seals a message for `recipient` under a new time-ordered id, stores it in the outbox, and
+    /// tries to deliver it.
+    ///
+    /// ```swift
+    /// switch try await client.send(text: "hello", to: "bob") {
+    /// case .sent, .queued: break                      // delivered, or `flush()` delivers it later
+    /// case .held(_, let recipient): askToCompareSafetyNumbers(with: recipient)
+    /// case .refused(_, let reason): show("refused: \(reason)")
+    /// }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - payload: What the message carries (text, receipt, location, …).
+    ///   - type: The message type (spec/envelope.md §3).
+    ///   - recipient: The recipient's uid.
+    ///   - name: A display name for the sender, sent inside the message.
+    /// - Returns: What happened: ``SendOutcome/sent(id:)``; ``SendOutcome/queued(id:reason:)``
+    ///   when the relay could not be reached or asked to wait; ``SendOutcome/held(id:recipient:)``
+    ///   when the recipient's identity key changed (stored unsealed; sent when the user trusts
+    ///   the new key); ``SendOutcome/refused(id:reason:)`` when the relay refused it for good.
+    /// - Throws: Only when nothing was stored: ``ClientError/invalidUID(text:)``,
+    ///   ``ClientError/notSignedIn``, ``ClientError/cannotSeal(code:)``, ``ClientError/noKeys(uid:)``
+    ///   (the recipient has no keys), or the relay's refusal to serve the recipient's keys.
     @discardableResult
     public func send(_ payload: Payload, type: MessageType = .text, to recipient: String, name: String? = nil) async throws -> SendOutcome {
-        guard Identifier.isValidUID(recipient) else { throw ClientError.invalidUID(recipient) }
+        guard Identifier.isValidUID(recipient) else { throw ClientError.invalidUID(text: recipient) }
         let me = try await identity()
         let message = ChatMessage(type: type, sender: Sender(id: me.uid, name: name), payload: payload,
                                   timestamp: Int64(Date().timeIntervalSince1970 * 1000))
         let id = MessageID.generate()
         switch try await enqueue(message, id: id, to: recipient, as: me) {
         case .queued(let queued): return try await outcome(of: deliver(queued))
-        case .held: throw ClientError.keyChanged(recipient)
+        case .held: return .held(id: id, recipient: recipient)
         }
     }
 
@@ -33,12 +52,18 @@ extension MailslotClient {
     }
 
     /// Retries every queued message that is due; returns how many are still queued.
-    @discardableResult
     ///
     /// Unfinished file sends are resumed first (each sends only the parts the relay does not
     /// have); then attachments whose download was interrupted are fetched again, and blobs saved
     /// but not yet acknowledged are acknowledged. File sends still uploading count as queued.
-    public func flush(now: Date = Date()) async throws -> Int {
+    @discardableResult
+    public func flush() async throws -> Int {
+        try await flush(now: Date())
+    }
+
+    /// ``flush()`` as if it were `now`: a later time makes every queued message due (the CLI's
+    /// `flush` sends at once whatever the backoff), an earlier one none.
+    package func flush(now: Date) async throws -> Int {
         await keepKeysCurrent()
         await resumeUploads()
         for queued in try await store.due(now: now.timeIntervalSince1970) {
@@ -53,8 +78,9 @@ extension MailslotClient {
 
     /// Sends message `id` again, under the same id, sealed to the recipient's current keys: one
     /// the recipient could not open (``OutgoingMessage/State/undelivered``), one held for a key
-    /// change, or one refused because the recipient had no keys at the time. Throws
-    /// ``ClientError/keyChanged(_:)`` while the recipient's new key is not trusted.
+    /// change, or one refused because the recipient had no keys at the time. Returns
+    /// ``SendOutcome/held(id:recipient:)`` while the recipient's new key is not trusted.
+    /// - Throws: ``ClientError/notResendable(id:)`` when message `id` is not one of those.
     @discardableResult
     public func resend(_ id: String) async throws -> SendOutcome {
         // Not a queued one: its envelope may be stored already (an answer lost), and another
@@ -63,10 +89,13 @@ extension MailslotClient {
               stored.state == .undelivered || stored.state == .held
                 || (stored.state == .refused && stored.lastError == ProblemCode.staleKeys.rawValue),
               resealing.insert(id).inserted else {
-            throw ClientError.notResendable(id)
+            throw ClientError.notResendable(id: id)
         }
         defer { resealing.remove(id) }
-        let contact = try await contact(stored.recipient)
+        let contact: Contact
+        do { contact = try await self.contact(stored.recipient) } catch ClientError.keyChanged {
+            return .held(id: id, recipient: stored.recipient)
+        }
         let sealed = try await seal(try decodeStored(stored.body), id: id, as: try await identity(), to: contact)
         if stored.state == .undelivered {
             // The copy that did not open may still wait on the relay (its recipient has not
@@ -172,7 +201,7 @@ extension MailslotClient {
         /// As ``SendOutcome`` says.
         case done(SendOutcome)
         /// The recipient's identity key changed meanwhile: held until trusted.
-        case held(recipient: String)
+        case held(id: String, recipient: String)
     }
 
     /// Seals `message` to `recipient`'s pinned keys and stores it in the outbox — or, when the
@@ -182,7 +211,7 @@ extension MailslotClient {
         do {
             try message.validate()  // a held message must be sealable once the key is trusted
             body = try message.encoded()
-        } catch { throw ClientError.cannotSeal(error.code) }
+        } catch { throw ClientError.cannotSeal(code: error.code) }
         let contact: Contact
         do { contact = try await self.contact(recipient) } catch ClientError.keyChanged {
             try await store.enqueue(id: id, recipient: recipient, message: message, body: body, sealed: nil)
@@ -215,7 +244,7 @@ extension MailslotClient {
             // per run, to learn of a move to sessions). Offline, the last verified one serves.
             if contact.signedPrekey == nil ? upgradeChecks.insert(contact.uid).inserted : needsSession {
                 do { contact = try await refreshKeys(of: contact.uid) } catch ClientError.keyChanged {
-                    throw ClientError.keyChanged(contact.uid)
+                    throw ClientError.keyChanged(uid: contact.uid)
                 } catch {
                     logger.info("sealing with the keys last verified", metadata: ["recipient": "\(contact.uid)", "error": "\(Self.describe(error))"])
                 }
@@ -232,16 +261,16 @@ extension MailslotClient {
                 if let envelope = try await store.sealInActiveSession(message, id: id, as: me, to: contact) {
                     return .init(envelope: envelope, keyID: contact.keyID)
                 }
-            } catch let error as EnvelopeError { throw ClientError.cannotSeal(error.code) }
+            } catch let error as EnvelopeError { throw ClientError.cannotSeal(code: error.code) }
         }
-        throw ClientError.cannotSeal(EnvelopeError.noSession.code)
+        throw ClientError.cannotSeal(code: EnvelopeError.noSession.code)
     }
 
     private func sealVersion1(_ message: ChatMessage, id: String, as me: Identity, to contact: Contact) throws -> ClientStore.Sealed {
         do {
             let envelope = try Envelope.seal(message, id: id, from: me.uid, identity: me.signing, to: contact.uid, mailboxKey: contact.mailboxKey)
             return .init(envelope: envelope, keyID: contact.keyID)
-        } catch { throw ClientError.cannotSeal(error.code) }
+        } catch { throw ClientError.cannotSeal(code: error.code) }
     }
 
     /// One of `uid`'s one-time prekeys, claimed from the relay; nil when none is left or the relay
@@ -256,13 +285,14 @@ extension MailslotClient {
     }
 
     func decodeStored(_ body: [UInt8]) throws -> ChatMessage {
-        do { return try ChatMessage.decode(body) } catch { throw ClientError.cannotSeal(error.code) }
+        do { return try ChatMessage.decode(body) } catch { throw ClientError.cannotSeal(code: error.code) }
     }
 
+    /// The outcome of a delivery for the caller: a message held meanwhile is an outcome, not a failure.
     func outcome(of delivery: Delivery) throws -> SendOutcome {
         switch delivery {
         case .done(let outcome): return outcome
-        case .held(let recipient): throw ClientError.keyChanged(recipient)
+        case .held(let id, let recipient): return .held(id: id, recipient: recipient)
         }
     }
 
@@ -282,10 +312,10 @@ extension MailslotClient {
         } catch ClientError.relay(let problem) where problem.code == .conflict && queued.resealed {
             // The copy sealed to the old keys is still on the relay: once its recipient has
             // acknowledged it (or it expired), this one goes in.
-            return await retryLater(queued.id, ClientError.relay(problem))
+            return await retryLater(queued.id, ClientError.relay(problem: problem))
         } catch ClientError.relay(let problem) where Self.isFinal(problem) {
             try? await store.markRefused(queued.id, error: problem.code.rawValue)
-            return .done(.refused(id: queued.id, reason: problem.code.rawValue))
+            return .done(.refused(id: queued.id, reason: .relay(problem.code)))
         } catch {
             return await retryLater(queued.id, error)
         }
@@ -296,12 +326,12 @@ extension MailslotClient {
         // One reseal of a message at a time (a flush and a resend may meet at an await): two
         // envelopes under one id would have the relay refuse one as a conflict.
         if !sealing {
-            guard resealing.insert(queued.id).inserted else { return .done(.queued(id: queued.id, reason: ProblemCode.staleKeys.rawValue)) }
+            guard resealing.insert(queued.id).inserted else { return .done(.queued(id: queued.id, reason: .resealing)) }
         }
         defer { if !sealing { resealing.remove(queued.id) } }
         do {
             let contact = try await refreshKeys(of: queued.recipient)
-            guard let stored = try await store.outgoingBody(queued.id) else { throw ClientError.notResendable(queued.id) }
+            guard let stored = try await store.outgoingBody(queued.id) else { throw ClientError.notResendable(id: queued.id) }
             let sealed = try await seal(try decodeStored(stored.body), id: queued.id, as: try await identity(), to: contact)
             try await store.requeue(queued.id, sealed: sealed)
             await eraseOldCopies()
@@ -310,20 +340,20 @@ extension MailslotClient {
                                  sealing: true)
         } catch ClientError.keyChanged {
             try? await store.markHeld(queued.id, error: ClientError.keyChangedCode)
-            return .held(recipient: queued.recipient)
+            return .held(id: queued.id, recipient: queued.recipient)
         } catch ClientError.noKeys {
             // The recipient withdrew its keys: nothing can be sealed to it any more.
             try? await store.markRefused(queued.id, error: ProblemCode.staleKeys.rawValue)
-            return .done(.refused(id: queued.id, reason: ProblemCode.staleKeys.rawValue))
+            return .done(.refused(id: queued.id, reason: .relay(.staleKeys)))
         } catch {
             return await retryLater(queued.id, error)
         }
     }
 
     private func retryLater(_ id: String, _ error: any Error) async -> Delivery {
-        let reason = Self.describe(error)
-        try? await store.markFailed(id, error: reason, now: Date().timeIntervalSince1970)
-        return .done(.queued(id: id, reason: reason))
+        // The outbox keeps the description (for `history`); the outcome says it typed.
+        try? await store.markFailed(id, error: Self.describe(error), now: Date().timeIntervalSince1970)
+        return .done(.queued(id: id, reason: SendOutcome.Reason(error)))
     }
 
     /// Refusals that retrying cannot change. A 401 is retried with a new session, a 429 later,

@@ -26,7 +26,7 @@ public struct OutgoingMessage: Sendable, Equatable {
         case queued
         /// The relay stored it.
         case sent
-        /// The relay refused it for good; `lastError` says why.
+        /// The relay refused it for good; ``OutgoingMessage/reason`` says why.
         case refused
         /// Not sealed yet: the recipient's identity key changed. It goes out, sealed to the new
         /// keys, when the user trusts them (``MailslotClient/trust(_:safetyNumber:)``).
@@ -35,7 +35,7 @@ public struct OutgoingMessage: Sendable, Equatable {
         /// ``MailslotClient/resend(_:)`` seals it again to the recipient's current keys.
         case undelivered
         /// A file send whose upload is not finished: the relay has not all of the file yet.
-        /// ``MailslotClient/flush(now:)`` resumes it; `lastError` says what stopped it.
+        /// ``MailslotClient/flush()`` resumes it; ``OutgoingMessage/reason`` says what stopped it.
         case uploading
     }
     /// The message id.
@@ -46,8 +46,12 @@ public struct OutgoingMessage: Sendable, Equatable {
     public let state: State
     /// How many times delivery failed and was retried.
     public let attempts: Int
-    /// The last problem code or failure, if any.
-    public let lastError: String?
+    /// The last failure as the outbox recorded it (a problem code, `key_changed`, …); public as ``reason``.
+    let lastError: String?
+    /// Why it is not sent, or was not the last time it was tried: the relay's problem, the relay
+    /// unreachable, the recipient's key changed (held), their device could not open it
+    /// (undelivered), a file send interrupted. Nil when nothing failed.
+    public var reason: MailslotClient.SendOutcome.Reason? { lastError.map(MailslotClient.SendOutcome.Reason.init(recorded:)) }
     /// The chat message, as signed.
     public let message: ChatMessage?
     /// When it was composed and stored in the outbox, by this device's clock.
@@ -193,15 +197,50 @@ extension ClientStore {
     /// ``storeReceived(_:)`` inside a transaction (a session's advance is written in the same one).
     static func storeReceived(_ message: ReceivedMessage, _ db: Database) throws {
         try db.execute(sql: "DELETE FROM rejected WHERE id = ?", arguments: [message.id])
-        try db.execute(sql: "INSERT OR IGNORE INTO inbox (id, sender, type, body, received_at) VALUES (?, ?, ?, ?, ?)",
+        // Not handled yet: the app has not seen it (``MailslotClient/messages(onState:)`` yields it until it is).
+        try db.execute(sql: "INSERT OR IGNORE INTO inbox (id, sender, type, body, received_at, handled) VALUES (?, ?, ?, ?, ?, 0)",
                        arguments: [message.id, message.sender, message.message.type.rawValue, Data(message.body), Date().timeIntervalSince1970])
         if db.changesCount > 0 { try storeAttachments(of: message, db) }
     }
 
-    func storeRejected(id: String, author: String, reason: String) async throws {
+    // MARK: Handling by the app (at least once)
+
+    /// Stored messages the app has not handled yet, oldest first (in the order they were stored),
+    /// at most `limit` of them: what the live stream yields before anything new.
+    func unhandled(limit: Int) async throws -> [ReceivedMessage] {
+        try await pool.write { db in
+            var messages: [ReceivedMessage] = []
+            for row in try Row.fetchAll(db, sql: "SELECT * FROM inbox WHERE handled = 0 ORDER BY received_at, id LIMIT ?", arguments: [limit]) {
+                let body: Data = row["body"], id: String = row["id"]
+                guard let message = try? ChatMessage.decode(Array(body)) else {
+                    // Stored only after it decoded: a row that no longer does is damage, and must not
+                    // hold the stream for ever. It stays in the inbox (``history(from:)`` skips it).
+                    try db.execute(sql: "UPDATE inbox SET handled = 1 WHERE id = ?", arguments: [id])
+                    continue
+                }
+                messages.append(ReceivedMessage(id: id, sender: row["sender"], message: message, body: Array(body)))
+            }
+            return messages
+        }
+    }
+
+    /// How many stored messages the app has not handled yet.
+    func unhandledCount() async throws -> Int {
+        try await pool.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM inbox WHERE handled = 0") ?? 0 }
+    }
+
+    /// Marks messages as handled by the app: the stream does not yield them again.
+    func markHandled(_ ids: [String]) async throws {
+        guard !ids.isEmpty else { return }
+        try await pool.write { db in
+            for id in ids { try db.execute(sql: "UPDATE inbox SET handled = 1 WHERE id = ? AND handled = 0", arguments: [id]) }
+        }
+    }
+
+    func storeRejected(id: String, author: String, reason: RejectedMessage.Reason) async throws {
         try await pool.write { db in
             try db.execute(sql: "INSERT OR IGNORE INTO rejected (id, author, reason, received_at) VALUES (?, ?, ?, ?)",
-                           arguments: [id, author, reason, Date().timeIntervalSince1970])
+                           arguments: [id, author, reason.code, Date().timeIntervalSince1970])
         }
     }
 

@@ -192,6 +192,15 @@ final class ClientStore: Sendable {
                 ALTER TABLE uploads ADD COLUMN source_stamp TEXT;
                 """)
         }
+        // v7: at-least-once handling (``MailslotClient/messages(onState:)``). A received message
+        // is `handled` once the app is done with it; until then the stream yields it again, after
+        // a restart too. Rows stored before this column were handed to the app already: handled.
+        migrator.registerMigration("v7: inbox.handled") { db in
+            try db.execute(sql: """
+                ALTER TABLE inbox ADD COLUMN handled INTEGER NOT NULL DEFAULT 1;
+                CREATE INDEX inbox_unhandled ON inbox (received_at, id) WHERE handled = 0;
+                """)
+        }
         return migrator
     }
 }

@@ -10,11 +10,62 @@ public struct RejectedMessage: Sendable, Equatable {
     /// The author the relay stamped on it (its sender's uid; not verified end to end, since the
     /// message did not open or verify).
     public let author: String
-    /// Why it was rejected: an envelope error code (spec/envelope.md, e.g. `envelope_cannot_decrypt`),
-    /// `author_mismatch`, `key_changed`, `sender_has_no_keys`, `envelope_downgrade`, …
-    public let reason: String
+    /// Why it was rejected.
+    public let reason: Reason
     /// When this client received it, by this device's clock.
     public let receivedAt: Date
+
+    /// Why a received message was not accepted.
+    public enum Reason: Sendable, Hashable, CustomStringConvertible {
+        /// It was sealed to keys this device does not hold (a reinstall, keys older than the
+        /// longest message lifetime, a session it lost): `code` is the envelope error code
+        /// (`envelope_cannot_decrypt`, `envelope_no_session`, `envelope_unknown_prekey`,
+        /// `envelope_session_mismatch`, spec/envelope.md). Its author, if a contact, is told
+        /// (spec/envelope.md §4.2 item 4) and may send it again.
+        case unreadable(code: String)
+        /// The envelope is malformed or does not verify: `code` is its envelope error code
+        /// (spec/envelope.md).
+        case invalidEnvelope(code: String)
+        /// The relay delivered a record without an envelope.
+        case envelopeMissing
+        /// The envelope was signed by someone else than the author the relay named.
+        case authorMismatch
+        /// The sender's identity key changed and is not trusted yet: messages after
+        /// ``MailslotClient/trust(_:safetyNumber:)`` open.
+        case keyChanged
+        /// The sender has published no keys to check the message with.
+        case senderHasNoKeys
+        /// A version 1 envelope from a contact that writes in sessions (a downgrade).
+        case downgrade
+
+        /// The stable code stored and shown (`envelope_cannot_decrypt`, `author_mismatch`, …).
+        public var code: String {
+            switch self {
+            case .unreadable(let code), .invalidEnvelope(let code): code
+            case .envelopeMissing: "envelope_missing"
+            case .authorMismatch: "author_mismatch"
+            case .keyChanged: ClientError.keyChangedCode
+            case .senderHasNoKeys: "sender_has_no_keys"
+            case .downgrade: "envelope_downgrade"
+            }
+        }
+
+        /// The reason stored under `code`.
+        init(code: String) {
+            switch code {
+            case "envelope_missing": self = .envelopeMissing
+            case "author_mismatch": self = .authorMismatch
+            case ClientError.keyChangedCode: self = .keyChanged
+            case "sender_has_no_keys": self = .senderHasNoKeys
+            case "envelope_downgrade": self = .downgrade
+            case _ where ClientStore.unreadableCodes.contains(code): self = .unreadable(code: code)
+            default: self = .invalidEnvelope(code: code)
+            }
+        }
+
+        /// The code.
+        public var description: String { code }
+    }
 }
 
 /// One entry of ``MailslotClient/timeline(with:)``: a message received or sent, in the order this
@@ -61,7 +112,7 @@ extension ClientStore {
     func rejected() async throws -> [RejectedMessage] {
         try await pool.read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM rejected ORDER BY received_at, id").map {
-                RejectedMessage(id: $0["id"], author: $0["author"], reason: $0["reason"], receivedAt: Date(timeIntervalSince1970: $0["received_at"]))
+                RejectedMessage(id: $0["id"], author: $0["author"], reason: RejectedMessage.Reason(code: $0["reason"]), receivedAt: Date(timeIntervalSince1970: $0["received_at"]))
             }
         }
     }
@@ -111,8 +162,8 @@ extension MailslotClient {
         }.map(\.element)
     }
 
-    /// Messages that failed to open or verify, with the reason (an envelope error code,
-    /// `author_mismatch`, `key_changed`, …), oldest first. Messages this client sent that the
+    /// Messages that failed to open or verify, with the reason (``RejectedMessage/Reason``),
+    /// oldest first. Messages this client sent that the
     /// relay refused are in ``outgoing()`` with the state ``OutgoingMessage/State/refused``.
     public func rejected() async throws -> [RejectedMessage] { try await store.rejected() }
 }
