@@ -9,7 +9,6 @@
 // (the development key of a local relay), which only a trusted backend should hold.
 import Foundation
 import MailslotClient
-import MailslotWire
 
 @main
 struct EchoBot {

@@ -216,9 +216,29 @@ public actor MailslotClient {
         }
     }
 
-    /// Blocks `author` from writing to this client's mailbox.
+    /// Blocks `author` from writing to this client's mailbox: the relay refuses their messages
+    /// (`403 blocked`) until ``unblock(_:)``. Blocking someone already blocked is not an error.
+    /// - Throws: ``ClientError/invalidUID(text:)`` for a text that is not a uid; the relay's
+    ///   refusal (``ClientError/relay(problem:)``: `block_list_full`, …).
     public func block(_ author: String) async throws {
+        guard Identifier.isValidUID(author) else { throw ClientError.invalidUID(text: author) }
         let me = try await identity()
         try await authorized { try await api.block(owner: me.uid, author: author, session: $0) }
+    }
+
+    /// Lets `author` write to this client's mailbox again (spec/protocol.md §4.12).
+    /// - Returns: Whether `author` was blocked; unblocking someone who was not is not an error.
+    /// - Throws: ``ClientError/invalidUID(text:)`` for a text that is not a uid; the relay's
+    ///   refusal or unreachability.
+    @discardableResult
+    public func unblock(_ author: String) async throws -> Bool {
+        guard Identifier.isValidUID(author) else { throw ClientError.invalidUID(text: author) }
+        let me = try await identity()
+        do {
+            try await authorized { try await api.unblock(owner: me.uid, author: author, session: $0) }
+            return true
+        } catch ClientError.relay(let problem) where problem.code == .notFound {
+            return false
+        }
     }
 }

@@ -391,6 +391,23 @@ struct Block: AsyncParsableCommand {
     }
 }
 
+/// `mailslot unblock`: let a user write again.
+struct Unblock: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Let UID send you messages again (undoes `mailslot block`).",
+        discussion: "Unblocking someone who is not blocked is not an error.\n\n--json prints one object: uid, state (unblocked, or not_blocked).")
+    @OptionGroup var options: GlobalOptions
+    @Argument(help: "The uid to unblock.") var uid: String
+
+    func run() async throws {
+        try await reporting {
+            let wasBlocked = try await Profile(options).client().unblock(uid)
+            Output(json: options.json).emit(["uid": uid, "state": wasBlocked ? "unblocked" : "not_blocked"],
+                                            text: wasBlocked ? "unblocked \(uid)" : "\(uid) was not blocked")
+        }
+    }
+}
+
 /// `mailslot flush`: retry the outbox.
 struct Flush: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

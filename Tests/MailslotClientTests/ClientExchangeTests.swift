@@ -134,6 +134,13 @@ import Testing
             #expect(try await alice.flush(now: Date().addingTimeInterval(3600)) == 0, "not retried")
             #expect(try await alice.outgoing().last?.state == .refused)
             #expect(try await bob.receive().isEmpty)
+
+            // Unblocked: alice's messages go in again; a second unblock finds nothing to undo.
+            #expect(try await bob.unblock("alice"), "alice was blocked")
+            guard case .sent = try await alice.send(text: "thank you", to: "bob") else { Issue.record("not sent after unblock"); return }
+            #expect(try await bob.receive().map(\.message.payload.text) == ["thank you"])
+            #expect(try await bob.unblock("alice") == false, "not blocked any more: not an error")
+            await #expect(throws: ClientError.invalidUID(text: "b/ob")) { try await bob.unblock("b/ob") }
         }
     }
 

@@ -100,6 +100,17 @@ import Testing
             #expect(try await relay.run(["flush", "--profile", "alice"]).status == 0)
             #expect(try await relay.run(["receive", "--profile", "bob"]).stdout.contains("later"))
 
+            // Blocked, refused (69); unblocked, sent; a second unblock says so and succeeds.
+            #expect(try await relay.run(["block", "--profile", "bob", "alice"]).status == 0)
+            #expect(try await relay.run(["send", "--profile", "alice", "bob", "blocked"]).status == 69)
+            let unblocked = try await relay.run(["unblock", "--profile", "bob", "alice", "--json"])
+            #expect(unblocked.status == 0 && unblocked.stdout.contains("\"unblocked\""), "\(unblocked.stdout)\(unblocked.stderr)")
+            #expect(try await relay.run(["send", "--profile", "alice", "bob", "welcome back"]).status == 0)
+            #expect(try await relay.run(["receive", "--profile", "bob"]).stdout.contains("welcome back"))
+            let again = try await relay.run(["unblock", "--profile", "bob", "alice"])
+            #expect(again.status == 0 && again.stdout.contains("was not blocked"), "\(again.stdout)")
+            #expect(try await relay.run(["unblock", "--profile", "bob", "b/ob"]).status == 64, "invalid uid")
+
             #expect(try await relay.run(["logout", "--profile", "alice"]).status == 0)
             let mode = try FileManager.default.attributesOfItem(atPath: relay.folder + "/alice/client.sqlite")[.posixPermissions] as? Int
             #expect(mode == 0o600, "profile files are private")

@@ -97,6 +97,11 @@ struct RelayAPI: Sendable {
         _ = try await call("PUT", "/v1/users/\(owner)/blocked/\(author)", session: session)
     }
 
+    /// Takes `author` off `owner`'s block list (spec/protocol.md §4.12); `404 not_found` when it was not on it.
+    func unblock(owner: String, author: String, session: String) async throws {
+        _ = try await call("DELETE", "/v1/users/\(owner)/blocked/\(author)", session: session)
+    }
+
     /// Adds one-time prekeys (1 to ``PrekeyUpload/maximumBatch``, ids distinct) to `owner`'s
     /// supply on the relay; the number it holds afterwards. Repeating an upload is safe.
     func uploadPrekeys(_ prekeys: [Prekey], owner: String, session: String) async throws -> Int {
