@@ -178,8 +178,8 @@ struct Listen: AsyncParsableCommand {
                 case .connecting: stateOutput.emit(["state": "connecting"], text: "· connecting…")
                 case .connected: stateOutput.emit(["state": "connected"], text: "· connected")
                 case .waiting(let seconds, let reason):
-                    stateOutput.emit(["state": "waiting", "seconds": seconds, "reason": reason],
-                                     text: String(format: "· disconnected (%@); retrying in %.1f s", reason, seconds))
+                    stateOutput.emit(["state": "waiting", "seconds": seconds, "reason": reason.description],
+                                     text: String(format: "· disconnected (%@); retrying in %.1f s", reason.description, seconds))
                 }
             }
             for try await message in stream { output.message(message) }

@@ -50,8 +50,43 @@ extension MailslotClient {
         case connecting
         /// Subscribed: the backlog and new messages flow.
         case connected
-        /// The connection dropped; the next try comes after this many seconds.
-        case waiting(seconds: Double, reason: String)
+        /// The connection dropped for `reason`; the next try comes after this many seconds.
+        case waiting(seconds: Double, reason: DisconnectReason)
+    }
+
+    /// Why the live subscription dropped (``ConnectionState/waiting(seconds:reason:)``).
+    public enum DisconnectReason: Sendable, Equatable, CustomStringConvertible {
+        /// The relay closed the connection (a restart, a session that ended, a takeover elsewhere).
+        case closedByRelay
+        /// The relay cannot serve for now: it closed with this private code (45xx, e.g. 4503: its
+        /// database is out of reach, spec/protocol.md §8).
+        case relayUnavailable(closeCode: UInt16)
+        /// The relay could not be reached.
+        case unreachable
+        /// The relay refused a request the connection needs (signing in, a refresh): its problem code.
+        case relay(ProblemCode)
+        /// Anything else; `detail` is for a log or a person, not to be matched on.
+        case failed(detail: String)
+
+        /// The failure that dropped the connection, as a reason.
+        init(_ error: any Error) {
+            switch error {
+            case ClientError.unreachable: self = .unreachable
+            case ClientError.relay(let problem): self = .relay(problem.code)
+            default: self = .failed(detail: MailslotClient.describe(error))
+            }
+        }
+
+        /// For a person or a log.
+        public var description: String {
+            switch self {
+            case .closedByRelay: "closed by the relay"
+            case .relayUnavailable(let code): "the relay is unavailable (\(code))"
+            case .unreachable: "unreachable"
+            case .relay(let code): code.rawValue
+            case .failed(let detail): detail
+            }
+        }
     }
 
     /// The `ack` frame for message `id`.
@@ -72,7 +107,7 @@ extension MailslotClient {
     func receiveLoop(_ signal: StreamSignal, onState: @escaping @Sendable (ConnectionState) -> Void) async {
         var failures = 0
         while !Task.isCancelled {
-            var reason = "closed by the relay"
+            var reason = DisconnectReason.closedByRelay
             do {
                 onState(.connecting)
                 await keepKeysCurrent()
@@ -153,7 +188,7 @@ extension MailslotClient {
                     try await store.clearSession()  // sign in or refresh on the next round
                 case .unknown(let code):
                     failures = Self.failures(afterClose: code, previous: failures)
-                    if failures > 0 { reason = "the relay is unavailable (\(code))" }
+                    if failures > 0 { reason = .relayUnavailable(closeCode: code) }
                 default:
                     failures = 0
                 }
@@ -161,8 +196,8 @@ extension MailslotClient {
                 break
             } catch {
                 failures += 1
-                reason = Self.describe(error)
-                logger.info("subscription dropped; reconnecting", metadata: ["error": "\(reason)", "attempt": "\(failures)"])
+                reason = DisconnectReason(error)
+                logger.info("subscription dropped; reconnecting", metadata: ["error": "\(Self.describe(error))", "attempt": "\(failures)"])
             }
             // Backoff with jitter: 0.25 s doubling to 30 s, each wait randomised by ±50 %.
             let base = min(30, 0.25 * pow(2, Double(min(failures, 8))))

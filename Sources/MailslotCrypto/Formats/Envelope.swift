@@ -185,8 +185,10 @@ public enum Envelope {
     /// Seals `message` from `sender` to `recipient` in `session`, a session with the recipient's
     /// identity key, and to the recipient's `mailboxKey`, bound to message id `id` (record version
     /// 2, spec/sessions.md §5). `session` advances only when sealing succeeds: store it with the
-    /// envelope, in one transaction.
-    public static func seal(_ message: ChatMessage, id: String, from sender: String, identity: IdentityKeyPair,
+    /// envelope, in one transaction. `package`: sealing again with a stale copy of `session` (one
+    /// not stored after the last seal) would reuse a message key; only the project's client, which
+    /// keeps the session and the envelope in one transaction, calls it.
+    package static func seal(_ message: ChatMessage, id: String, from sender: String, identity: IdentityKeyPair,
                             to recipient: String, mailboxKey: MailboxPublicKey,
                             session: inout Session) throws(EnvelopeError) -> [UInt8] {
         try message.validate()
@@ -417,7 +419,10 @@ public struct SessionEnvelope: Sendable {
     /// one see ``Session/accept(_:identity:signedPrekey:oneTimePrekey:)``) with this side's
     /// `identity` key, at `now` (Unix seconds). Returns the message and the session to store with
     /// it, in one transaction; `session` itself is left as it was.
-    public func open(with session: Session, identity: IdentityPublicKey, now: Int64) throws(EnvelopeError) -> (OpenedEnvelope, Session) {
+    /// `package`: opening with a stale copy of `session` would accept a message a second time
+    /// (its key re-derived); only the project's client, which stores the returned session with the
+    /// message in one transaction, calls it.
+    package func open(with session: Session, identity: IdentityPublicKey, now: Int64) throws(EnvelopeError) -> (OpenedEnvelope, Session) {
         try open(with: session, identity: identity, now: now, newRatchetKey: { X25519KeyPair() })
     }
 

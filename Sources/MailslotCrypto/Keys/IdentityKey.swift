@@ -16,7 +16,7 @@ public struct IdentityKeyPair: Sendable {
     }
 
     /// Derives the key pair from a 32-byte seed (deterministic; for tests and vectors).
-    public init(seed: SecretBytes) {
+    package init(seed: SecretBytes) {
         precondition(seed.count == Int(crypto_sign_SEEDBYTES), "IdentityKeyPair: the seed must be 32 bytes")
         var publicBytes = [UInt8](repeating: 0, count: Int(crypto_sign_PUBLICKEYBYTES))
         secretKey = SecretBytes(count: Int(crypto_sign_SECRETKEYBYTES)) { secret in

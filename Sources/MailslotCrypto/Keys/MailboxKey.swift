@@ -15,7 +15,7 @@ public struct MailboxKeyPair: Sendable {
     }
 
     /// Derives the key pair from a 32-byte seed (deterministic; for tests and vectors).
-    public init(seed: SecretBytes) {
+    package init(seed: SecretBytes) {
         precondition(seed.count == Int(crypto_box_SEEDBYTES), "MailboxKeyPair: the seed must be 32 bytes")
         var publicBytes = [UInt8](repeating: 0, count: Int(crypto_box_PUBLICKEYBYTES))
         secretKey = SecretBytes(count: Int(crypto_box_SECRETKEYBYTES)) { secret in

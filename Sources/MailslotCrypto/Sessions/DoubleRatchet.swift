@@ -19,7 +19,7 @@ public struct RatchetHeader: Sendable, Equatable {
     public let messageNumber: UInt32
 
     /// Makes a header (for parsing and tests).
-    public init(ratchetKey: X25519PublicKey, previousChainLength: UInt32, messageNumber: UInt32) {
+    package init(ratchetKey: X25519PublicKey, previousChainLength: UInt32, messageNumber: UInt32) {
         self.ratchetKey = ratchetKey
         self.previousChainLength = previousChainLength
         self.messageNumber = messageNumber

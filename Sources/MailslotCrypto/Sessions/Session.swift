@@ -12,7 +12,7 @@ public struct SessionStart: Sendable, Equatable {
     public let oneTimePrekeyID: UInt32?
 
     /// Makes the fields (for parsing and tests).
-    public init(ephemeralKey: X25519PublicKey, signedPrekeyID: UInt32, oneTimePrekeyID: UInt32?) {
+    package init(ephemeralKey: X25519PublicKey, signedPrekeyID: UInt32, oneTimePrekeyID: UInt32?) {
         self.ephemeralKey = ephemeralKey
         self.signedPrekeyID = signedPrekeyID
         self.oneTimePrekeyID = oneTimePrekeyID
@@ -35,6 +35,11 @@ public struct PublishedPrekey: Sendable, Equatable {
 }
 
 /// One conversation's state on one side: a value to store after every message sent or received.
+///
+/// Its calls — starting, accepting, restoring, sealing and opening in it — are `package` (for the
+/// project's own targets only): a session is a value, and sealing or opening with a stale copy
+/// of it (one not stored after the last message) reuses a message key. The project's client keeps
+/// each session and its message in one store transaction; an app uses the client, never these.
 public struct Session: Sendable {
     /// The length of a session id, in bytes.
     public static let idLength = 16
@@ -56,7 +61,7 @@ public struct Session: Sendable {
 
     /// Starts a session with a contact whose bundle (verified for that contact) published
     /// `signedPrekey`, with the one-time prekey claimed for it if there was one.
-    public static func initiate(identity: IdentityKeyPair, peerIdentity: IdentityPublicKey, signedPrekey: PublishedPrekey,
+    package static func initiate(identity: IdentityKeyPair, peerIdentity: IdentityPublicKey, signedPrekey: PublishedPrekey,
                                 oneTimePrekey: PublishedPrekey?) throws(EnvelopeError) -> Session {
         try initiate(identity: identity, peerIdentity: peerIdentity, signedPrekey: signedPrekey, oneTimePrekey: oneTimePrekey,
                      ephemeral: X25519KeyPair(), ratchetKey: X25519KeyPair())
@@ -80,7 +85,7 @@ public struct Session: Sendable {
 
     /// Derives the responder's side of the session that `envelope` starts, with this side's
     /// signed prekey and one-time prekey of the ids it names. Then open the envelope with it.
-    public static func accept(_ envelope: SessionEnvelope, identity: IdentityKeyPair, signedPrekey: X25519KeyPair,
+    package static func accept(_ envelope: SessionEnvelope, identity: IdentityKeyPair, signedPrekey: X25519KeyPair,
                               oneTimePrekey: X25519KeyPair?) throws(EnvelopeError) -> Session {
         guard let start = envelope.start else { throw .noSession }
         guard (start.oneTimePrekeyID == nil) == (oneTimePrekey == nil) else { throw .unknownPrekey }
@@ -110,7 +115,7 @@ public struct Session: Sendable {
     /// This session without its skipped message keys older than
     /// ``RatchetState/skippedKeyLifetime`` at `now` (Unix seconds); nil when none expired. For
     /// sessions that receive nothing more, whose keys receiving would otherwise never drop.
-    public func droppingExpiredSkippedKeys(now: Int64) -> Session? {
+    package func droppingExpiredSkippedKeys(now: Int64) -> Session? {
         let kept = ratchet.skipped.filter { $0.storedAt >= now - RatchetState.skippedKeyLifetime }
         guard kept.count < ratchet.skipped.count else { return nil }
         var pruned = self
@@ -124,7 +129,7 @@ public struct Session: Sendable {
 
     /// The session as bytes for the client's store (spec/sessions.md §7). It holds secrets: wipe
     /// it once stored.
-    public func serialized() -> [UInt8] {
+    package func serialized() -> [UInt8] {
         var ratchetBytes = ratchet.serialized()
         defer { wipe(&ratchetBytes) }
         var out: [UInt8] = []
@@ -143,7 +148,7 @@ public struct Session: Sendable {
     }
 
     /// Reads what ``serialized()`` wrote; nil if it is not a session.
-    public init?(serialized bytes: [UInt8]) {
+    package init?(serialized bytes: [UInt8]) {
         var reader = RecordReader(bytes: bytes[...])
         do {
             guard try reader.byte() == Self.storageVersion else { return nil }

@@ -1,11 +1,17 @@
 /// Any JSON value. Mailslot keeps the fields of a chat message it does not know as `JSONValue`,
 /// so that a message from a newer client survives a round trip through an older one.
 public enum JSONValue: Sendable, Equatable, Codable {
+    /// `null`.
     case null
+    /// `true` or `false`.
     case bool(Bool)
+    /// A number (as a Double: unknown fields are kept, not computed with).
     case number(Double)
+    /// A string.
     case string(String)
+    /// An array.
     case array([JSONValue])
+    /// An object.
     case object([String: JSONValue])
 
     /// Decodes any JSON value.

@@ -8,15 +8,15 @@ import NIOCore
 /// sends a burst in one system call. Nothing waits longer than the writes already queued on
 /// the loop, and a close flushes first, so nothing written before it is dropped. (Public for
 /// mailslot-bench, whose client sockets use it too.)
-public final class FlushCoalescer: ChannelOutboundHandler, RemovableChannelHandler {
-    public typealias OutboundIn = NIOAny
+package final class FlushCoalescer: ChannelOutboundHandler, RemovableChannelHandler {
+    package typealias OutboundIn = NIOAny
 
     private var flushPending = false
 
     /// A coalescer for one channel.
-    public init() {}
+    package init() {}
 
-    public func flush(context: ChannelHandlerContext) {
+    package func flush(context: ChannelHandlerContext) {
         guard !flushPending else { return }
         flushPending = true
         // `execute` runs after the tasks already queued on this loop: the rest of the burst.
@@ -25,12 +25,12 @@ public final class FlushCoalescer: ChannelOutboundHandler, RemovableChannelHandl
         }
     }
 
-    public func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+    package func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
         flushNow(context: context)
         context.close(mode: mode, promise: promise)
     }
 
-    public func handlerRemoved(context: ChannelHandlerContext) {
+    package func handlerRemoved(context: ChannelHandlerContext) {
         flushNow(context: context)
     }
 
