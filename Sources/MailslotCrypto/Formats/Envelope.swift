@@ -293,8 +293,8 @@ public enum Envelope {
 
     /// Opens the outer layer of `envelope` with the recipient's `keys` and reads its record. A
     /// version 1 record is checked entirely (as ``open(_:id:recipient:keys:)`` does); a version 2
-    /// record is checked up to its body, which ``SessionEnvelope/open(with:identity:now:)`` decrypts
-    /// in the session it names.
+    /// record is checked up to its body, which only the client library decrypts, in the session
+    /// it names (`SessionEnvelope.open(with:identity:now:)`, `package`: spec/sessions.md).
     public static func unseal(_ envelope: [UInt8], id: String, recipient: String,
                               keys: MailboxKeyPair) throws(EnvelopeError) -> UnsealedEnvelope {
         guard envelope.count >= minimumSize, envelope.count <= maximumSize,
