@@ -89,7 +89,7 @@ import Testing
                 "rejected": ["direction", "id", "from", "to", "reason", "at"], "contacts": ["uid", "trust"],
                 "fingerprint": ["safety_number", "key_changed", "previous_safety_number", "fingerprint", "key_id", "trust"],
                 "trust": ["uid", "trust", "key_id"], "resend": ["id", "to", "state"], "rotate-key": ["state"], "unsend": ["id", "state"],
-                "block": ["uid", "state"], "flush": ["queued"], "logout": ["profile", "state"],
+                "block": ["uid", "state"], "unblock": ["uid", "state"], "flush": ["queued"], "logout": ["profile", "state"],
             ]
             // The README's table says the same: a row naming each command, with each field in backticks.
             let table = try MarkdownTable(in: "README.md", header: ["command", "fields"])
