@@ -151,7 +151,7 @@ import Testing
                 let iterator = crashing.messages().makeAsyncIterator()
                 #expect(try await Self.next(of: iterator, within: .seconds(20))?.id == id)
             }
-            #expect(try await eventually { try await relay.pending("bob") == 0 }, "stored, so acknowledged: the relay erased it")
+            try await eventually("stored, so acknowledged: the relay erased it") { try await relay.pending("bob") == 0 }
 
             // The restart: the store brings it again, before anything new.
             let restarted = try relay.client("bob")
@@ -180,7 +180,7 @@ import Testing
             let iterator = bob.messages().makeAsyncIterator()
             #expect(try await Self.next(of: iterator, within: .seconds(20))?.message.payload.text == "m1")
             // The app is busy with m1: three stored and not handled, the other four left on the relay.
-            #expect(try await eventually { try await relay.pending("bob") == 4 })
+            try await eventually("three stored and not handled, four left on the relay") { try await relay.pending("bob") == 4 }
             try await Task.sleep(for: .milliseconds(300))
             #expect(try await relay.pending("bob") == 4, "no more read while the app is behind")
             var seen = ["m1"]
@@ -188,7 +188,7 @@ import Testing
                 seen.append(message.message.payload.text ?? "")
             }
             #expect(seen == texts)
-            #expect(try await eventually { try await relay.pending("bob") == 0 })
+            try await eventually("every message acknowledged") { try await relay.pending("bob") == 0 }
         }
     }
 
@@ -207,15 +207,6 @@ import Testing
             group.cancelAll()
             return first
         }
-    }
-
-    /// Whether `condition` holds within about ten seconds, asked every 50 ms.
-    func eventually(_ condition: () async throws -> Bool) async throws -> Bool {
-        for _ in 0..<200 {
-            if try await condition() { return true }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        return false
     }
 }
 
