@@ -29,6 +29,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types", from: "1.0.0"),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.0"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        // `swift package generate-documentation`: builds the DocC catalogs of MailslotClient,
+        // MailslotRelay and MailslotCrypto (Sources/*/*.docc); tools/test fails on any warning.
+        // A command plugin only: nothing of it is linked into a product.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.5.0"),
     ],
     targets: [
         // libsodium, found through pkg-config. Every byte of cryptography goes through it.

@@ -36,6 +36,22 @@ public actor MailslotClient {
     /// (and, beside it, the outbox spool of files being sent and, by default, the `files/`
     /// folder of files received: see ``AttachmentPolicy``). `tokenProvider` returns a fresh
     /// custom token; it is called to sign in, and again whenever the session can no longer be refreshed.
+    ///
+    /// ```swift
+    /// let client = try MailslotClient(relay: URL(string: "https://relay.example")!,
+    ///                                 databasePath: appSupport.appendingPathComponent("mailslot.sqlite").path) {
+    ///     try await backend.customToken()          // signed by your backend for this user
+    /// }
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - relay: The relay's base URL.
+    ///   - databasePath: The client's SQLite file; its folder is created (mode 0700) when missing.
+    ///     One client per file: it holds this device's secret keys.
+    ///   - attachments: Where received files go, and which are fetched without being asked.
+    ///   - logger: Where the client logs (never a token, key or message content).
+    ///   - tokenProvider: Returns a fresh custom token for this client's user (spec/tokens.md).
+    /// - Throws: The store's error when the database cannot be opened or migrated.
     public init(relay: URL, databasePath: String, attachments: AttachmentPolicy = AttachmentPolicy(),
                 logger: Logger = Logger(label: "mailslot-client"), tokenProvider: @escaping @Sendable () async throws -> String) throws {
         api = RelayAPI(base: relay)
@@ -49,7 +65,20 @@ public actor MailslotClient {
     // MARK: Signing in
 
     /// Signs in with a fresh token, creates identity keys on first use and publishes them.
-    /// Returns the uid the token signed in.
+    ///
+    /// Calling it once at start is enough: afterwards the client refreshes its session by itself
+    /// and signs in again (with a new token from the provider) when the session cannot be refreshed.
+    ///
+    /// ```swift
+    /// let uid = try await client.signIn()
+    /// print("signed in as", uid, "fingerprint", try await client.ownFingerprint())
+    /// ```
+    ///
+    /// - Returns: The uid the token signed in.
+    /// - Throws: What the token provider throws; ``ClientError/relay(problem:)`` when the relay
+    ///   refuses the token (expired, unknown issuer, wrong audience); ``ClientError/unreachable(reason:)``.
+    ///   A token for another user than the one whose keys this store holds is refused, and the
+    ///   session it opened is ended.
     @discardableResult
     public func signIn() async throws -> String {
         let grant = try await api.signIn(token: try await tokenProvider())

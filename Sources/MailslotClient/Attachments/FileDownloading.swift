@@ -27,7 +27,7 @@ extension MailslotClient {
     /// stands afterwards: ``ReceivedAttachment/State/saved(_:)``, or ``ReceivedAttachment/State/gone``
     /// or ``ReceivedAttachment/State/corrupt(_:)`` (final: nothing saved). A saved one is not
     /// fetched again. Throws when the download could not finish now (the relay unreachable, a
-    /// local file error): what was fetched is kept, and the next call (or ``flush(now:)``)
+    /// local file error): what was fetched is kept, and the next call (or ``MailslotClient/flush()``)
     /// resumes it. `progress` hears of the bytes as they come and as they are checked.
     @discardableResult
     public func download(_ id: AttachmentID, into directory: URL? = nil,

@@ -22,11 +22,28 @@ extension MailslotClient {
     /// encrypted on this device, uploaded as a blob in parts, and referenced in a `file` message.
     ///
     /// The send is stored in the outbox before this returns; it goes on in the background, and
-    /// ``FileSend/outcome()`` says how it ended. Throws only for what no retry fixes: an invalid
-    /// uid, a file that cannot be read or is no regular file (``ClientError/unreadableFile(_:)``),
-    /// a recipient without keys, an invalid media type, name or preview
-    /// (``ClientError/cannotSeal(_:)``), or a file larger than the relay takes
-    /// (``ClientError/relay(_:)`` with `blob_too_large`; nothing is kept).
+    /// ``FileSend/outcome()`` says how it ended. A crash or a lost network leaves it in
+    /// ``outgoing()``, and ``flush()`` resumes it where the relay's record of parts says.
+    ///
+    /// ```swift
+    /// let file = OutgoingFile(url: reportURL, mediaType: "application/pdf")
+    /// let send = try await client.send(file: file, caption: "the report", to: "bob")
+    /// for await step in send.progress { print(step.stage, step.bytes, "of", step.total) }
+    /// print(try await send.outcome())              // .sent(id:) once the message is stored
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - file: The file on disk, its media type, and optionally a name and a preview.
+    ///   - caption: Text sent with the file, in the same message.
+    ///   - recipient: The recipient's uid.
+    ///   - senderName: A display name for the sender, sent inside the message.
+    /// - Returns: The running send: its message id, its ``FileSend/progress``, its
+    ///   ``FileSend/outcome()``, and ``FileSend/cancel()``.
+    /// - Throws: Only for what no retry fixes: ``ClientError/invalidUID(text:)``, a file that
+    ///   cannot be read or is no regular file (``ClientError/unreadableFile(path:)``), a recipient
+    ///   without keys (``ClientError/noKeys(uid:)``), an invalid media type, name or preview
+    ///   (``ClientError/cannotSeal(code:)``), or a file larger than the relay takes
+    ///   (``ClientError/relay(problem:)`` with `blob_too_large`; nothing is kept).
     public func send(file: OutgoingFile, caption: String? = nil, to recipient: String, name senderName: String? = nil) async throws -> FileSend {
         guard Identifier.isValidUID(recipient) else { throw ClientError.invalidUID(text: recipient) }
         let me = try await identity()

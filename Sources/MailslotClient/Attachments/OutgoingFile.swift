@@ -2,7 +2,7 @@ import Foundation
 import MailslotWire
 import Synchronization
 
-/// A file to send with ``MailslotClient/send(file:caption:to:)``: read from disk in chunks,
+/// A file to send with ``MailslotClient/send(file:caption:to:name:)``: read from disk in chunks,
 /// never whole, so it may be as large as the relay allows.
 public struct OutgoingFile: Sendable, Equatable {
     /// The file on disk. It must not change until the send has finished encrypting it.
@@ -12,7 +12,7 @@ public struct OutgoingFile: Sendable, Equatable {
     public var mediaType: String
     /// The name the recipient sees (sanitised on their side); nil sends the last path component.
     public var name: String?
-    /// A small picture shown before the download (at most ``FilePreview/maxBytes``).
+    /// A small picture shown before the download (at most `FilePreview.maxBytes`).
     public var preview: FilePreview?
 
     /// A file to send.
@@ -51,7 +51,7 @@ public struct TransferProgress: Sendable, Equatable {
 /// A file send under way: its message id at once, its progress as it goes, and its outcome.
 ///
 /// The send goes on whether or not anyone reads ``progress``; the stream ends when the outcome
-/// is known. Whatever happens to this process, the send is in the outbox: ``MailslotClient/flush(now:)``
+/// is known. Whatever happens to this process, the send is in the outbox: ``MailslotClient/flush()``
 /// resumes an upload where the relay's record of received parts says it stopped.
 public struct FileSend: Sendable {
     /// The message id (the same on the recipient's side).
@@ -64,16 +64,16 @@ public struct FileSend: Sendable {
     /// What became of the send: ``MailslotClient/SendOutcome/sent(id:)``;
     /// ``MailslotClient/SendOutcome/queued(id:reason:)`` when the relay could not be reached or
     /// asked to wait (the upload stays in the outbox, shown by ``MailslotClient/outgoing()`` as
-    /// ``OutgoingMessage/State/uploading`` until ``MailslotClient/flush(now:)`` finishes it);
+    /// ``OutgoingMessage/State/uploading`` until ``MailslotClient/flush()`` finishes it);
     /// ``MailslotClient/SendOutcome/refused(id:reason:)`` when it cannot be finished (the file
     /// changed while it was read, the relay lost the upload). Throws
-    /// ``ClientError/keyChanged(_:)`` when the upload is done and the message is held for the
+    /// ``ClientError/keyChanged(uid:)`` when the upload is done and the message is held for the
     /// recipient's changed key.
     public func outcome() async throws -> MailslotClient.SendOutcome { try await task.value }
 
     /// Stops the upload before its next part (the part in flight, at most one, is finished
     /// first): the send stays in the outbox, `queued` with the reason `interrupted`, and
-    /// ``MailslotClient/flush(now:)`` finishes it. Cooperative on purpose: cancelling a Swift task
+    /// ``MailslotClient/flush()`` finishes it. Cooperative on purpose: cancelling a Swift task
     /// while a URLSession request of it completes can deadlock on Linux (swift-corelibs-foundation).
     public func cancel() { stop.set() }
 }

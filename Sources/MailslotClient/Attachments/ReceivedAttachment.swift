@@ -23,7 +23,7 @@ public struct AttachmentID: Sendable, Hashable, CustomStringConvertible {
 public struct ReceivedAttachment: Sendable, Equatable, Identifiable {
     /// Where a received file stands.
     public enum State: Sendable, Equatable {
-        /// Not saved yet: ``MailslotClient/download(_:into:)`` saves it (an inline one from the
+        /// Not saved yet: ``MailslotClient/download(_:into:progress:)`` saves it (an inline one from the
         /// message, a blob from the relay). `reason` says why an automatic download did not
         /// finish (the relay unreachable, …), or is nil when none was tried (over the size the
         /// policy downloads by itself).
@@ -60,7 +60,7 @@ public struct AttachmentPolicy: Sendable, Equatable {
     /// the client's database.
     public var directory: URL?
     /// Files smaller than this many bytes (and every inline one) are downloaded and saved as
-    /// they arrive; larger ones wait for ``MailslotClient/download(_:into:)``. 0: never; `.max`: always.
+    /// they arrive; larger ones wait for ``MailslotClient/download(_:into:progress:)``. 0: never; `.max`: always.
     public var downloadAutomaticallyBelow: Int64
     /// Hears of the progress of the files downloaded as they arrive (blobs only: an inline one is
     /// in its message): the attachment, as it stood when its download began, and how far it is

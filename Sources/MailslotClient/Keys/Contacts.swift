@@ -30,7 +30,7 @@ public struct Contact: Sendable, Equatable {
     /// forward secrecy (spec/sessions.md). Nil for a contact that publishes none (version 1).
     public let signedPrekey: PublishedPrekey?
 
-    /// The key id of the pinned keys, sent with every message sealed to them (``KeyBundle/keyID``).
+    /// The key id of the pinned keys, sent with every message sealed to them (`KeyBundle.keyID`).
     public var keyID: String { KeyBundle.keyID(identityKey: identityKey, mailboxKey: mailboxKey) }
 }
 

@@ -12,7 +12,7 @@ public struct SafetyNumberCheck: Sendable, Equatable {
     /// The contact's uid.
     public let uid: String
     /// The safety number to compare now, for the identity key that trusting installs: twelve
-    /// groups of five digits, four groups per line (``SafetyNumber/display(_:)``).
+    /// groups of five digits, four groups per line (`SafetyNumber.display(_:)`).
     public let safetyNumber: String
     /// Whether this number is for a new identity key the contact offers (not trusted yet), rather
     /// than the pinned one.
@@ -22,7 +22,7 @@ public struct SafetyNumberCheck: Sendable, Equatable {
     public let previousSafetyNumber: String?
     /// The contact's fingerprint (30 digits in groups of five) of the identity key the number is for.
     public let fingerprint: String
-    /// The key id (``KeyBundle/keyID``) of the keys trusting installs: the offered bundle's while
+    /// The key id (`KeyBundle.keyID`) of the keys trusting installs: the offered bundle's while
     /// ``isNewKey``, the pinned ones otherwise.
     public let keyID: String
     /// How far the contact's keys are trusted now.
@@ -82,7 +82,7 @@ extension MailslotClient {
     /// `safetyNumber` is the number the user compared (60 digits; spaces and line breaks are
     /// ignored): it must be the number of the identity key that trusting installs — a changed
     /// contact's offered key, otherwise the pinned one — or nothing changes and
-    /// ``ClientError/safetyNumberMismatch(_:)`` is thrown — and a contact pinned on first use
+    /// ``ClientError/safetyNumberMismatch(uid:)`` is thrown — and a contact pinned on first use
     /// becomes ``Contact/Trust/disputed``: nothing more is sealed to it, nor accepted from it,
     /// until a comparison matches. The check and the install are one
     /// store transaction, so a bundle the relay offers in between is never trusted unseen.

@@ -54,6 +54,20 @@ extension MailslotClient {
     /// then report its ``ReceiveInterrupted/failure``. (With none stored, the failure is thrown
     /// as itself.) A message stored but not acknowledged comes again at the next `receive`: it is
     /// then acknowledged, and not returned a second time.
+    ///
+    /// ```swift
+    /// do {
+    ///     for message in try await client.receive() { show(message) }
+    /// } catch let interrupted as ReceiveInterrupted {
+    ///     interrupted.received.forEach(show)           // stored before the failure
+    ///     log(interrupted.failure)
+    /// }
+    /// ```
+    ///
+    /// - Returns: The messages not handed to the app before, oldest first.
+    /// - Throws: ``ReceiveInterrupted`` when a failure came after at least one message was
+    ///   stored; otherwise the failure itself (``ClientError/notSignedIn``,
+    ///   ``ClientError/unreachable(reason:)``, ``ClientError/relay(problem:)``, …).
     public func receive() async throws -> [ReceivedMessage] {
         let me = try await identity()
         await keepKeysCurrent()

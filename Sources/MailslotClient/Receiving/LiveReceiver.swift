@@ -5,7 +5,7 @@ import Logging
 import MailslotWire
 
 extension MailslotClient {
-    /// Why ``messages()`` ended.
+    /// Why ``messages(onState:)`` ended.
     public enum StreamEnd: Error, Equatable, Sendable {
         /// A newer subscription of this mailbox took over (another device or worker).
         case replaced

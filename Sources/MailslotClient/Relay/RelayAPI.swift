@@ -7,7 +7,7 @@ import MailslotWire
 /// What went wrong talking to the relay, or with a contact's keys. Each case names what it
 /// carries; match them by case (`catch ClientError.keyChanged(let uid)`).
 public enum ClientError: Error, Equatable, Sendable {
-    /// The relay answered with `problem` (its stable ``Problem/code`` says which: spec/protocol.md §3).
+    /// The relay answered with `problem` (its stable `Problem.code` says which: spec/protocol.md §3).
     case relay(problem: Problem)
     /// The relay could not be reached (network, DNS, refused connection, timeout); `reason` says
     /// how, for a log or a person — not to be matched on.

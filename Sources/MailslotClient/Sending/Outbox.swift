@@ -45,7 +45,18 @@ extension MailslotClient {
         }
     }
 
-    /// Sends a plain text message.
+    /// Sends a plain text message: ``send(_:type:to:name:)`` with a text payload.
+    ///
+    /// ```swift
+    /// let outcome = try await client.send(text: "on my way", to: "bob")
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - text: The message text.
+    ///   - recipient: The recipient's uid.
+    /// - Returns: What happened to the message (``SendOutcome``); it is stored in the outbox
+    ///   whatever the outcome.
+    /// - Throws: Only when nothing was stored, as ``send(_:type:to:name:)``.
     @discardableResult
     public func send(text: String, to recipient: String) async throws -> SendOutcome {
         try await send(Payload(text: text), to: recipient)

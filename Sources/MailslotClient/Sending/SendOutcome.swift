@@ -7,7 +7,7 @@ extension MailslotClient {
         /// The relay stored it.
         case sent(id: String)
         /// It is in the outbox (the relay could not be reached, or asked to wait: rate limit, full
-        /// mailbox); ``flush(now:)`` retries it with the same id and the same envelope.
+        /// mailbox); ``MailslotClient/flush()`` retries it with the same id and the same envelope.
         case queued(id: String, reason: Reason)
         /// The relay refused it for good (blocked, conflict, invalid), or a file send cannot
         /// finish: it leaves the outbox (``outgoing()`` shows it as refused).
@@ -35,7 +35,7 @@ extension MailslotClient {
             /// Another call is sealing the message again to the recipient's new keys right now.
             case resealing
             /// A file send was interrupted (cancelled, stopped) before its upload finished;
-            /// ``flush(now:)`` resumes it.
+            /// ``MailslotClient/flush()`` resumes it.
             case interrupted
             /// A file send whose upload runs already (in another call of this client).
             case uploadRunning

@@ -98,6 +98,20 @@ public struct TokenIssuer: Sendable {
     }
 
     /// Mints a token that signs in `uid` for `lifetime` seconds (1...3600) from `now`.
+    ///
+    /// ```swift
+    /// let issuer = TokenIssuer(key: try IdentityKeyPair(paserk: secretKeyText), audience: "mailslot")
+    /// let token = try issuer.mint(uid: "alice", lifetime: 120)   // hand it to Alice's app
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - uid: The user the token signs in (spec/protocol.md §2).
+    ///   - lifetime: Seconds the token may be used for, at most ``CustomToken/maxLifetime``.
+    ///   - tokenID: A `jti` claim, for a relay or backend that records tokens used.
+    ///   - now: The issue time (`iat`).
+    /// - Returns: The token, `v4.public.…` with the issuer key's id in its footer (spec/tokens.md).
+    /// - Throws: ``TokenError/invalidSubject`` for an invalid uid, ``TokenError/lifetimeTooLong``,
+    ///   ``TokenError/wrongAudience`` for an empty or over-long audience, ``TokenError/invalidClaim(_:)``.
     public func mint(uid: String, lifetime: Int64 = 300, tokenID: String? = nil,
                      now: Date = Date()) throws(TokenError) -> String {
         guard Identifier.isValidUID(uid) else { throw .invalidSubject }
@@ -135,6 +149,18 @@ public struct TokenVerifier: Sendable {
     /// Verifies `token` at time `now`, or says precisely why it is refused. The order of the checks
     /// is part of the format (spec/tokens.md): nothing is read from the claims before the
     /// signature has verified.
+    ///
+    /// ```swift
+    /// let verifier = TokenVerifier(issuerKeys: [backendKey], audience: "mailslot")
+    /// let signedIn = try verifier.verify(token)   // signedIn.uid, signedIn.expiresAt
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - token: The token as the client sent it.
+    ///   - now: The time its `iat` and `exp` are checked against (with ``CustomToken/clockSkew``).
+    /// - Returns: The verified claims.
+    /// - Throws: The first ``TokenError`` in the order spec/tokens.md gives: the size, the format,
+    ///   an unknown key id, the signature, then each claim.
     public func verify(_ token: String, now: Date = Date()) throws(TokenError) -> VerifiedToken {
         guard token.utf8.count <= CustomToken.maxTokenBytes else { throw .oversized }
         let parsed: PasetoToken

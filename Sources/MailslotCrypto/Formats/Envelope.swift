@@ -134,6 +134,23 @@ public enum Envelope {
 
     /// Seals `message` from `sender` (signing with `identity`) to `recipient`'s `mailboxKey`,
     /// bound to message id `id`.
+    ///
+    /// ```swift
+    /// let id = MessageID.generate()
+    /// let envelope = try Envelope.seal(message, id: id, from: "alice", identity: aliceIdentity,
+    ///                                  to: "bob", mailboxKey: bobBundle.mailboxKey)
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - message: The chat message; its `sender.id` must be `sender`.
+    ///   - id: The message id the relay will store it under; the recipient checks it.
+    ///   - sender: The sender's uid.
+    ///   - identity: The sender's identity key pair, which signs the body.
+    ///   - recipient: The recipient's uid.
+    ///   - mailboxKey: The recipient's mailbox public key, from their verified ``KeyBundle``.
+    /// - Returns: The envelope, padded to its size class (spec/envelope.md).
+    /// - Throws: ``EnvelopeError`` when the message is invalid, names another sender, or is too
+    ///   large for the largest envelope.
     public static func seal(_ message: ChatMessage, id: String, from sender: String, identity: IdentityKeyPair,
                             to recipient: String, mailboxKey: MailboxPublicKey) throws(EnvelopeError) -> [UInt8] {
         try message.validate()
@@ -257,6 +274,15 @@ public enum Envelope {
     /// ``OpenedEnvelope/sender`` with the relay-stamped author and ``OpenedEnvelope/senderKey``
     /// with the pinned key. A version 2 envelope is ``EnvelopeError/unsupportedVersion(_:)`` here:
     /// open it with ``unseal(_:id:recipient:keys:)``.
+    ///
+    /// - Parameters:
+    ///   - envelope: The envelope as the relay delivered it.
+    ///   - id: The message id the relay delivered it under.
+    ///   - recipient: This user's uid.
+    ///   - keys: This device's mailbox key pair.
+    /// - Returns: The sender, the sender's identity key, the message id and the verified message.
+    /// - Throws: ``EnvelopeError``: the envelope was not sealed to these keys, for this recipient
+    ///   and id, or its signature or body fails a check.
     public static func open(_ envelope: [UInt8], id: String, recipient: String,
                             keys: MailboxKeyPair) throws(EnvelopeError) -> OpenedEnvelope {
         switch try unseal(envelope, id: id, recipient: recipient, keys: keys) {
@@ -267,8 +293,8 @@ public enum Envelope {
 
     /// Opens the outer layer of `envelope` with the recipient's `keys` and reads its record. A
     /// version 1 record is checked entirely (as ``open(_:id:recipient:keys:)`` does); a version 2
-    /// record is checked up to its body, which ``SessionEnvelope/open(with:identity:now:)`` decrypts
-    /// in the session it names.
+    /// record is checked up to its body, which only the client library decrypts, in the session
+    /// it names (`SessionEnvelope.open(with:identity:now:)`, `package`: spec/sessions.md).
     public static func unseal(_ envelope: [UInt8], id: String, recipient: String,
                               keys: MailboxKeyPair) throws(EnvelopeError) -> UnsealedEnvelope {
         guard envelope.count >= minimumSize, envelope.count <= maximumSize,

@@ -162,7 +162,7 @@ public enum FileCipher {
 
     /// Opens a ciphertext held in memory (§2, every step in order) and returns the file's bytes.
     /// For small files, vectors and fuzzing: files on disk go through
-    /// ``decryptFile(at:_:to:)``, which never holds them whole.
+    /// ``decryptFile(at:_:to:progress:)``, which never holds them whole.
     public static func open(_ ciphertext: [UInt8], _ file: SealedFile) throws(FileError) -> [UInt8] {
         var source = ByteSource(ciphertext)
         try verify(&source, file)

@@ -110,6 +110,12 @@ public struct KeyBundle: Sendable, Equatable, Codable {
     }
 
     /// Decodes a bundle from its JSON and verifies it.
+    ///
+    /// - Parameters:
+    ///   - json: The bundle as the relay served it (spec/envelope.md, key bundles).
+    ///   - expectedUID: The uid it must belong to; nil accepts any.
+    /// - Returns: The bundle, its signature verified under its own identity key.
+    /// - Throws: ``KeyBundleError`` when it is not a bundle, names another uid, or fails verification.
     public static func decode(_ json: [UInt8], for expectedUID: String? = nil) throws(KeyBundleError) -> KeyBundle {
         let bundle: KeyBundle
         do {

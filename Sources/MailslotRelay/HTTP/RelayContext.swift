@@ -2,7 +2,7 @@ import Hummingbird
 import NIOCore
 
 /// The per-request context: Hummingbird's core storage and the connection. (The subscription
-/// WebSocket does not go through the router: ``RelayChildChannel`` upgrades it.)
+/// WebSocket does not go through the router: `RelayChildChannel` upgrades it.)
 public struct RelayContext: RequestContext {
     /// Hummingbird's request storage (logger, route parameters).
     public var coreContext: CoreRequestContextStorage

@@ -31,9 +31,22 @@ public struct Relay: Sendable {
     let subscriberTasks = SubscriberTasks()
 
     /// Opens the store: the PostgreSQL database of ``RelayConfiguration/databaseURL`` when one is
-    /// set (migrated when the relay starts: ``RelayStore/prepare()``; its connection pool runs
+    /// set (migrated when the relay starts: `RelayStore.prepare()`; its connection pool runs
     /// from here until the relay stops), otherwise the SQLite database in the data folder,
     /// created when needed and migrated now.
+    ///
+    /// ```swift
+    /// var configuration = RelayConfiguration()
+    /// configuration.issuerKeys = [try IdentityPublicKey(paserk: backendPublicKey)]
+    /// let relay = try Relay(configuration: configuration, logger: Logger(label: "relay"))
+    /// try await relay.run()   // until SIGTERM or SIGINT
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - configuration: The settings; ``RelayConfiguration/problems`` must be empty.
+    ///   - logger: Where the relay logs (never a token, secret or message content).
+    /// - Throws: ``RelayConfigurationError`` for a configuration with ``RelayConfiguration/problems``;
+    ///   the store's error when the database or the blob store cannot be opened.
     public init(configuration: RelayConfiguration, logger: Logger) throws {
         try configuration.validate()
         let metrics = RelayMetrics()
@@ -151,7 +164,12 @@ public struct Relay: Sendable {
 
     /// Runs until SIGTERM or SIGINT: then stops accepting, lets requests finish, closes sockets,
     /// and checkpoints the database so the WAL is empty. The store is prepared (migrated) before
-    /// the relay listens, and closed when it stops.
+    /// the relay listens, and closed when it stops. To run a relay in the background of a
+    /// process and stop it from code, use ``start()`` instead.
+    ///
+    /// - Parameter onServerRunning: Called with the bound port once the relay listens.
+    /// - Throws: What kept the relay from listening (a port in use, a migration that failed), or
+    ///   what stopped it; the store is closed either way.
     public func run(onServerRunning: @escaping @Sendable (Int) async -> Void = { _ in }) async throws {
         do {
             try await prepareStore()

@@ -81,11 +81,11 @@ public struct RelayConfiguration: Sendable {
     /// Reads of one mailbox (pages and single messages) in progress at once.
     public var maxConcurrentReads = 4
     /// Reads in progress on this relay at once, all mailboxes together; half of them are kept for
-    /// mailboxes with no read in progress (``ReadLimiter``).
+    /// mailboxes with no read in progress (`ReadLimiter`).
     public var maxReads = 64
     /// The relays sharing the database (1 for one relay, at most ``maxRelays``): the prekey claim
     /// rates and bursts are for all of them together, each relay counting its share
-    /// (``PrekeyClaimLimiter``).
+    /// (`PrekeyClaimLimiter`).
     public var relays = 1
     /// The most relays ``relays`` may name. Far more than one database serves; a bound, so that a
     /// mistyped number cannot divide the claim rates into buckets that never refill.
@@ -109,7 +109,7 @@ public struct RelayConfiguration: Sendable {
     public var erasureDelay: Double = 1
 
     /// The largest file a blob may carry, in plaintext bytes (1 MiB … 64 GiB); the largest blob
-    /// is its sealed size, ``FileCipher/size(plainSize:)``.
+    /// is its sealed size, `FileCipher.size(plainSize:)`.
     public var maxFileBytes = Defaults.maxFileBytes
     /// Bytes of blobs, finished and unfinished (declared sizes), one author may hold.
     public var maxAuthorBlobBytes = Defaults.maxAuthorBlobBytes
@@ -142,7 +142,7 @@ public struct RelayConfiguration: Sendable {
 
     /// The largest request body any route accepts: a blob part, the largest JSON body (a send
     /// with the largest envelope, a document, a blob create with the most recipients). A request
-    /// declaring more is refused before its body is read (``RequestBodyLimit``).
+    /// declaring more is refused before its body is read (`RequestBodyLimit`).
     public var maxRequestBodyBytes: Int {
         max(Int(blobPartBytes), maxBodyBytes, maxDocumentBytes, 4096 + 132 * maxBlobRecipients, 16 * 1024)
     }

@@ -152,6 +152,17 @@ extension RelayConfiguration {
     /// by ``RelaySetting/flag``), else from its variable in `environment` (an empty variable counts
     /// as unset), else its default. Throws the first setting whose text is wrong, then every
     /// ``problems`` of the whole. A flag no setting has is refused.
+    ///
+    /// ```swift
+    /// let configuration = try RelayConfiguration(flags: ["listen": "127.0.0.1:9090", "durability": "full"],
+    ///                                            environment: ProcessInfo.processInfo.environment)
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - flags: Each option's text, keyed by its name without the dashes (`max-pending`).
+    ///   - environment: The `MAILSLOT_*` variables, read for the settings `flags` leaves out.
+    /// - Throws: ``RelayConfigurationError`` naming the first flag or variable whose text is wrong,
+    ///   or an unknown flag, or every one of ``problems``.
     public init(flags: [String: String], environment: [String: String]) throws {
         self.init()
         if let unknown = Set(flags.keys).subtracting(Self.settings.map(\.flag)).sorted().first {

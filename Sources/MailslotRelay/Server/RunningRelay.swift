@@ -35,6 +35,19 @@ public final class RunningRelay: Sendable {
 extension Relay {
     /// Starts the relay in the background and returns once it is listening; throws what kept
     /// it from listening (a port in use, say) instead of waiting for ever.
+    ///
+    /// ```swift
+    /// var configuration = RelayConfiguration()
+    /// configuration.port = 0                     // any free port
+    /// let running = try await Relay(configuration: configuration, logger: logger).start()
+    /// let relayURL = URL(string: "http://127.0.0.1:\(running.port)")!
+    /// // … clients talk to relayURL …
+    /// try await running.stop()                   // as SIGTERM would
+    /// ```
+    ///
+    /// - Returns: The running relay: its ``RunningRelay/port``, and ``RunningRelay/stop()``.
+    /// - Throws: What kept it from listening: the store's preparation (a migration), or the
+    ///   server's (an address in use); the store is closed then.
     public func start() async throws -> RunningRelay {
         do { try await prepareStore() } catch {
             await store.close()
