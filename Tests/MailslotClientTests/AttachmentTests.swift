@@ -186,7 +186,7 @@ import Testing
     /// referring to the new blob, the file arriving whole.
     static func lostUploadStartsOver(expire: Bool) async throws {
         let clock = TestClock()
-        try await withTestRelay(configure: { $0.blobPartBytes = 1 << 20; $0.blobUploadTTL = 60; $0.clock = clock.relayClock }) { relay in
+        try await withTestRelay(store: try .configured.singleNode, configure: { $0.blobPartBytes = 1 << 20; $0.blobUploadTTL = 60; $0.clock = clock.relayClock }) { relay in
             let alice = try relay.client("alice")
             let bob = try relay.client("bob", attachments: AttachmentPolicy(downloadAutomaticallyBelow: .max))
             try await alice.signIn()

@@ -140,12 +140,7 @@ import MailslotWire
             #expect(grown < 300 * 1024 * 1024, "relay memory grew by \(grown / 1024 / 1024) MiB for 24 unread pages of 16 MiB")
             held.removeAll()
             // Once the held answers are dropped, their reads end.
-            var reads = 4
-            for _ in 0..<50 where reads > 0 {
-                try await Task.sleep(for: .milliseconds(100))
-                reads = relay.relay.mailboxes.readLimiter.count("bob")
-            }
-            #expect(reads == 0)
+            try await eventually("the dropped answers' reads end") { relay.relay.mailboxes.readLimiter.count("bob") == 0 }
         }
     }
 
@@ -215,12 +210,10 @@ import MailslotWire
             // its page and its connection would stay as long as the reader likes.
             let stalled = try RawConnection(port: relay.port, receiveBuffer: 16 * 1024)
             stalled.send("GET /v1/users/bob/messages?limit=500 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(bob.session)\r\n\r\n")
-            var reads = 1
-            for _ in 0..<60 where reads > 0 {
-                try await Task.sleep(for: .milliseconds(100))
-                reads = relay.relay.mailboxes.readLimiter.count("bob")
+            try await eventually("the stalled read starts") { relay.relay.mailboxes.readLimiter.count("bob") == 1 }
+            try await eventually("disconnected about a second after the socket stopped taking the answer") {
+                relay.relay.mailboxes.readLimiter.count("bob") == 0
             }
-            #expect(reads == 0, "disconnected about a second after the socket stopped taking the answer")
             _ = stalled
         }
     }
