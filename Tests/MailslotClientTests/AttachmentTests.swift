@@ -327,31 +327,15 @@ import Testing
 
     @Test func anInterruptedDownloadResumesFromWhatItHas() async throws {
         try await Self.withBlobRelay { relay in
-            let alice = try relay.client("alice")
-            let saved = URL(fileURLWithPath: relay.folder + "/saved")
-            let bob = try relay.client("bob", attachments: AttachmentPolicy(directory: saved, downloadAutomaticallyBelow: 0))
-            try await alice.signIn()
-            try await bob.signIn()
-            let bytes = randomBytes(3 * (1 << 20))
-            let transfer = try await alice.send(file: OutgoingFile(url: try Self.file(bytes, in: relay, named: "v.bin")), to: "bob")
-            #expect(try await transfer.outcome() == .sent(id: transfer.messageID))
-            let received = try #require(try await bob.receive().first)
-            let reference = try #require(received.message.payload.files?.first)
-
-            // What an interrupted download leaves: the first 2 MiB of the ciphertext.
             let prefix: Int64 = 2 << 20
-            let head = try await relay.call("GET", "/v1/blobs/\(reference.blob)/content", session: try await relay.signIn("bob").session,
-                                            headers: ["Range": "bytes=0-\(prefix - 1)"])
-            #expect(head.status == 206)
-            try FileManager.default.createDirectory(at: saved, withIntermediateDirectories: true)
-            try head.body.write(to: saved.appendingPathComponent(".mailslot-\(reference.blob).part"))
-            let sentBefore = relay.counter("mailslot_blob_bytes_sent_total")
-
-            let attachment = try await bob.download(try #require(received.attachments.first).id)
-            guard case .saved(let path) = attachment.state else { Issue.record("not saved: \(attachment.state)"); return }
-            #expect(FileManager.default.contents(atPath: path.path) == Data(bytes))
-            #expect(relay.counter("mailslot_blob_bytes_sent_total") - sentBefore == Double(reference.size - prefix), "only the rest was fetched")
-            #expect(try FileManager.default.contentsOfDirectory(atPath: saved.path) == ["v.bin"])
+            let (sent, size) = try await Self.resumedDownload(named: "v.bin", in: relay) { spool, reference in
+                // What an interrupted download leaves: the first 2 MiB of the ciphertext.
+                let head = try await relay.call("GET", "/v1/blobs/\(reference.blob)/content", session: try await relay.signIn("bob").session,
+                                                headers: ["Range": "bytes=0-\(prefix - 1)"])
+                #expect(head.status == 206)
+                try head.body.write(to: spool)
+            }
+            #expect(sent == Double(size - prefix), "only the rest was fetched")
         }
     }
 
@@ -360,28 +344,45 @@ import Testing
     /// fetched again whole, once, rather than judged corrupt.
     @Test func aDamagedPrefixIsFetchedAgainAndTheFileStillVerified() async throws {
         try await Self.withBlobRelay { relay in
-            let alice = try relay.client("alice")
-            let saved = URL(fileURLWithPath: relay.folder + "/saved")
-            let bob = try relay.client("bob", attachments: AttachmentPolicy(directory: saved, downloadAutomaticallyBelow: 0))
-            try await alice.signIn()
-            try await bob.signIn()
-            let bytes = randomBytes(3 * (1 << 20))
-            let transfer = try await alice.send(file: OutgoingFile(url: try Self.file(bytes, in: relay, named: "d.bin")), to: "bob")
-            #expect(try await transfer.outcome() == .sent(id: transfer.messageID))
-            let received = try #require(try await bob.receive().first)
-            let reference = try #require(received.message.payload.files?.first)
-            try FileManager.default.createDirectory(at: saved, withIntermediateDirectories: true)
             let prefix = 1 << 20
-            try Data(randomBytes(prefix)).write(to: saved.appendingPathComponent(".mailslot-\(reference.blob).part"))
-            let sentBefore = relay.counter("mailslot_blob_bytes_sent_total")
-
-            let attachment = try await bob.download(try #require(received.attachments.first).id)
-            guard case .saved(let path) = attachment.state else { Issue.record("not saved: \(attachment.state)"); return }
-            #expect(FileManager.default.contents(atPath: path.path) == Data(bytes))
-            #expect(relay.counter("mailslot_blob_bytes_sent_total") - sentBefore == Double(2 * reference.size - Int64(prefix)),
-                    "the rest, then the whole blob again")
-            #expect(try FileManager.default.contentsOfDirectory(atPath: saved.path) == ["d.bin"])
+            let (sent, size) = try await Self.resumedDownload(named: "d.bin", in: relay) { spool, _ in
+                try Data(randomBytes(prefix)).write(to: spool)
+            }
+            #expect(sent == Double(2 * size - Int64(prefix)), "the rest, then the whole blob again")
         }
+    }
+
+    /// Alice sends bob a 3 MiB file `name`, which bob receives without downloading it; `leave`
+    /// writes what an interrupted download left (the `.part` spool in bob's folder); then bob
+    /// downloads it, and the file must be saved whole and alone. Returns the blob bytes the relay
+    /// sent for that download and the blob's size.
+    static func resumedDownload(named name: String, in relay: TestRelay,
+                                leaving leave: (_ spool: URL, _ reference: FileReference) async throws -> Void) async throws -> (sent: Double, size: Int64) {
+        let alice = try relay.client("alice")
+        let saved = URL(fileURLWithPath: relay.folder + "/saved")
+        let bob = try relay.client("bob", attachments: AttachmentPolicy(directory: saved, downloadAutomaticallyBelow: 0))
+        try await alice.signIn()
+        try await bob.signIn()
+        let bytes = randomBytes(3 * (1 << 20))
+        let transfer = try await alice.send(file: OutgoingFile(url: try Self.file(bytes, in: relay, named: name)), to: "bob")
+        #expect(try await transfer.outcome() == .sent(id: transfer.messageID))
+        let received = try #require(try await bob.receive().first)
+        let reference = try #require(received.message.payload.files?.first)
+        try FileManager.default.createDirectory(at: saved, withIntermediateDirectories: true)
+        try await leave(saved.appendingPathComponent(".mailslot-\(reference.blob).part"), reference)
+        let sentBefore = relay.counter("mailslot_blob_bytes_sent_total")
+
+        let attachment = try await bob.download(try #require(received.attachments.first).id)
+        guard case .saved(let path) = attachment.state else { throw FailedDownload(state: "\(attachment.state)") }
+        #expect(FileManager.default.contents(atPath: path.path) == Data(bytes))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: saved.path) == [name])
+        return (relay.counter("mailslot_blob_bytes_sent_total") - sentBefore, reference.size)
+    }
+
+    /// A download that ended in another state than saved.
+    struct FailedDownload: Error, CustomStringConvertible {
+        let state: String
+        var description: String { "not saved: \(state)" }
     }
 
     @Test func theLiveStreamSavesFilesBeforeItShowsTheirMessage() async throws {

@@ -49,12 +49,7 @@ extension FileCipher {
     /// caller's own download); were it replaced, its chunks would still have to open with the key.
     public static func decryptFile(at ciphertext: URL, _ file: SealedFile, to destination: URL,
                                    progress: ((FileProgress) -> Void)? = nil) throws(FileError) {
-        guard size(plainSize: file.plainSize) == file.size else { throw .badLength }  // step 1, before any I/O
-        guard !exists(destination) else { throw .destinationExists }
-        let input = try FileDescriptor(opening: ciphertext, flags: O_RDONLY)
-        let length = try input.regularFileSize()
-        guard length >= file.size else { throw .truncated }                            // step 2
-        guard length == file.size else { throw .badLength }
+        let input = try openCiphertext(at: ciphertext, file, to: destination)             // steps 1–2
         var reader = FileDescriptorSource(input, progress: progress.map { report in { report(FileProgress(stage: .verifying, done: $0, total: file.size)) } })
         try verify(&reader, file)                                                       // steps 1–3
         try input.rewind()
@@ -73,14 +68,21 @@ extension FileCipher {
     /// tags, as in the two-pass opening. `progress` reports the decryption only.
     package static func decryptFile(at ciphertext: URL, _ file: SealedFile, digested digest: [UInt8], to destination: URL,
                                     progress: ((FileProgress) -> Void)? = nil) throws(FileError) {
-        guard size(plainSize: file.plainSize) == file.size else { throw .badLength }  // step 1, before any I/O
+        let input = try openCiphertext(at: ciphertext, file, to: destination)             // steps 1–2
+        guard constantTimeEquals(digest, file.digest.bytes) else { throw .digestMismatch }  // step 3
+        try decryptVerified(input, file, to: destination, progress: progress)
+    }
+
+    /// Steps 1–2 of both openings: the reference's sizes agree, nothing is at `destination`, and
+    /// the ciphertext file at `ciphertext` is exactly the reference's size. Returns it, open.
+    private static func openCiphertext(at ciphertext: URL, _ file: SealedFile, to destination: URL) throws(FileError) -> FileDescriptor {
+        guard size(plainSize: file.plainSize) == file.size else { throw .badLength }  // before any I/O
         guard !exists(destination) else { throw .destinationExists }
         let input = try FileDescriptor(opening: ciphertext, flags: O_RDONLY)
         let length = try input.regularFileSize()
-        guard length >= file.size else { throw .truncated }                            // step 2
+        guard length >= file.size else { throw .truncated }
         guard length == file.size else { throw .badLength }
-        guard constantTimeEquals(digest, file.digest.bytes) else { throw .digestMismatch }  // step 3
-        try decryptVerified(input, file, to: destination, progress: progress)
+        return input
     }
 
     /// Steps 4–5 and the writing of §2.2, from `input` at its start, once steps 1–3 passed.
