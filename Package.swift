@@ -29,6 +29,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types", from: "1.0.0"),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.33.0"),
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        // Wake-ups' transport cryptography, which libsodium lacks: P-256 ECDH and ECDSA (Web Push,
+        // VAPID, APNs' ES256), AES-128-GCM (RFC 8291) and RSA (FCM's RS256). Already in the build
+        // through postgres-nio. Messages, sessions and files stay on libsodium.
+        .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3" ..< "5.0.0"),
         // `swift package generate-documentation`: builds the DocC catalogs of MailslotClient,
         // MailslotRelay and MailslotCrypto (Sources/*/*.docc); tools/test fails on any warning.
         // A command plugin only: nothing of it is linked into a product.
@@ -70,6 +74,9 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 // Part bodies stream from spool files (Blobs/S3/S3Client.swift).
                 .product(name: "_NIOFileSystem", package: "swift-nio"),
+                // Push/: Web Push encryption and VAPID, APNs and FCM tokens (spec/push.md).
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
             ]
         ),
         .target(
