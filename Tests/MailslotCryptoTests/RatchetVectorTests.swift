@@ -329,7 +329,7 @@ extension SpecVectorTests {
         let aliceSend = try rootStep(aliceReceive.root, x25519("alice_ratchet_2"), x25519("bob_ratchet_1").publicKey)
         #expect(state(alice.ratchets[s1]!)["root_key_hex"] as? String == hexString(aliceSend.root))
         #expect(state(alice.ratchets[s1]!)["sending_chain_key_hex"] as? String == hexString(aliceSend.chain))
-        #expect(alice.ratchets[s1]!.start == nil, "the answer ends the session start")
+        #expect(alice.ratchets[s1]!.start == nil, "the answer ends the ratchet start")
         ratchetVector["alice_step"] = ["receiving_dh_hex": hexString(aliceReceive.dh), "receiving_root_key_hex": hexString(aliceReceive.root),
                                  "receiving_chain_key_hex": hexString(aliceReceive.chain), "new_ratchet_seed": "alice_ratchet_2",
                                  "sending_dh_hex": hexString(aliceSend.dh), "root_key_hex": hexString(aliceSend.root),
