@@ -15,7 +15,7 @@ public actor MailslotClient {
     /// Contacts pinned without a signed prekey whose bundle was fetched again since this client
     /// started, to learn whether they publish one now (``seal(_:id:as:to:)``).
     var upgradeChecks: Set<String> = []
-    /// When expired skipped keys were last dropped from sessions that receive nothing.
+    /// When expired skipped keys were last dropped from ratchets that receive nothing.
     var lastSkippedKeyPrune: Double = 0
     /// Whether a one-time prekey top-up is running (``replenishPrekeys(remaining:)``).
     var toppingUpPrekeys = false

@@ -149,16 +149,21 @@ import Testing
             do {
                 let crashing = try relay.client("bob")
                 let iterator = crashing.messages().makeAsyncIterator()
-                #expect(try await Self.next(of: iterator, within: .seconds(20))?.id == id)
+                #expect(try await Self.next(iterator)?.id == id)
             }
             try await eventually("stored, so acknowledged: the relay erased it") { try await relay.pending("bob") == 0 }
 
             // The restart: the store brings it again, before anything new.
             let restarted = try relay.client("bob")
             let iterator = restarted.messages().makeAsyncIterator()
-            #expect(try await Self.next(of: iterator, within: .seconds(20))?.id == id, "yielded again after the crash")
-            // The loop asks for the next one: the first is handled now, and nothing else waits.
-            #expect(try await Self.next(of: iterator, within: .milliseconds(500)) == nil)
+            #expect(try await Self.next(iterator)?.id == id, "yielded again after the crash")
+            // The loop asks for the next one: the first is handled now, and nothing else waits —
+            // the stream has nothing stored left to yield and waits for news from the relay.
+            let asking = Task { var iterator = iterator; return try await iterator.next() }
+            try await eventually("the stream waits for a new message") { iterator.isWaitingForMessages }
+            #expect(try await restarted.store.unhandledCount() == 0, "handled once the loop asked for the next")
+            asking.cancel()
+            #expect(try await asking.value == nil, "nothing else was waiting")
             let third = try relay.client("bob")
             #expect(try await third.receive().isEmpty, "handled: not handed over a third time")
             #expect(try await third.history().map(\.id) == [id], "stored once")
@@ -178,13 +183,15 @@ import Testing
             for text in texts { _ = try await alice.send(text: text, to: "bob") }
 
             let iterator = bob.messages().makeAsyncIterator()
-            #expect(try await Self.next(of: iterator, within: .seconds(20))?.message.payload.text == "m1")
-            // The app is busy with m1: three stored and not handled, the other four left on the relay.
+            #expect(try await Self.next(iterator)?.message.payload.text == "m1")
+            // The app is busy with m1: the receive loop stored three it has not handled and
+            // stopped reading; the relay keeps the other four (once the three acks are through).
+            try await eventually("the receive loop waits for room") { iterator.isWaitingForRoom }
+            #expect(try await bob.store.unhandledCount() == 3, "no more stored than the limit")
             try await eventually("the relay keeps bob's four") { try await relay.pending("bob") == 4 }
-            try await Task.sleep(for: .milliseconds(300))
-            #expect(try await relay.pending("bob") == 4, "no more read while the app is behind")
+            #expect(iterator.isWaitingForRoom, "no more read while the app is behind")
             var seen = ["m1"]
-            while seen.count < texts.count, let message = try await Self.next(of: iterator, within: .seconds(20)) {
+            while seen.count < texts.count, let message = try await Self.next(iterator) {
                 seen.append(message.message.payload.text ?? "")
             }
             #expect(seen == texts)
@@ -192,20 +199,12 @@ import Testing
         }
     }
 
-    /// The next element of `iterator`, or nil when none comes within `limit`.
-    static func next(of iterator: MessageStream.AsyncIterator, within limit: Duration) async throws -> ReceivedMessage? {
-        try await withThrowingTaskGroup(of: ReceivedMessage?.self) { group in
-            group.addTask {
-                var iterator = iterator
-                return try await iterator.next()
-            }
-            group.addTask {
-                try? await Task.sleep(for: limit)
-                return nil
-            }
-            let first = try await group.next() ?? nil
-            group.cancelAll()
-            return first
+    /// The next element of `iterator`; a stream that yields nothing fails the test (after a
+    /// generous bound) instead of hanging the suite.
+    static func next(_ iterator: MessageStream.AsyncIterator, sourceLocation: SourceLocation = #_sourceLocation) async throws -> ReceivedMessage? {
+        try await withDeadline(.seconds(20), "the next message", sourceLocation: sourceLocation) {
+            var iterator = iterator
+            return try await iterator.next()
         }
     }
 }

@@ -139,7 +139,7 @@ import Testing
     @Test func unknownVersionsAreRefused() throws {
         #expect(throws: EnvelopeError.unsupportedVersion(0)) { try open(try craft(version: 0)) }
         #expect(throws: EnvelopeError.unsupportedVersion(3)) { try open(try craft(version: 3)) }
-        // Version 2 is read as a session record (spec/sessions.md), which a version 1 layout is not.
+        // Version 2 is read as a ratchet record (spec/ratchet.md), which a version 1 layout is not.
         #expect(throws: EnvelopeError.self) { try open(try craft(version: 2)) }
     }
 

@@ -37,7 +37,7 @@ import Testing
     }
 
     /// RFC 4231 cases 1, 2 and 6 (a 131-byte key, longer than the block: hashed first), streamed
-    /// and through the one-shot function the sessions use.
+    /// and through the one-shot function the ratchets use.
     @Test func hmacMatchesRFC4231() {
         let cases: [(key: [UInt8], data: [UInt8], mac: String)] = [
             ([UInt8](repeating: 0x0B, count: 20), Array("Hi There".utf8),

@@ -62,7 +62,7 @@ import MailslotWire
         return Set(list.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
     }
 
-    /// `KeyBundle` describes both versions the relay stores (spec/sessions.md §2): each version's
+    /// `KeyBundle` describes both versions the relay stores (spec/ratchet.md §2): each version's
     /// schema requires exactly the members the reference writes, with its `version`, and version 1
     /// refuses the members of version 2. A schema that knows only version 1 (or misses a member)
     /// fails here.

@@ -167,12 +167,12 @@ import Testing
         }
     }
 
-    @Test func aStrangersSessionMessageThatDoesNotOpenPinsNobody() async throws {
+    @Test func aStrangersRatchetMessageThatDoesNotOpenPinsNobody() async throws {
         try await withLyingRelay { liar in
             let bob = try liar.client("bob"), mallory = try liar.client("mallory", direct: true)
             try await bob.signIn()
             try await mallory.signIn()
-            try await mallory.send(text: "a session start bob cannot open", to: "bob")
+            try await mallory.send(text: "a ratchet start bob cannot open", to: "bob")
             // Bob's one-time prekeys are gone (a restored backup, say): the start names one he lacks.
             try await bob.store.pool.write { db in try db.execute(sql: "DELETE FROM one_time_prekeys") }
             #expect(try await bob.receive().isEmpty)

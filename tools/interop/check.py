@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Independent implementation of Mailslot's formats, written from spec/ alone.
 
-Reads only spec/tokens.md, spec/envelope.md, spec/sessions.md, spec/attachments.md and spec/vectors/*.json (no Swift source), with
+Reads only spec/tokens.md, spec/envelope.md, spec/ratchet.md, spec/attachments.md and spec/vectors/*.json (no Swift source), with
 PyNaCl (libsodium) and pyseto (PASETO). It checks the project's vectors, cross-checks the
 `mailslot-relay` binary (tokens minted by each side, verified by the other), and with
 --write-independent writes spec/vectors/independent/{envelopes,tokens,sessions}.json from this code.
@@ -45,7 +45,7 @@ RULES = dict.fromkeys([
     "days_in_month", "gregorian_leap_years", "clock_ranges", "time_fraction", "bundle_check_5",
     "bundle_check_5a", "typing_payload", "number_format", "smallest_class", "timestamp_int64", "timestamp_negative_zero",
     "utf8_member_order", "reencode_drops_unknown",
-    # spec/sessions.md
+    # spec/ratchet.md
     "bundle_v2_members", "bundle_v2_prekey_id", "bundle_v2_prekey_low_order", "session_id", "signed_prekey_id_nonzero",
     "unknown_one_time_prekey", "ciphertext_min_length", "stale_retired_keys", "stale_old_number", "skip_to_previous_chain_length",
     "max_skip", "skipped_key_lifetime", "max_skipped_keys", "retired_key_bound", "max_message_number", "missing_chain_key",
@@ -824,7 +824,7 @@ def validate_body(body):
 
 class RecordReader:
     """Reads a record's fields in order after its version byte; running past the end is
-    envelope_malformed_record (envelope.md §2.6 check 6, sessions.md §5.3)."""
+    envelope_malformed_record (envelope.md §2.6 check 6, ratchet.md §5.3)."""
 
     def __init__(self, rec):
         self.rec, self.pos = rec, 1
@@ -846,7 +846,7 @@ class RecordReader:
 
 
 def check_names(sender, rcpt, rmid, recipient, mid):
-    """envelope.md §2.6 checks 8-12 (sessions.md §5.3 the same): identifiers, then recipient and id."""
+    """envelope.md §2.6 checks 8-12 (ratchet.md §5.3 the same): identifiers, then recipient and id."""
     try:
         sender, rcpt, rmid = sender.decode(), rcpt.decode(), rmid.decode()
     except UnicodeDecodeError:
@@ -946,7 +946,7 @@ def decode_bundle(text, expected_uid):
         raise FormatError("bundle_malformed")
     if b["version"] not in (1, 2):                                                   # 2
         raise FormatError("bundle_malformed", "version")
-    prekey = decode_bundle_v2_fields(b)                                              # 2 (sessions.md §2)
+    prekey = decode_bundle_v2_fields(b)                                              # 2 (ratchet.md §2)
     if not valid_uid(b["uid"]):                                                      # 3
         raise FormatError("bundle_invalid_uid")
     if expected_uid is not None and b["uid"] != expected_uid:                        # 4
@@ -1061,7 +1061,7 @@ def check_safety_vectors(path):
                   "23715 92509 46723 99080\n74682 41898 99777 81249\n11356 03913 84734 71384", display(c["safety_number"]))
 
 
-# ---------------------------------------------------------------- sessions (sessions.md)
+# ---------------------------------------------------------------- sessions (ratchet.md)
 
 LABEL_X3DH, LABEL_SESSION_ID = b"mailslot-x3dh-v2", b"mailslot-session-id-v2"
 LABEL_ROOT, LABEL_MESSAGE_KEY, LABEL_ENVELOPE_V2 = b"mailslot-ratchet-root-v2", b"mailslot-message-key-v2", b"mailslot-envelope-v2"
@@ -1384,7 +1384,7 @@ def decode_bundle_v2_fields(b):
 
 
 def check_session_vectors(path, label="sessions"):
-    """sessions.md §9 sessions.json (the reference's), or the independent file of the same layout
+    """ratchet.md §9 sessions.json (the reference's), or the independent file of the same layout
     (which has only users, x3dh, conversation and cases)."""
     v = json.load(open(path))
     seeds = {k: b64d(s) for k, s in v["seeds"].items()}
@@ -1496,16 +1496,16 @@ def check_session_primitives(v, seeds):
 
 
 def check_session_examples(v):
-    """The worked examples of sessions.md §3 and §4.1 are the vectors' S1 and alice_initial."""
-    text = open(os.path.join(ROOT, "spec", "sessions.md"), encoding="utf-8").read()
+    """The worked examples of ratchet.md §3 and §4.1 are the vectors' S1 and alice_initial."""
+    text = open(os.path.join(ROOT, "spec", "ratchet.md"), encoding="utf-8").read()
     x, ai = v["x3dh"][0], v["ratchet"]["alice_initial"]
-    found = dict(re.findall(r"^(DH[1-4]|SK|session_id) += ([0-9a-f]+)$", text, re.M))
-    check("sessions.md §3 worked example is S1 of sessions.json",
+    found = dict(re.findall(r"^(DH[1-4]|SK|ratchet_id) += ([0-9a-f]+)$", text, re.M))
+    check("ratchet.md §3 worked example is S1 of sessions.json",
           found == {"DH1": x["dh1_hex"], "DH2": x["dh2_hex"], "DH3": x["dh3_hex"], "DH4": x["dh4_hex"], "SK": x["sk_hex"],
-                    "session_id": x["session_id_hex"]}, repr(found))
+                    "ratchet_id": x["session_id_hex"]}, repr(found))
     fm = ai["first_message"]
     chain = re.findall(r"\b(?:RK|CKs|mk|key|nonce) += ([0-9a-f]{48,})$", text, re.M)
-    check("sessions.md §4.1 worked example is alice_initial of sessions.json",
+    check("ratchet.md §4.1 worked example is alice_initial of sessions.json",
           chain == [ai["root_key_hex"], ai["sending_chain_key_hex"], fm["message_key_hex"], fm["next_chain_key_hex"],
                     fm["aead_key_hex"], fm["nonce_hex"]] and ai["dh_hex"] in text, repr(chain))
 
@@ -1843,7 +1843,7 @@ def write_independent_envelopes(path):
 
 
 def write_independent_sessions(path):
-    """spec/vectors/independent/sessions.json (sessions.md §9 layout: users, x3dh, conversation,
+    """spec/vectors/independent/sessions.json (ratchet.md §9 layout: users, x3dh, conversation,
     cases) from this implementation, with its own seeds, ids and conversation. Deterministic: the
     outer boxes are sealed from ephemeral seeds (envelope.md §6), so writing it again changes nothing."""
     labels = ["alice identity", "alice mailbox", "bob identity", "bob mailbox", "bob signed prekey", "bob one-time prekey 7",
@@ -1977,7 +1977,7 @@ def write_independent_sessions(path):
         env = seal_v2(b, mid, "alice", alice.identity, "bob", bob.mailbox[1], far, lambda p, s=eseed: seal_with_seed(p, bob.mailbox[1], s))
         case(name, step("open", "X3"), env, mid, expect, b=b if expect == "ok" else None)
     write_json(path, {
-        "description": "Sessions (spec/sessions.md §9 layout) written by tools/interop/check.py, an independent implementation "
+        "description": "Ratchets (spec/ratchet.md §9 layout) written by tools/interop/check.py, an independent implementation "
                        "with PyNaCl, from the spec alone: replay `conversation`, then open each case with bob's state after `after_step`.",
         "seeds": {k: b64e(v) for k, v in seeds.items()},
         "users": [{"uid": "alice", "identity_seed": "alice_identity", "mailbox_seed": "alice_mailbox"},

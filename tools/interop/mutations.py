@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Shows that the spec vectors can fail: for each rule of check.RULES (a MUST of spec/tokens.md,
-spec/envelope.md, spec/sessions.md or spec/attachments.md), turns the rule off in check.py's reader and requires at
+spec/envelope.md, spec/ratchet.md or spec/attachments.md), turns the rule off in check.py's reader and requires at
 least one case of spec/vectors/{tokens,envelopes,bundles,sessions,files}.json to fail then. A rule no vector notices is a gap in the
 vectors, reported as a failure.
 

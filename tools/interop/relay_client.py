@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Independent Mailslot relay client, written from spec/ alone (protocol.md, openapi.yaml,
-tokens.md, envelope.md, sessions.md), run against a relay it starts itself.
+tokens.md, envelope.md, ratchet.md), run against a relay it starts itself.
 
 Python stdlib + PyNaCl (libsodium) + pyseto (PASETO) + websockets. The token, envelope, key-bundle
 and session (version 2) formats come from check.py (the earlier independent implementation of
@@ -29,7 +29,7 @@ temporary data folder, and then, as clients:
   * one-time prekeys (§4.14): upload, retry, conflict, the checks and the supply's limit, the
     rules, claims lowest id first and each once, `"prekey": null`, the `ready` frame's count, a
     blocked claimer, a bundle of another identity, the per-owner claim limit;
-  * sessions with the Swift CLI (sessions.md): Python users with check.py's version 2 (a v2
+  * ratchets with the Swift CLI (ratchet.md): Python users with check.py's version 2 (a v2
     bundle, one-time prekeys, X3DH, the Double Ratchet, as §6 says a client does) and a CLI
     profile in a temporary MAILSLOT_HOME (`login`, `send`, `receive --json`) talk both ways: the
     CLI's v2 bundle and its 100 prekeys (seen through a second session of the CLI's uid), its
@@ -1535,10 +1535,10 @@ def scenario_key_ids(c):
     wk.close()
 
 
-# ---------------------------------------------------------------- sessions with the Swift CLI (sessions.md)
+# ---------------------------------------------------------------- ratchets with the Swift CLI (ratchet.md)
 
 class V2User:
-    """A client of spec/sessions.md §6 built on check.py's version 2 code (PyUser, initiate, seal_v2):
+    """A client of spec/ratchet.md §6 built on check.py's version 2 code (PyUser, initiate, seal_v2):
     a version 2 bundle (§2), one-time prekeys stored before they are uploaded (§6.1), sessions with
     one active per contact (§6.4), pins (envelope.md §2.6), the ids it has stored (§6.2 item 7)."""
 
@@ -1679,7 +1679,7 @@ class Cli:
 
 
 def scenario_sessions_with_swift(c):
-    """spec/sessions.md between check.py's version 2 (pyuser, pyuser2, clients as §6 says) and the
+    """spec/ratchet.md between check.py's version 2 (pyuser, pyuser2, clients as §6 says) and the
     Swift CLI (swuser), through this relay. Which session and which record kind is read from the
     clear fields (§5.1) Python sees when opening; what the CLI shows is its `--json` output."""
     rel = c.relay
@@ -1744,16 +1744,16 @@ def scenario_sessions_with_swift(c):
     for u in (py, py2, owner):
         u.grant = sign_in(rel, c.issuer, u)
     b = py.fetch(rel, "swuser")
-    ok("the CLI published a version 2 bundle that verifies for swuser, signed prekey id 1 … 2³² − 1 (sessions.md §2, §6.1 item 1)",
+    ok("the CLI published a version 2 bundle that verifies for swuser, signed prekey id 1 … 2³² − 1 (ratchet.md §2, §6.1 item 1)",
        b["version"] == 2 and 1 <= b["signed_prekey_id"] <= 0xFFFFFFFF, b)
     ok("its identity key is the one the CLI's login printed the fingerprint of (envelope.md §5)",
        fmt.fingerprint("swuser", py.pins["swuser"]) == lines[0].get("fingerprint", "").replace(" ", ""), lines[0])
-    ok("the CLI uploaded 100 one-time prekeys: the owner's GET …/prekeys → count 100 (sessions.md §6.1 item 3, protocol.md §4.14)",
+    ok("the CLI uploaded 100 one-time prekeys: the owner's GET …/prekeys → count 100 (ratchet.md §6.1 item 3, protocol.md §4.14)",
        sw_count() == 100, sw_count())
 
     # 2. Python publishes a version 2 bundle and one-time prekeys; the CLI starts a session.
     for u in (py, py2):
-        expect(f"{u.uid} PUTs a version 2 bundle → 204 (protocol.md §4.6, sessions.md §2)",
+        expect(f"{u.uid} PUTs a version 2 bundle → 204 (protocol.md §4.6, ratchet.md §2)",
                request(rel, "PUT", f"/v1/users/{u.uid}/keys", u.bundle(), u.session), 204)
         r = request(rel, "POST", f"/v1/users/{u.uid}/prekeys", {"prekeys": u.make_prekeys(10)}, u.session)
         ok(f"{u.uid} uploads 10 one-time prekeys, secrets stored first → 200 {{\"count\":10}} (protocol.md §4.14)",
@@ -1763,7 +1763,7 @@ def scenario_sessions_with_swift(c):
     ids = [cli_send(w, "pyuser") for w in words]
     if None in ids:
         return
-    ok("the CLI claimed exactly one of pyuser's one-time prekeys: count 10 → 9 (sessions.md §6.2 item 5)",
+    ok("the CLI claimed exactly one of pyuser's one-time prekeys: count 10 → 9 (ratchet.md §6.2 item 5)",
        py_count(py) == 9, py_count(py))
     w = WS(rel, "pyuser", py.session)
     c.sockets.append(w)
@@ -1775,7 +1775,7 @@ def scenario_sessions_with_swift(c):
     for d, words_i in zip(got, words):
         try:
             rec = fmt.outer_open(fmt.b64d(d["envelope"]), py.py.mailbox[0])
-            ok(f"{d['id'][:8]}… is a version 2 record (0x02): the CLI seals v2 to a v2 bundle (sessions.md §6.3 item 8)",
+            ok(f"{d['id'][:8]}… is a version 2 record (0x02): the CLI seals v2 to a v2 bundle (ratchet.md §6.3 item 8)",
                rec[0] == 2, rec[:1].hex())
             fields, body, msg = py.accept(rel, d)
             opened.append(fields)
@@ -1818,7 +1818,7 @@ def scenario_sessions_with_swift(c):
     ok("pyuser's replies are kind 0 with a new ratchet key (its DH step, §4.4 step 3; the responder writes kind 0, §5.1)",
        s.start is None and s.ratchet.own[1] != py.py.signed_prekeys[py.spk_id][1] and s.ratchet.ns == 2, "")
     lines = cli_receive("pyuser's replies")
-    ok("the CLI shows both replies, from pyuser, in order (sessions.md §5.3 on the Swift side)",
+    ok("the CLI shows both replies, from pyuser, in order (ratchet.md §5.3 on the Swift side)",
        shown(lines) == [(mid, "pyuser", "text", text) for mid, text in replies], lines)
     rc, sn, err = cli.run("fingerprint", "--profile", "swuser", "--json", "pyuser")
     want = fmt.safety_number(fmt.fingerprint("swuser", py.pins["swuser"]), fmt.fingerprint("pyuser", py.identity_key))

@@ -26,11 +26,11 @@ enum Mode: String, ExpressibleByArgument, Sendable {
     case e2e
 }
 
-/// Which envelope format e2e mode seals (spec/envelope.md, version 2: sessions).
+/// Which envelope format e2e mode seals (spec/envelope.md, version 2: ratchets).
 enum EnvelopeVersion: String, ExpressibleByArgument, Sendable {
     /// Version 1: each message signed and sealed on its own.
     case v1
-    /// Version 2: each message in the sender's session with its recipient (X3DH, Double Ratchet).
+    /// Version 2: each message in the sender's ratchet with its recipient (X3DH, Double Ratchet).
     case v2
 }
 
@@ -57,7 +57,7 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: "relay: envelopes sealed once per recipient before the clock starts (measures the relay); e2e: each message sealed by its sender and opened and verified by its recipient.")
     var mode: Mode = .relay
 
-    @Option(help: "E2e mode: v2 (sessions: version 2 bundles with a signed prekey, one session per sender and recipient) or v1 (each message signed and sealed on its own).")
+    @Option(help: "E2e mode: v2 (ratchets: version 2 bundles with a signed prekey, one ratchet per sender and recipient) or v1 (each message signed and sealed on its own).")
     var envelope: EnvelopeVersion = .v2
 
     @Flag(help: "E2e mode with v2: each recipient uploads a one-time prekey per sender (at most 200, the relay's default limit) and each sender claims one per recipient before the clock; a claim the relay's limits refuse, or none left, starts the session with the signed prekey alone.")

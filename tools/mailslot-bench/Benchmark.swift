@@ -8,7 +8,7 @@ struct RunSettings: Sendable {
     let mode: Mode
     /// E2e mode: the envelope version sealed, and the in-process CPU comparison's batches.
     let envelope: EnvelopeVersion
-    /// E2e mode with v2: sessions start with a claimed one-time prekey when one is had.
+    /// E2e mode with v2: ratchets start with a claimed one-time prekey when one is had.
     let oneTimePrekeys: Bool
     let cryptoBatches: Int, cryptoBatchMessages: Int
     let senders: Int, recipients: Int, slowRecipients: Int, subscribers: Int
@@ -75,7 +75,7 @@ struct Benchmark {
         let prefix = Users.runPrefix()
         func uids(_ tag: String, _ count: Int) -> [String] { (0..<count).map { "\(prefix)-\(tag)\(String(format: "%04d", $0))" } }
         let senderUIDs = uids("s", s.senders), recipientUIDs = uids("r", s.recipients), slowUIDs = uids("k", s.slowRecipients)
-        let e2e = s.mode == .e2e, sessions = e2e && s.envelope == .v2
+        let e2e = s.mode == .e2e, ratchets = e2e && s.envelope == .v2
         let body = try MessageBody(size: s.size, senderUID: senderUIDs[0], recipientUIDLength: recipientUIDs[0].utf8.count,
                                    version: e2e ? s.envelope : .v1)
 
@@ -110,14 +110,14 @@ struct Benchmark {
             if !e2e { presealed[user.uid] = try body.presealed(from: senders[0], to: user.uid, mailboxKey: key) }
             destinations.append(Destination(uid: user.uid, slow: slowUIDs.contains(user.uid), presealed: presealed[user.uid], mailboxKey: key))
         }
-        // Version 2: each sender starts a session with each recipient from its verified bundle
+        // Version 2: each sender starts a ratchet with each recipient from its verified bundle
         // before the clock, with a claimed one-time prekey (--one-time-prekeys) or the signed
         // prekey alone, as when none is left.
-        var senderSessions: [[Session]] = []
+        var senderRatchets: [[Ratchet]] = []
         var oneTimeStarts = 0
-        if sessions {
+        if ratchets {
             for sender in senders {
-                var row: [Session] = []
+                var row: [Ratchet] = []
                 for destination in destinations {
                     guard let bundle = recipientBundles[destination.uid], let prekey = bundle.signedPrekey else {
                         throw BenchFailure.failed("\(destination.uid)'s key bundle has no signed prekey")
@@ -129,14 +129,14 @@ struct Benchmark {
                         oneTimeStarts += 1
                     }
                     let started = Result { () throws(EnvelopeError) in
-                        try Session.initiate(identity: sender.identity, peerIdentity: bundle.identityKey, signedPrekey: prekey, oneTimePrekey: oneTime)
+                        try Ratchet.initiate(identity: sender.identity, peerIdentity: bundle.identityKey, signedPrekey: prekey, oneTimePrekey: oneTime)
                     }
                     switch started {
-                    case .success(let session): row.append(session)
-                    case .failure(let error): throw BenchFailure.failed("cannot start a session with \(destination.uid): \(error.code)")
+                    case .success(let ratchet): row.append(ratchet)
+                    case .failure(let error): throw BenchFailure.failed("cannot start a ratchet with \(destination.uid): \(error.code)")
                     }
                 }
-                senderSessions.append(row)
+                senderRatchets.append(row)
             }
         }
 
@@ -158,7 +158,7 @@ struct Benchmark {
                 let isSlow = slowUIDs.contains(user.uid)
                 let plan = RecipientPlan(user: user, acks: !isSlow, measures: !isSlow, senderUIDs: senderUIDs,
                                          presealed: presealed[user.uid].map { Array($0.utf8) }, pinned: pinned,
-                                         sessions: sessions ? Locked(SessionStore()) : nil)
+                                         ratchets: ratchets ? Locked(RatchetStore()) : nil)
                 let ledger = Locked(RecipientLedger())
                 sockets.append(BenchRecipient.start(plan, ledger: ledger, http: target.recipientHTTP(recipientLedgers.count), counters: counters))
                 recipientLedgers.append(ledger)
@@ -169,7 +169,7 @@ struct Benchmark {
                 let plan = SenderPlan(index: index, user: user, destinations: destinations,
                                       quota: s.messages.map { $0 / s.senders + (index < $0 % s.senders ? 1 : 0) },
                                       duration: s.duration.map { UInt64($0 * 1e9) }, pacing: pacing(index),
-                                      body: e2e ? body : nil, sessions: sessions ? senderSessions[index] : nil)
+                                      body: e2e ? body : nil, ratchets: ratchets ? senderRatchets[index] : nil)
                 let (socket, ledger) = BenchSender.start(plan, http: target.senderHTTP(index), gate: gate, counters: counters)
                 sockets.append(socket)
                 senderLedgers.append(ledger)
@@ -216,7 +216,7 @@ struct Benchmark {
                 for index in slowIndexes {
                     let plan = recipientPlans[index]
                     let drainer = RecipientPlan(user: plan.user, acks: true, measures: false, senderUIDs: plan.senderUIDs,
-                                                presealed: plan.presealed, pinned: plan.pinned, sessions: plan.sessions)
+                                                presealed: plan.presealed, pinned: plan.pinned, ratchets: plan.ratchets)
                     sockets.append(BenchRecipient.start(drainer, ledger: recipientLedgers[index], http: target.recipientHTTP(index), counters: counters))
                 }
                 slowDrained = try await waitProgressing(counters: counters, sockets: sockets, what: "the slow recipients' backlog") { _ in
@@ -448,7 +448,7 @@ struct Benchmark {
         if s.mode == .e2e {
             lines.append("  client CPU per message (\(s.envelope.rawValue)): seal \(Format.optional(sealCPU, "%.1f")) µs + open \(Format.optional(openCPU, "%.1f")) µs"
                          + " = \(Format.optional(clientCPU, "%.1f")) µs"
-                         + (s.envelope == .v2 ? "; \(oneTimeStarts) of \(s.senders * destinations.count) sessions started with a one-time prekey" : ""))
+                         + (s.envelope == .v2 ? "; \(oneTimeStarts) of \(s.senders * destinations.count) ratchets started with a one-time prekey" : ""))
         }
         if let cost = cryptoCost {
             lines.append(String(format: "  in-process seal+open CPU (µs/msg, median of %d alternating batches of %d): v1 seal %.1f open %.1f; v2 seal %.1f open %.1f;",

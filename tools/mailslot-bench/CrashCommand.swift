@@ -118,12 +118,12 @@ struct CrashTest {
         }
         let senderPlans = senders.enumerated().map { index, user in
             SenderPlan(index: index, user: user, destinations: destinations, quota: nil, duration: nil,
-                       pacing: .closed(window: command.window), body: nil, sessions: nil)
+                       pacing: .closed(window: command.window), body: nil, ratchets: nil)
         }
         let recipientPlans = recipients.map { user in
             RecipientPlan(user: user, acks: true, measures: true, senderUIDs: senderUIDs,
                           presealed: Array((destinations.first { $0.uid == user.uid }?.presealed ?? "").utf8), pinned: nil,
-                          sessions: nil)
+                          ratchets: nil)
         }
         let outboxes = senders.map { _ in Locked(Outbox()) }
         let ledgers = recipients.map { _ in Locked(RecipientLedger()) }

@@ -45,11 +45,11 @@ struct CryptoCost: Sendable {
                  ("v2_turn_every_message", .number(v2TurnEveryMessage)), ("v2_turn_every_50", .number(v2TurnEvery50))])
     }
 
-    /// One side of the measured conversation: its keys and the sessions it holds.
+    /// One side of the measured conversation: its keys and the ratchets it holds.
     private final class Party {
         let uid: String
         let identity = IdentityKeyPair(), mailbox = MailboxKeyPair(), signedPrekey = X25519KeyPair()
-        var session: Session?
+        var ratchet: Ratchet?
 
         init(uid: String) { self.uid = uid }
     }
@@ -73,32 +73,32 @@ struct CryptoCost: Sendable {
         return spent
     }
 
-    /// A new session from `a` to `b`, then `messages` messages: all from `a` (nil), or the
+    /// A new ratchet from `a` to `b`, then `messages` messages: all from `a` (nil), or the
     /// direction changing every `turnEvery` messages, so each side's ratchet turns that often.
     private static func versionTwo(body: MessageBody, _ a: Party, _ b: Party, messages: Int, turnEvery: Int?) throws -> Spent {
-        a.session = try Session.initiate(identity: a.identity, peerIdentity: b.identity.publicKey,
+        a.ratchet = try Ratchet.initiate(identity: a.identity, peerIdentity: b.identity.publicKey,
                                          signedPrekey: PublishedPrekey(id: BenchUser.signedPrekeyID, key: b.signedPrekey.publicKey),
                                          oneTimePrekey: nil)
-        b.session = nil
+        b.ratchet = nil
         var spent: Spent = (0, 0)
         for sequence in 0..<messages {
             let forward = turnEvery.map { (sequence / $0) % 2 == 0 } ?? true
             let (from, to) = forward ? (a, b) : (b, a)
             let id = BenchID.make(sender: 0, sequence: sequence, time: 0), message = body.message(from: from.uid)
-            guard var session = from.session else { throw BenchFailure.failed("the in-process sender holds no session") }
+            guard var ratchet = from.ratchet else { throw BenchFailure.failed("the in-process sender holds no ratchet") }
             let started = ProcessStats.threadCPUNanoseconds()
             let envelope = try Envelope.seal(message, id: id, from: from.uid, identity: from.identity, to: to.uid,
-                                             mailboxKey: to.mailbox.publicKey, session: &session)
+                                             mailboxKey: to.mailbox.publicKey, ratchet: &ratchet)
             let sealed = ProcessStats.threadCPUNanoseconds()
-            from.session = session
+            from.ratchet = ratchet
             guard case .version2(let read) = try Envelope.unseal(envelope, id: id, recipient: to.uid, keys: to.mailbox) else {
                 throw BenchFailure.failed("an in-process version 2 message unsealed as version 1")
             }
-            let current = try to.session ?? Session.accept(read, identity: to.identity, signedPrekey: to.signedPrekey, oneTimePrekey: nil)
+            let current = try to.ratchet ?? Ratchet.accept(read, identity: to.identity, signedPrekey: to.signedPrekey, oneTimePrekey: nil)
             let (opened, next) = try read.open(with: current, identity: to.identity.publicKey, now: Int64(Date().timeIntervalSince1970))
             spent.seal += sealed - started
             spent.open += ProcessStats.threadCPUNanoseconds() - sealed
-            to.session = next
+            to.ratchet = next
             try check(opened, from: from, body: body)
             if sequence == 0 { try checkSize(envelope, body: body, from: a, to: b, version: .v2) }
         }

@@ -15,15 +15,15 @@ struct RecipientPlan: Sendable {
     let presealed: [UInt8]?
     /// E2e mode: the senders' identity keys as pinned from their key bundles.
     let pinned: [String: IdentityPublicKey]?
-    /// E2e mode with version 2 envelopes: this user's sessions, kept across its sockets as a
+    /// E2e mode with version 2 envelopes: this user's ratchets, kept across its sockets as a
     /// client's store keeps them (nil: version 1).
-    let sessions: Locked<SessionStore>?
+    let ratchets: Locked<RatchetStore>?
 }
 
-/// A recipient's sessions by session id, and the one-time prekeys used up (a client erases each
-/// once a session started with it).
-struct SessionStore: Sendable {
-    var sessions: [[UInt8]: Session] = [:]
+/// A recipient's ratchets by ratchet id, and the one-time prekeys used up (a client erases each
+/// once a ratchet started with it).
+struct RatchetStore: Sendable {
+    var ratchets: [[UInt8]: Ratchet] = [:]
     var usedPrekeys: Set<UInt32> = []
 }
 
@@ -217,7 +217,7 @@ enum BenchRecipient {
     /// time spent opening (e2e), in nanoseconds. The relay's stamped author must be the sender the
     /// id names. Relay mode: the envelope must be the bytes sent. E2e mode: it must open with the
     /// recipient's key, for this recipient and id, from the key pinned for that author — version 1
-    /// signed by it, version 2 in the session with it (accepted from the message if it starts one).
+    /// signed by it, version 2 in the ratchet with it (accepted from the message if it starts one).
     private static func check(_ bytes: FrameBytes, id: UnsafeRawBufferPointer, sender: String, plan: RecipientPlan) -> (String?, UInt64) {
         guard let author = bytes.string("\"author\":\""), author.elementsEqual(sender.utf8) else { return ("author_mismatch", 0) }
         guard let envelope = bytes.string("\"envelope\":\"") else { return ("envelope_missing", 0) }
@@ -247,27 +247,27 @@ enum BenchRecipient {
             case .version2(let sealed):
                 guard sealed.sender == sender else { return "author_mismatch" }
                 guard sealed.senderKey == pinned else { return "key_changed" }
-                guard let sessions = plan.sessions else { return "envelope_v2_unexpected" }
-                return sessions.withLock { openInSession(sealed, sender: sender, plan: plan, sessions: &$0) }
+                guard let ratchets = plan.ratchets else { return "envelope_v2_unexpected" }
+                return ratchets.withLock { openInRatchet(sealed, sender: sender, plan: plan, ratchets: &$0) }
             }
         } catch {
             return error.code
         }
     }
 
-    /// Opens a version 2 message in the session it names, or in the one it starts, and keeps the
-    /// session's new state; nil when it passes.
-    private static func openInSession(_ sealed: SessionEnvelope, sender: String, plan: RecipientPlan,
-                                      sessions store: inout SessionStore) -> String? {
+    /// Opens a version 2 message in the ratchet it names, or in the one it starts, and keeps the
+    /// ratchet's new state; nil when it passes.
+    private static func openInRatchet(_ sealed: RatchetEnvelope, sender: String, plan: RecipientPlan,
+                                      ratchets store: inout RatchetStore) -> String? {
         do {
-            let session: Session
+            let ratchet: Ratchet
             var usedPrekey: UInt32?
-            if let known = store.sessions[sealed.sessionID] {
-                session = known
+            if let known = store.ratchets[sealed.ratchetID] {
+                ratchet = known
             } else {
-                // Every message carries the session start until the recipient answers, so
-                // whichever arrives first (out of order too) starts the session here.
-                guard let start = sealed.start else { return EnvelopeError.noSession.code }
+                // Every message carries the ratchet start until the recipient answers, so
+                // whichever arrives first (out of order too) starts the ratchet here.
+                guard let start = sealed.start else { return EnvelopeError.noRatchet.code }
                 guard start.signedPrekeyID == BenchUser.signedPrekeyID else { return EnvelopeError.unknownPrekey.code }
                 var oneTime: X25519KeyPair?
                 if let id = start.oneTimePrekeyID {
@@ -275,11 +275,11 @@ enum BenchRecipient {
                     oneTime = pair
                     usedPrekey = id
                 }
-                session = try Session.accept(sealed, identity: plan.user.identity, signedPrekey: plan.user.signedPrekey, oneTimePrekey: oneTime)
+                ratchet = try Ratchet.accept(sealed, identity: plan.user.identity, signedPrekey: plan.user.signedPrekey, oneTimePrekey: oneTime)
             }
-            let (opened, next) = try sealed.open(with: session, identity: plan.user.identity.publicKey, now: Int64(Date().timeIntervalSince1970))
+            let (opened, next) = try sealed.open(with: ratchet, identity: plan.user.identity.publicKey, now: Int64(Date().timeIntervalSince1970))
             guard opened.sender == sender else { return "author_mismatch" }
-            store.sessions[next.id] = next
+            store.ratchets[next.id] = next
             if let usedPrekey { store.usedPrekeys.insert(usedPrekey) }
             return nil
         } catch {

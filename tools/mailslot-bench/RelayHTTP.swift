@@ -79,7 +79,7 @@ struct RelayHTTP: Sendable {
 
     /// `POST /v1/users/{uid}/prekeys/claim`: one of the owner's one-time prekeys, now gone from the
     /// relay; nil when none is left or the claim limits refuse (429), as a client then starts the
-    /// session with the signed prekey alone.
+    /// ratchet with the signed prekey alone.
     func claimPrekey(of uid: String, session: String) async throws -> Prekey? {
         let answer = try await call("POST", "/v1/users/\(uid)/prekeys/claim", bearer: session, body: Data("{}".utf8))
         if answer.status == 429 { return nil }

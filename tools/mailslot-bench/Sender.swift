@@ -35,9 +35,9 @@ struct SenderPlan: Sendable {
     let pacing: Pacing
     /// E2e mode: seal each message now (nil: relay mode, send the pre-sealed envelopes).
     let body: MessageBody?
-    /// E2e mode with version 2 envelopes: this sender's session with each destination, by index,
+    /// E2e mode with version 2 envelopes: this sender's ratchet with each destination, by index,
     /// started before the clock (nil: version 1).
-    let sessions: [Session]?
+    let ratchets: [Ratchet]?
 
     func destinationIndex(_ sequence: Int) -> Int { (index + sequence) % destinations.count }
     func destination(_ sequence: Int) -> Destination { destinations[destinationIndex(sequence)] }
@@ -142,7 +142,7 @@ enum BenchSender {
         var creditsLeft = credits.makeAsyncIterator()
         var outstanding = 0
         var sequence = 0
-        var sessions = plan.sessions  // advanced by every seal, as a client stores them
+        var ratchets = plan.ratchets  // advanced by every seal, as a client stores them
         do {
             while plan.quota.map({ sequence < $0 }) ?? true {
                 let time: UInt64
@@ -171,9 +171,9 @@ enum BenchSender {
                     do {
                         let started = ProcessStats.threadCPUNanoseconds()
                         let sealed: [UInt8]
-                        if sessions != nil {
+                        if ratchets != nil {
                             sealed = try Envelope.seal(message, id: id, from: plan.user.uid, identity: plan.user.identity, to: destination.uid,
-                                                       mailboxKey: destination.mailboxKey, session: &sessions![destinationIndex])
+                                                       mailboxKey: destination.mailboxKey, ratchet: &ratchets![destinationIndex])
                         } else {
                             sealed = try Envelope.seal(message, id: id, from: plan.user.uid, identity: plan.user.identity, to: destination.uid,
                                                        mailboxKey: destination.mailboxKey)

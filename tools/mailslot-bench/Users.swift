@@ -8,7 +8,7 @@ struct BenchUser: Sendable {
     let session: String
     let identity: IdentityKeyPair
     let mailbox: MailboxKeyPair
-    /// The signed prekey a version 2 bundle publishes (id ``signedPrekeyID``), for sessions.
+    /// The signed prekey a version 2 bundle publishes (id ``signedPrekeyID``), for ratchets.
     let signedPrekey: X25519KeyPair
     /// The one-time prekeys it uploaded, by id (from 1).
     let oneTimePrekeys: [UInt32: X25519KeyPair]
@@ -93,8 +93,8 @@ struct MessageBody: Sendable {
 
     /// The size class of a message with a `body`-byte body. Version 1's record is 104 fixed bytes
     /// + the uids + the id + the body (spec/envelope.md §2.3); version 2's is 153 + the same while
-    /// it carries the session start (44 of them), as every bench message does, since recipients
-    /// never answer: 36 of names' lengths, version and sender key, 57 of session id, kind and
+    /// it carries the ratchet start (44 of them), as every bench message does, since recipients
+    /// never answer: 36 of names' lengths, version and sender key, 57 of ratchet id, kind and
     /// start, 40 of ratchet header, 4 of length and 16 of AEAD tag.
     static func envelopeBytes(body: Int, senderUIDLength: Int, recipientUIDLength: Int, version: EnvelopeVersion) -> Int? {
         Envelope.sizeClass(forRecordLength: (version == .v1 ? 104 : 153) + senderUIDLength + recipientUIDLength + BenchID.length + body)

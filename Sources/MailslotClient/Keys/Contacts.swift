@@ -26,8 +26,8 @@ public struct Contact: Sendable, Equatable {
     public let mailboxKey: MailboxPublicKey
     /// How far it is trusted.
     public let trust: Trust
-    /// The signed prekey of the contact's bundle (version 2): messages to it go in a session with
-    /// forward secrecy (spec/sessions.md). Nil for a contact that publishes none (version 1).
+    /// The signed prekey of the contact's bundle (version 2): messages to it go in a ratchet with
+    /// forward secrecy (spec/ratchet.md). Nil for a contact that publishes none (version 1).
     public let signedPrekey: PublishedPrekey?
 
     /// The key id of the pinned keys, sent with every message sealed to them (`KeyBundle.keyID`).
@@ -72,7 +72,7 @@ extension ClientStore {
 
     /// Updates the mailbox key and signed prekey of a contact whose identity key is unchanged
     /// (keys rotate under one identity). A bundle without a signed prekey leaves the known one:
-    /// a contact once seen with sessions is never sent version 1 again (spec/sessions.md §6).
+    /// a contact once seen with ratchets is never sent version 1 again (spec/ratchet.md §6).
     func updateMailboxKey(_ bundle: KeyBundle) async throws {
         try await pool.write { db in
             try db.execute(sql: """
@@ -146,7 +146,7 @@ extension ClientStore {
                 return .mismatch
             }
             if let bundle = candidate.offered {
-                // A new identity: new keys, and the sessions with the old one are over.
+                // A new identity: new keys, and the ratchets with the old one are over.
                 try db.execute(sql: """
                     UPDATE contacts SET identity_key = ?, mailbox_key = ?, signed_prekey_id = ?, signed_prekey = ?, sessions_used = 0
                     WHERE uid = ?

@@ -101,7 +101,7 @@ extension MailslotClient {
             }
             throw error
         }
-        // New messages may have started sessions, each using up one of the relay's one-time prekeys.
+        // New messages may have started ratchets, each using up one of the relay's one-time prekeys.
         if !received.isEmpty { await replenishPrekeys() }
         await eraseOldCopies()
         // Acknowledged first, then the files saved as the policy says: a download, however long,
@@ -152,15 +152,15 @@ extension MailslotClient {
     }
 
     /// Refusals that mean "this device cannot read it" rather than "it is bad": the author is
-    /// told, and sends it again to the current keys in a new session (spec/sessions.md §6).
+    /// told, and sends it again to the current keys in a new ratchet (spec/ratchet.md §6).
     static func isUnreadable(_ error: EnvelopeError) -> Bool {
         ClientStore.unreadableCodes.contains(error.code)
     }
 
     private func acceptVersion1(_ opened: OpenedEnvelope, _ record: MessageRecord) async throws -> Accepted {
         guard opened.sender == record.author else { return try await reject(record, .authorMismatch) }
-        // Once a contact has written in sessions, a version 1 envelope from it is a downgrade.
-        guard try await !store.usesSessions(opened.sender) else { return try await reject(record, .downgrade) }
+        // Once a contact has written in ratchets, a version 1 envelope from it is a downgrade.
+        guard try await !store.usesRatchets(opened.sender) else { return try await reject(record, .downgrade) }
         guard let pinned = try await isPinned(opened.senderKey, of: opened.sender) else { return try await reject(record, .senderHasNoKeys) }
         if let receipt = opened.message.payload.receipt, opened.message.type == .receipt, receipt.kind == .unreadable {
             // Even under a key not trusted yet: the notice only marks messages sent to its own
@@ -174,9 +174,9 @@ extension MailslotClient {
         return Accepted(message: message)
     }
 
-    /// A version 2 envelope: the author and the pinned key are checked before the session is
-    /// touched, then it opens, advances its session and is stored in one transaction.
-    private func acceptVersion2(_ sealed: SessionEnvelope, _ record: MessageRecord, as me: Identity) async throws -> Accepted {
+    /// A version 2 envelope: the author and the pinned key are checked before the ratchet is
+    /// touched, then it opens, advances its ratchet and is stored in one transaction.
+    private func acceptVersion2(_ sealed: RatchetEnvelope, _ record: MessageRecord, as me: Identity) async throws -> Accepted {
         guard sealed.sender == record.author else { return try await reject(record, .authorMismatch) }
         // A first contact is pinned (its bundle fetched) only for a message that opens: one that
         // does not throws its envelope error here, and is kept as rejected, with no notice.
@@ -184,26 +184,26 @@ extension MailslotClient {
         guard let pinned = try await isPinned(sealed.senderKey, of: sealed.sender) else { return try await reject(record, .senderHasNoKeys) }
         guard pinned else {
             // Under a key not trusted yet an `unreadable` notice is still read, as in version 1 —
-            // it only marks messages sent to its own author — but no session is kept with that key.
+            // it only marks messages sent to its own author — but no ratchet is kept with that key.
             if let notice = try? await store.openWithoutKeeping(sealed, as: me), notice.message.type == .receipt,
                let receipt = notice.message.payload.receipt, receipt.kind == .unreadable {
                 try await undelivered(receipt.messageIDs, reportedBy: notice.sender, in: nil)
             }
             return try await reject(record, .keyChanged)
         }
-        let opened = try await store.openInSession(sealed, as: me)
+        let opened = try await store.openInRatchet(sealed, as: me)
         if let receipt = opened.message.payload.receipt, opened.message.type == .receipt, receipt.kind == .unreadable {
-            try await undelivered(receipt.messageIDs, reportedBy: opened.sender, in: sealed.sessionID)
+            try await undelivered(receipt.messageIDs, reportedBy: opened.sender, in: sealed.ratchetID)
         }
         return Accepted(message: ReceivedMessage(id: record.id, sender: opened.sender, message: opened.message, body: opened.body))
     }
 
     /// The contact could not read these messages: they are marked undelivered, and the next
-    /// message to it goes in a session its device holds — the one the notice came in, if it came
+    /// message to it goes in a ratchet its device holds — the one the notice came in, if it came
     /// in one, or else a new one.
-    private func undelivered(_ ids: [String], reportedBy contact: String, in session: [UInt8]?) async throws {
+    private func undelivered(_ ids: [String], reportedBy contact: String, in ratchet: [UInt8]?) async throws {
         if try await store.markUndelivered(ids, recipient: contact, reason: "unreadable") > 0 {
-            try await store.deactivateSessions(with: contact, except: session)
+            try await store.deactivateRatchets(with: contact, except: ratchet)
         }
     }
 

@@ -60,6 +60,16 @@ public struct MessageStream: AsyncSequence, Sendable {
         public mutating func next() async throws -> ReceivedMessage? {
             try await feed.next()
         }
+
+        /// Whether the receive loop behind this iterator has stopped reading from the relay
+        /// because ``MailslotClient/maxUnhandled`` stored messages wait for the app
+        /// (back-pressure): it reads on once a message is handled. The relay holds the rest
+        /// meanwhile. A state to observe (tests, diagnostics), not to wait on in a loop.
+        package var isWaitingForRoom: Bool { feed.signal.isWaitingForRoom }
+
+        /// Whether a ``next()`` is waiting for a message: nothing stored is left to yield, and it
+        /// wakes when one is stored, a typing indicator comes or the subscription ends.
+        package var isWaitingForMessages: Bool { feed.signal.isWaitingForNews }
     }
 }
 
@@ -111,6 +121,13 @@ final class StreamSignal: Sendable {
 
     /// How the receive loop ended, once it has.
     var end: Result<Void, any Error>? { state.withLock { $0.end } }
+
+    /// Whether the consumer is suspended in ``waitForNews()``.
+    var isWaitingForNews: Bool { state.withLock { $0.consumer != nil } }
+
+    /// Whether the receive loop is suspended in ``waitForRoom()``: it reads nothing from the
+    /// relay until ``handled()``.
+    var isWaitingForRoom: Bool { state.withLock { $0.producer != nil } }
 
     /// Waits until something is stored, shown or ends, or the task is cancelled; returns at once
     /// if something was stored since the last wait.

@@ -133,7 +133,7 @@ extension MailslotClient {
         do {
             if try await store.erasePreviousKeys() > 0 { try await store.checkpoint() }
             let now = Date().timeIntervalSince1970
-            if now - lastSkippedKeyPrune >= 3600 {  // sessions that receive nothing keep no key past its lifetime
+            if now - lastSkippedKeyPrune >= 3600 {  // ratchets that receive nothing keep no key past its lifetime
                 lastSkippedKeyPrune = now
                 if try await store.dropExpiredSkippedKeys(now: now) > 0 { try await store.checkpoint() }
             }
@@ -147,10 +147,10 @@ extension MailslotClient {
         }
     }
 
-    /// Truncates the WAL after session writes, so that the session states they replaced and the
+    /// Truncates the WAL after ratchet writes, so that the ratchet states they replaced and the
     /// prekey secrets they erased leave no older copy in the `-wal` file: forward secrecy holds only
-    /// if the old keys are gone from the disk too (spec/sessions.md §7). It costs a checkpoint per
-    /// message sealed or opened in a session. Best effort: a busy database is tried again next time.
+    /// if the old keys are gone from the disk too (spec/ratchet.md §7). It costs a checkpoint per
+    /// message sealed or opened in a ratchet. Best effort: a busy database is tried again next time.
     func eraseOldCopies() async {
         try? await store.checkpoint()
     }
@@ -163,7 +163,7 @@ extension MailslotClient {
 
     /// Tops the relay's supply of this device's one-time prekeys up to ``prekeySupply`` when fewer
     /// than ``prekeyLowWater`` are left (`remaining`, from a `ready` frame; asked when nil). Best
-    /// effort: a sender who finds none starts the session with the signed prekey alone.
+    /// effort: a sender who finds none starts the ratchet with the signed prekey alone.
     /// One top-up at a time (frames may come while one runs), and never more prekeys than
     /// ``PrekeyBudget`` allows, whatever counts the relay sends.
     func replenishPrekeys(remaining: Int? = nil) async {
@@ -198,7 +198,7 @@ extension MailslotClient {
         remaining <= 0 ? prekeySupply : max(0, prekeySupply - min(remaining, prekeySupply))
     }
 
-    /// How many one-time prekeys the client keeps on the relay (spec/sessions.md §6).
+    /// How many one-time prekeys the client keeps on the relay (spec/ratchet.md §6).
     static let prekeySupply = 100
     /// Below this many left, the client uploads more: the relay's low-water mark, below which it
     /// sends a listening client a `prekeys` frame (spec/protocol.md §8.4).
@@ -245,22 +245,22 @@ extension MailslotClient {
         return .queued(.init(id: id, recipient: recipient, sealed: sealed))
     }
 
-    /// Seals `message` for `contact`: in the active session with it when its bundle has a signed
-    /// prekey (a new session first, with a one-time prekey claimed from the relay when one is
-    /// left), as a version 1 envelope otherwise (spec/sessions.md §6). A note to oneself is version
-    /// 1 too: one store cannot hold both ends of a session under one id. Throws
-    /// ``ClientError/keyChanged(_:)`` when the bundle fetched before a new session shows another
+    /// Seals `message` for `contact`: in the active ratchet with it when its bundle has a signed
+    /// prekey (a new ratchet first, with a one-time prekey claimed from the relay when one is
+    /// left), as a version 1 envelope otherwise (spec/ratchet.md §6). A note to oneself is version
+    /// 1 too: one store cannot hold both ends of a ratchet under one id. Throws
+    /// ``ClientError/keyChanged(_:)`` when the bundle fetched before a new ratchet shows another
     /// identity key.
     func seal(_ message: ChatMessage, id: String, as me: Identity, to contact: Contact) async throws -> ClientStore.Sealed {
         var contact = contact
         guard contact.uid != me.uid else { return try sealVersion1(message, id: id, as: me, to: contact) }
         for attempt in 0..<2 {
-            let hasSession = try await store.hasActiveSession(with: contact)
-            let needsSession = attempt > 0 || !hasSession
+            let hasRatchet = try await store.hasActiveRatchet(with: contact)
+            let needsRatchet = attempt > 0 || !hasRatchet
             // The signed prekey rotates under an unchanged key id, so no `stale_keys` tells of it:
-            // the bundle is fetched again before each new session (a pinned version 1 bundle, once
-            // per run, to learn of a move to sessions). Offline, the last verified one serves.
-            if contact.signedPrekey == nil ? upgradeChecks.insert(contact.uid).inserted : needsSession {
+            // the bundle is fetched again before each new ratchet (a pinned version 1 bundle, once
+            // per run, to learn of a move to ratchets). Offline, the last verified one serves.
+            if contact.signedPrekey == nil ? upgradeChecks.insert(contact.uid).inserted : needsRatchet {
                 do { contact = try await refreshKeys(of: contact.uid) } catch ClientError.keyChanged {
                     throw ClientError.keyChanged(uid: contact.uid)
                 } catch {
@@ -269,19 +269,19 @@ extension MailslotClient {
             }
             guard let signedPrekey = contact.signedPrekey else { return try sealVersion1(message, id: id, as: me, to: contact) }
             do {
-                if needsSession {
+                if needsRatchet {
                     let oneTimePrekey = await claimPrekey(of: contact.uid)
-                    let session = try Session.initiate(identity: me.signing, peerIdentity: contact.identityKey, signedPrekey: signedPrekey,
+                    let ratchet = try Ratchet.initiate(identity: me.signing, peerIdentity: contact.identityKey, signedPrekey: signedPrekey,
                                                        oneTimePrekey: oneTimePrekey)
-                    try await store.startSession(session, with: contact)
+                    try await store.startRatchet(ratchet, with: contact)
                 }
-                // Nil: no active session, or one at the end of its counter (deactivated): start anew.
-                if let envelope = try await store.sealInActiveSession(message, id: id, as: me, to: contact) {
+                // Nil: no active ratchet, or one at the end of its counter (deactivated): start anew.
+                if let envelope = try await store.sealInActiveRatchet(message, id: id, as: me, to: contact) {
                     return .init(envelope: envelope, keyID: contact.keyID)
                 }
             } catch let error as EnvelopeError { throw ClientError.cannotSeal(code: error.code) }
         }
-        throw ClientError.cannotSeal(code: EnvelopeError.noSession.code)
+        throw ClientError.cannotSeal(code: EnvelopeError.noRatchet.code)
     }
 
     private func sealVersion1(_ message: ChatMessage, id: String, as me: Identity, to contact: Contact) throws -> ClientStore.Sealed {
@@ -292,7 +292,7 @@ extension MailslotClient {
     }
 
     /// One of `uid`'s one-time prekeys, claimed from the relay; nil when none is left or the relay
-    /// cannot say now (offline, rate-limited): the session then starts with the signed prekey alone.
+    /// cannot say now (offline, rate-limited): the ratchet then starts with the signed prekey alone.
     private func claimPrekey(of uid: String) async -> PublishedPrekey? {
         do {
             return try await authorized { try await api.claimPrekey(for: uid, session: $0) }.map { PublishedPrekey(id: $0.id, key: $0.key) }

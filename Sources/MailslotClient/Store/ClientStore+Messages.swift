@@ -59,7 +59,7 @@ public struct OutgoingMessage: Sendable, Equatable {
 }
 
 extension ClientStore {
-    // MARK: Session
+    // MARK: Sign-in session
 
     func session() async throws -> (session: String, refresh: String, expiresAt: Double)? {
         try await pool.read { db in
@@ -86,7 +86,7 @@ extension ClientStore {
     /// Whether message `id` was already stored, or rejected for a reason that a new copy cannot
     /// change (a redelivery after a crash). An id rejected as unreadable on this device
     /// (``MailslotClient/isUnreadable(_:)``) is not known: its sender may send it again, sealed
-    /// to this device's keys or in a session it holds (``MailslotClient/resend(_:)``).
+    /// to this device's keys or in a ratchet it holds (``MailslotClient/resend(_:)``).
     func knows(_ id: String) async throws -> Bool {
         try await pool.read { db in
             try Bool.fetchOne(db, sql: """
@@ -96,7 +96,7 @@ extension ClientStore {
     }
 
     /// The codes of ``MailslotClient/isUnreadable(_:)``.
-    static let unreadableCodes = [EnvelopeError.cannotDecrypt, .noSession, .unknownPrekey, .sessionMismatch].map(\.code)
+    static let unreadableCodes = [EnvelopeError.cannotDecrypt, .noRatchet, .unknownPrekey, .ratchetMismatch].map(\.code)
 
     /// The most notices that may wait unsent for one author: someone who sends envelopes nobody can
     /// open gets at most this many answers, however many it sends.
@@ -112,7 +112,7 @@ extension ClientStore {
     /// Whether `author`, whose message `createdAt` (the relay's time) did not open, may be sent an
     /// `unreadable` notice (spec/envelope.md §4.2 item 4). Only someone this device exchanged a
     /// readable message with — a message stored from it, a message (not a notice) sent to it, a
-    /// session with it — or whose message the relay stored before this device's keys existed
+    /// ratchet with it — or whose message the relay stored before this device's keys existed
     /// (sealed to a previous install's: the reinstall the notice is for); never a stranger,
     /// who would otherwise draw a notice per envelope and have this device pin it and claim its
     /// prekeys. And within the bounds: ``maxWaitingNotices`` waiting and ``maxNoticesPerAuthor`` a
@@ -194,7 +194,7 @@ extension ClientStore {
         try await pool.write { db in try Self.storeReceived(message, db) }
     }
 
-    /// ``storeReceived(_:)`` inside a transaction (a session's advance is written in the same one).
+    /// ``storeReceived(_:)`` inside a transaction (a ratchet's advance is written in the same one).
     static func storeReceived(_ message: ReceivedMessage, _ db: Database) throws {
         try db.execute(sql: "DELETE FROM rejected WHERE id = ?", arguments: [message.id])
         // Not handled yet: the app has not seen it (``MailslotClient/messages(onState:)`` yields it until it is).

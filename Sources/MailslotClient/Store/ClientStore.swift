@@ -2,7 +2,7 @@ import Foundation
 import GRDB
 import MailslotWire
 
-/// The client's local state on SQLite: identity and mailbox keys, the session, contacts with
+/// The client's local state on SQLite: identity and mailbox keys, the sign-in session, contacts with
 /// their pinned keys, the inbox, sent messages with the outbox, and rejected messages. The
 /// database file is created readable by its owner only.
 final class ClientStore: Sendable {
@@ -103,11 +103,13 @@ final class ClientStore: Sendable {
                 ) WITHOUT ROWID;
                 """)
         }
-        // Sessions with forward secrecy (spec/sessions.md): this device's signed prekeys (the
+        // Ratchets with forward secrecy (spec/ratchet.md): this device's signed prekeys (the
         // current one has no `retired_at`; replaced ones are kept for the longest message lifetime)
-        // and one-time prekeys (erased when a session start uses them); the sessions with each
+        // and one-time prekeys (erased when a ratchet start uses them); the ratchets with each
         // contact, one of them active for sending; and per contact the signed prekey of its bundle
         // and whether a version 2 message was accepted from it (version 1 is refused after that).
+        // The table `sessions`, its index and `contacts.sessions_used` keep the word these ratchets
+        // had before sign-in and ratchet got a word each: renaming them would take a migration.
         migrator.registerMigration("v3: prekeys, sessions") { db in
             try db.execute(sql: """
                 CREATE TABLE signed_prekeys (

@@ -18,7 +18,7 @@ public struct RejectedMessage: Sendable, Equatable {
     /// Why a received message was not accepted.
     public enum Reason: Sendable, Hashable, CustomStringConvertible {
         /// It was sealed to keys this device does not hold (a reinstall, keys older than the
-        /// longest message lifetime, a session it lost): `code` is the envelope error code
+        /// longest message lifetime, a ratchet it lost): `code` is the envelope error code
         /// (`envelope_cannot_decrypt`, `envelope_no_session`, `envelope_unknown_prekey`,
         /// `envelope_session_mismatch`, spec/envelope.md). Its author, if a contact, is told
         /// (spec/envelope.md §4.2 item 4) and may send it again.
@@ -35,7 +35,7 @@ public struct RejectedMessage: Sendable, Equatable {
         case keyChanged
         /// The sender has published no keys to check the message with.
         case senderHasNoKeys
-        /// A version 1 envelope from a contact that writes in sessions (a downgrade).
+        /// A version 1 envelope from a contact that writes in ratchets (a downgrade).
         case downgrade
 
         /// The stable code stored and shown (`envelope_cannot_decrypt`, `author_mismatch`, …).

@@ -1,6 +1,6 @@
 // The sealed-envelope format, versions 1 and 2: the one place that says what the relay stores for
-// each message. Version 1 is specified byte for byte in spec/envelope.md, version 2 (sessions with
-// forward secrecy) in spec/sessions.md. Both share the outer layer and padding, so the relay cannot
+// each message. Version 1 is specified byte for byte in spec/envelope.md, version 2 (ratchets with
+// forward secrecy) in spec/ratchet.md. Both share the outer layer and padding, so the relay cannot
 // tell them apart.
 //
 //   envelope = crypto_box_seal(padded, recipient mailbox key)            (X25519, 48 bytes overhead)
@@ -20,8 +20,8 @@
 //              32     sender identity key (Ed25519)
 //              u8 len || recipient uid
 //              u8 len || message id
-//              16     session id
-//              u8     kind: 0x00 message, 0x01 message that starts the session, then:
+//              16     ratchet id
+//              u8     kind: 0x00 message, 0x01 message that starts the ratchet, then:
 //                       32 ephemeral key || u32be signed prekey id || u32be one-time prekey id (0: none)
 //              32     ratchet key
 //              u32be  previous chain length
@@ -56,13 +56,15 @@ public enum EnvelopeError: Error, Equatable, Sendable {
     case tooLarge
     /// Sealing only: the recipient's mailbox key is a low-order point nothing can be sealed to.
     case unusableMailboxKey
-    /// Version 2: a message of a session the recipient does not hold, and not a session start.
-    case noSession
-    /// Version 2: a session start names a signed or one-time prekey the recipient does not hold.
+    /// Version 2: a message of a ratchet the recipient does not hold, and not a ratchet start.
+    /// Its code, `envelope_no_session`, keeps the ratchet's former name: it is on the wire.
+    case noRatchet
+    /// Version 2: a ratchet start names a signed or one-time prekey the recipient does not hold.
     case unknownPrekey
-    /// Version 2: the body does not decrypt in the session it names (another sender key, a key
-    /// agreement with a low-order key, or an altered or forged message).
-    case sessionMismatch
+    /// Version 2: the body does not decrypt in the ratchet it names (another sender key, a key
+    /// agreement with a low-order key, or an altered or forged message). Its code,
+    /// `envelope_session_mismatch`, keeps the ratchet's former name: it is on the wire.
+    case ratchetMismatch
     /// Version 2: the key of this message was used or discarded already: a replay, or too old.
     case staleMessage
     /// Version 2: the message would make the recipient skip more than ``RatchetState/maxSkip`` keys.
@@ -83,9 +85,9 @@ public enum EnvelopeError: Error, Equatable, Sendable {
         case .senderMismatch: "envelope_sender_mismatch"
         case .tooLarge: "envelope_too_large"
         case .unusableMailboxKey: "envelope_unusable_mailbox_key"
-        case .noSession: "envelope_no_session"
+        case .noRatchet: "envelope_no_session"
         case .unknownPrekey: "envelope_unknown_prekey"
-        case .sessionMismatch: "envelope_session_mismatch"
+        case .ratchetMismatch: "envelope_session_mismatch"
         case .staleMessage: "envelope_stale_message"
         case .tooManySkipped: "envelope_too_many_skipped"
         }
@@ -110,15 +112,15 @@ public struct OpenedEnvelope: Sendable, Equatable {
 public enum Envelope {
     /// The record version this implementation writes and reads.
     public static let version: UInt8 = 1
-    /// The record version of messages in a session (spec/sessions.md).
-    public static let sessionVersion: UInt8 = 2
+    /// The record version of messages in a ratchet (spec/ratchet.md).
+    public static let ratchetVersion: UInt8 = 2
     /// The smallest envelope, in bytes.
     public static let minimumSize = 512
     /// The largest envelope, in bytes (the relay may set a lower limit; 64 KiB by default).
     public static let maximumSize = 1 << 20
     /// The domain-separation label that starts every signed record.
     static let signatureLabel = Array("mailslot-envelope-v1".utf8)
-    static let sessionLabel = Array("mailslot-envelope-v2".utf8)
+    static let version2Label = Array("mailslot-envelope-v2".utf8)
     static let sealOverhead = 48, signatureBytes = 64
 
     /// The envelope size a record of `recordLength` bytes is padded to: the smallest power of two
@@ -182,34 +184,34 @@ public enum Envelope {
         guard Identifier.isValidMessageID(id) else { throw .malformedRecord("the message id is not valid") }
     }
 
-    /// Seals `message` from `sender` to `recipient` in `session`, a session with the recipient's
+    /// Seals `message` from `sender` to `recipient` in `ratchet`, a ratchet with the recipient's
     /// identity key, and to the recipient's `mailboxKey`, bound to message id `id` (record version
-    /// 2, spec/sessions.md §5). `session` advances only when sealing succeeds: store it with the
-    /// envelope, in one transaction. `package`: sealing again with a stale copy of `session` (one
+    /// 2, spec/ratchet.md §5). `ratchet` advances only when sealing succeeds: store it with the
+    /// envelope, in one transaction. `package`: sealing again with a stale copy of `ratchet` (one
     /// not stored after the last seal) would reuse a message key; only the project's client, which
-    /// keeps the session and the envelope in one transaction, calls it.
+    /// keeps the ratchet and the envelope in one transaction, calls it.
     package static func seal(_ message: ChatMessage, id: String, from sender: String, identity: IdentityKeyPair,
                             to recipient: String, mailboxKey: MailboxPublicKey,
-                            session: inout Session) throws(EnvelopeError) -> [UInt8] {
+                            ratchet: inout Ratchet) throws(EnvelopeError) -> [UInt8] {
         try message.validate()
         guard message.sender.id == sender else { throw .senderMismatch }
         return try seal(body: try message.encoded(), id: id, from: sender, identity: identity, to: recipient,
-                        mailboxKey: mailboxKey, session: &session)
+                        mailboxKey: mailboxKey, ratchet: &ratchet)
     }
 
-    /// Seals raw body bytes in a session. Internal: tests use it, and the vectors with a
+    /// Seals raw body bytes in a ratchet. Internal: tests use it, and the vectors with a
     /// deterministic `outerSeal` in place of `crypto_box_seal`'s random ephemeral key.
     static func seal(body: [UInt8], id: String, from sender: String, identity: IdentityKeyPair, to recipient: String,
-                     mailboxKey: MailboxPublicKey, session: inout Session,
+                     mailboxKey: MailboxPublicKey, ratchet: inout Ratchet,
                      outerSeal: (([UInt8]) -> [UInt8]?)? = nil) throws(EnvelopeError) -> [UInt8] {
         try checkSealable(sender: sender, recipient: recipient, id: id)
-        guard session.canSend else { throw .noSession }
-        var next = session
-        let (header, key) = next.ratchet.nextSendingKey()
-        var prefix = names(version: sessionVersion, sender: Array(sender.utf8), senderKey: identity.publicKey.bytes,
+        guard ratchet.canSend else { throw .noRatchet }
+        var next = ratchet
+        let (header, key) = next.state.nextSendingKey()
+        var prefix = names(version: ratchetVersion, sender: Array(sender.utf8), senderKey: identity.publicKey.bytes,
                            recipient: Array(recipient.utf8), messageID: Array(id.utf8))
-        prefix += session.id
-        if let start = session.start {
+        prefix += ratchet.id
+        if let start = ratchet.start {
             prefix.append(1)
             prefix += start.ephemeralKey.bytes
             appendUInt32(start.signedPrekeyID, to: &prefix)
@@ -220,7 +222,7 @@ public enum Envelope {
         prefix += header.ratchetKey.bytes
         appendUInt32(header.previousChainLength, to: &prefix)
         appendUInt32(header.messageNumber, to: &prefix)
-        let ciphertext = aeadSeal(body, associatedData: preAuthenticationEncoding([sessionLabel, prefix, session.peerIdentity.bytes]),
+        let ciphertext = aeadSeal(body, associatedData: preAuthenticationEncoding([version2Label, prefix, ratchet.peerIdentity.bytes]),
                                   key: key.key, nonce: key.nonce)
         var record = prefix
         appendUInt32(UInt32(clamping: ciphertext.count), to: &record)
@@ -228,7 +230,7 @@ public enum Envelope {
         var padded = try pad(record)
         defer { wipe(&padded) }
         guard let envelope = outerSeal.map({ $0(padded) }) ?? mailboxKey.seal(padded) else { throw .unusableMailboxKey }
-        session = next
+        ratchet = next
         return envelope
     }
 
@@ -293,8 +295,8 @@ public enum Envelope {
 
     /// Opens the outer layer of `envelope` with the recipient's `keys` and reads its record. A
     /// version 1 record is checked entirely (as ``open(_:id:recipient:keys:)`` does); a version 2
-    /// record is checked up to its body, which only the client library decrypts, in the session
-    /// it names (`SessionEnvelope.open(with:identity:now:)`, `package`: spec/sessions.md).
+    /// record is checked up to its body, which only the client library decrypts, in the ratchet
+    /// it names (`RatchetEnvelope.open(with:identity:now:)`, `package`: spec/ratchet.md).
     public static func unseal(_ envelope: [UInt8], id: String, recipient: String,
                               keys: MailboxKeyPair) throws(EnvelopeError) -> UnsealedEnvelope {
         guard envelope.count >= minimumSize, envelope.count <= maximumSize,
@@ -308,13 +310,13 @@ public enum Envelope {
         var reader = RecordReader(bytes: padded[..<marker])
 
         let recordVersion = try reader.byte()
-        guard recordVersion == version || recordVersion == sessionVersion else { throw .unsupportedVersion(recordVersion) }
+        guard recordVersion == version || recordVersion == ratchetVersion else { throw .unsupportedVersion(recordVersion) }
         let senderUID = try reader.shortString()
         let senderKeyBytes = try reader.take(IdentityPublicKey.byteCount)
         let recipientUID = try reader.shortString()
         let messageID = try reader.shortString()
-        if recordVersion == sessionVersion {
-            return .version2(try SessionEnvelope(reading: &reader, sender: senderUID, senderKey: senderKeyBytes,
+        if recordVersion == ratchetVersion {
+            return .version2(try RatchetEnvelope(reading: &reader, sender: senderUID, senderKey: senderKeyBytes,
                                                  recipient: recipientUID, messageID: messageID, expectedRecipient: recipient,
                                                  expectedID: id))
         }
@@ -359,45 +361,45 @@ public enum Envelope {
 }
 
 /// What ``Envelope/unseal(_:id:recipient:keys:)`` found: a version 1 message, opened and
-/// verified, or a version 2 message, to open in its session.
+/// verified, or a version 2 message, to open in its ratchet.
 public enum UnsealedEnvelope: Sendable {
     /// A version 1 envelope, opened and verified.
     case version1(OpenedEnvelope)
     /// A version 2 envelope, read up to its encrypted body.
-    case version2(SessionEnvelope)
+    case version2(RatchetEnvelope)
 }
 
 /// A version 2 envelope whose outer layer is open: what it says in the clear of its record, and
-/// the body still encrypted in the session it names (spec/sessions.md §5).
-public struct SessionEnvelope: Sendable {
+/// the body still encrypted in the ratchet it names (spec/ratchet.md §5).
+public struct RatchetEnvelope: Sendable {
     /// The uid the record names as its sender (compare it with the relay-stamped author).
     public let sender: String
     /// The identity key the record names (compare it with the key pinned for `sender`).
     public let senderKey: IdentityPublicKey
     /// The message id the record is bound to.
     public let messageID: String
-    /// The session the message belongs to.
-    public let sessionID: [UInt8]
-    /// The X3DH fields when the message can start the session, nil otherwise.
-    public let start: SessionStart?
+    /// The ratchet the message belongs to.
+    public let ratchetID: [UInt8]
+    /// The X3DH fields when the message can start the ratchet, nil otherwise.
+    public let start: RatchetStart?
     /// The ratchet header.
     public let header: RatchetHeader
     let authenticatedPrefix: [UInt8]
     let ciphertext: [UInt8]
 
-    /// Reads the version 2 fields after the message id (spec/sessions.md §5.2, checks in order).
+    /// Reads the version 2 fields after the message id (spec/ratchet.md §5.2, checks in order).
     init(reading reader: inout RecordReader, sender senderUID: [UInt8], senderKey: [UInt8], recipient: [UInt8],
          messageID: [UInt8], expectedRecipient: String, expectedID: String) throws(EnvelopeError) {
         let recordStart = reader.bytes.startIndex
-        let sessionID = try reader.take(Session.idLength)
+        let ratchetID = try reader.take(Ratchet.idLength)
         let kind = try reader.byte()
         guard kind <= 1 else { throw .malformedRecord("unknown message kind \(kind)") }
-        var start: SessionStart?
+        var start: RatchetStart?
         if kind == 1 {
             let ephemeral = X25519PublicKey(checkedBytes: try reader.take(X25519PublicKey.byteCount))
             let signedID = try reader.uint32(), oneTimeID = try reader.uint32()
             guard signedID != 0 else { throw .malformedRecord("the signed prekey id is 0") }
-            start = SessionStart(ephemeralKey: ephemeral, signedPrekeyID: signedID, oneTimePrekeyID: oneTimeID == 0 ? nil : oneTimeID)
+            start = RatchetStart(ephemeralKey: ephemeral, signedPrekeyID: signedID, oneTimePrekeyID: oneTimeID == 0 ? nil : oneTimeID)
         }
         let header = RatchetHeader(ratchetKey: X25519PublicKey(checkedBytes: try reader.take(X25519PublicKey.byteCount)),
                                    previousChainLength: try reader.uint32(), messageNumber: try reader.uint32())
@@ -409,44 +411,44 @@ public struct SessionEnvelope: Sendable {
         (sender, self.messageID) = try Envelope.checkNames(sender: senderUID, recipient: recipient, messageID: messageID,
                                                            expectedRecipient: expectedRecipient, expectedID: expectedID)
         self.senderKey = IdentityPublicKey(checkedBytes: senderKey)
-        self.sessionID = sessionID
+        self.ratchetID = ratchetID
         self.start = start
         self.header = header
         authenticatedPrefix = Array(reader.bytes[recordStart..<prefixEnd])
     }
 
-    /// Decrypts the body in `session` (the session this side holds with ``sessionID``; for a new
-    /// one see ``Session/accept(_:identity:signedPrekey:oneTimePrekey:)``) with this side's
-    /// `identity` key, at `now` (Unix seconds). Returns the message and the session to store with
-    /// it, in one transaction; `session` itself is left as it was.
-    /// `package`: opening with a stale copy of `session` would accept a message a second time
-    /// (its key re-derived); only the project's client, which stores the returned session with the
+    /// Decrypts the body in `ratchet` (the ratchet this side holds with ``ratchetID``; for a new
+    /// one see ``Ratchet/accept(_:identity:signedPrekey:oneTimePrekey:)``) with this side's
+    /// `identity` key, at `now` (Unix seconds). Returns the message and the ratchet to store with
+    /// it, in one transaction; `ratchet` itself is left as it was.
+    /// `package`: opening with a stale copy of `ratchet` would accept a message a second time
+    /// (its key re-derived); only the project's client, which stores the returned ratchet with the
     /// message in one transaction, calls it.
-    package func open(with session: Session, identity: IdentityPublicKey, now: Int64) throws(EnvelopeError) -> (OpenedEnvelope, Session) {
-        try open(with: session, identity: identity, now: now, newRatchetKey: { X25519KeyPair() })
+    package func open(with ratchet: Ratchet, identity: IdentityPublicKey, now: Int64) throws(EnvelopeError) -> (OpenedEnvelope, Ratchet) {
+        try open(with: ratchet, identity: identity, now: now, newRatchetKey: { X25519KeyPair() })
     }
 
     /// ``open(with:identity:now:)`` with the key pair a ratchet step makes given: for the vectors.
-    func open(with session: Session, identity: IdentityPublicKey, now: Int64,
-              newRatchetKey: () -> X25519KeyPair) throws(EnvelopeError) -> (OpenedEnvelope, Session) {
-        guard constantTimeEquals(session.id, sessionID), session.peerIdentity == senderKey else { throw .sessionMismatch }
-        let (key, ratchet) = try session.ratchet.receiving(header, now: now, newRatchetKey: newRatchetKey)
-        let associatedData = preAuthenticationEncoding([Envelope.sessionLabel, authenticatedPrefix, identity.bytes])
+    func open(with ratchet: Ratchet, identity: IdentityPublicKey, now: Int64,
+              newRatchetKey: () -> X25519KeyPair) throws(EnvelopeError) -> (OpenedEnvelope, Ratchet) {
+        guard constantTimeEquals(ratchet.id, ratchetID), ratchet.peerIdentity == senderKey else { throw .ratchetMismatch }
+        let (key, state) = try ratchet.state.receiving(header, now: now, newRatchetKey: newRatchetKey)
+        let associatedData = preAuthenticationEncoding([Envelope.version2Label, authenticatedPrefix, identity.bytes])
         guard var body = aeadOpen(ciphertext, associatedData: associatedData, key: key.key, nonce: key.nonce) else {
-            throw .sessionMismatch
+            throw .ratchetMismatch
         }
         let message: ChatMessage
         do { message = try ChatMessage.decode(body) } catch { wipe(&body); throw error }
         guard message.sender.id == sender else { wipe(&body); throw .senderMismatch }
-        var next = session
-        next.ratchet = ratchet
-        next.start = nil  // the contact answered, so it holds the session
+        var next = ratchet
+        next.state = state
+        next.start = nil  // the contact answered, so it holds the ratchet
         return (OpenedEnvelope(sender: sender, senderKey: senderKey, messageID: messageID, body: body, message: message), next)
     }
 }
 
 /// Reads the record's fields in order, failing with ``EnvelopeError/malformedRecord(_:)`` on any
-/// overrun. Sessions read their stored form with it too.
+/// overrun. Ratchets read their stored form with it too.
 struct RecordReader {
     let bytes: ArraySlice<UInt8>
     var position: Int

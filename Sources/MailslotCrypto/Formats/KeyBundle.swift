@@ -7,7 +7,7 @@ import Foundation
 //    "created_at": RFC 3339, "signature": b64url(64)}
 //   signature = Ed25519(identity key, PAE("mailslot-key-bundle-v1", uid, identity_key, mailbox_key, created_at))
 //
-// Version 2 adds the signed prekey that starts sessions (spec/sessions.md §2):
+// Version 2 adds the signed prekey that starts ratchets (spec/ratchet.md §2):
 //   {… , "version":2, "signed_prekey_id": 1…2³²−1, "signed_prekey": b64url(32)}
 //   signature = Ed25519(identity key, PAE("mailslot-key-bundle-v2", uid, identity_key, mailbox_key, created_at,
 //                                         u32be signed_prekey_id, signed_prekey))
@@ -47,7 +47,7 @@ public struct KeyBundle: Sendable, Equatable, Codable {
     public let mailboxKey: MailboxPublicKey
     /// When the bundle was made (RFC 3339), exactly as signed.
     public let createdAt: String
-    /// The signed prekey senders start sessions with (version 2), covered by ``signature``.
+    /// The signed prekey senders start ratchets with (version 2), covered by ``signature``.
     public let signedPrekey: PublishedPrekey?
     /// Ed25519 signature by `identityKey` (64 bytes).
     public let signature: [UInt8]

@@ -47,8 +47,8 @@ public struct IdentityKeyPair: Sendable {
     }
 
     /// The X25519 form of this key pair (`crypto_sign_ed25519_sk_to_curve25519`), which X3DH uses
-    /// as the identity key in its key agreements (spec/sessions.md), so that the identity a contact
-    /// pinned is the one that authenticates a session.
+    /// as the identity key in its key agreements (spec/ratchet.md), so that the identity a contact
+    /// pinned is the one that authenticates a ratchet.
     public var agreementKeyPair: X25519KeyPair {
         let converted = SecretBytes(count: Int(crypto_scalarmult_curve25519_BYTES)) { output in
             secretKey.withUnsafeBytes { secret in

@@ -39,7 +39,7 @@ public struct MailboxKeyPair: Sendable {
     }
 
     /// X25519 with `peer` (`crypto_scalarmult`): the 32-byte shared secret, or nil when it is all
-    /// zeros (a low-order `peer` key), which every key agreement of spec/sessions.md refuses.
+    /// zeros (a low-order `peer` key), which every key agreement of spec/ratchet.md refuses.
     /// The caller wipes the result.
     public func agree(with peer: MailboxPublicKey) -> [UInt8]? {
         var shared = [UInt8](repeating: 0, count: Int(crypto_scalarmult_BYTES))

@@ -1,7 +1,7 @@
 import CSodium
 
 // XChaCha20-Poly1305 (IETF), libsodium's `crypto_aead_xchacha20poly1305_ietf_*`: the body cipher of
-// envelope v2 (spec/sessions.md §5). Each key is a one-use message key, so the nonce is derived
+// envelope v2 (spec/ratchet.md §5). Each key is a one-use message key, so the nonce is derived
 // with it rather than drawn at random.
 
 /// Encrypts `plaintext` under a 32-byte `key` and 24-byte `nonce`, authenticating `associatedData`

@@ -1,7 +1,7 @@
 import CSodium
 
 // HKDF (RFC 5869) over HMAC-SHA-256, built from libsodium's `crypto_auth_hmacsha256`: libsodium
-// 1.0.18 has no HKDF of its own. Sessions (spec/sessions.md) derive every key with it, as the
+// 1.0.18 has no HKDF of its own. Ratchets (spec/ratchet.md) derive every key with it, as the
 // X3DH and Double Ratchet specifications recommend. Checked against RFC 5869's SHA-256 vectors.
 
 /// HMAC-SHA-256 of `message` under `key` (any length, as RFC 2104 allows), 32 bytes.

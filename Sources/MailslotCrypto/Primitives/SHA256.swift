@@ -4,7 +4,7 @@ import CSodium
 // The relay's object-store client needs them: AWS Signature Version 4 hashes the canonical request
 // and payloads with SHA-256 and derives its signing key with HMAC-SHA-256 (docs/architecture.md,
 // "Blobs/S3"). Package-level, not public: apps have no use for them (the formats use BLAKE2b).
-// The one-shot `hmacSHA256(key:_:)` the sessions use lives in HKDF.swift and is built on
+// The one-shot `hmacSHA256(key:_:)` the ratchets use lives in HKDF.swift and is built on
 // `HMACSHA256` below.
 
 /// SHA-256 of `message`, 32 bytes.

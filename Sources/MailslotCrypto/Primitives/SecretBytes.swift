@@ -56,7 +56,7 @@ public final class SecretBytes: @unchecked Sendable, Equatable {
 }
 
 /// Compares two byte strings in time that depends only on their lengths (`sodium_memcmp`).
-/// Use it for every comparison that involves a secret: MACs, session hashes, tokens.
+/// Use it for every comparison that involves a secret: MACs, ratchet ids, tokens.
 public func constantTimeEquals(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Bool {
     Sodium.ready()
     guard a.count == b.count else { return false }

@@ -1,9 +1,9 @@
-// A session with one contact: who it is with, the X3DH fields its first messages carry, and the
-// Double Ratchet state (spec/sessions.md §3–§4). Sealing and opening are in Formats/Envelope.swift.
+// A ratchet with one contact: who it is with, the X3DH fields its first messages carry, and the
+// Double Ratchet state (spec/ratchet.md §3–§4). Sealing and opening are in Formats/Envelope.swift.
 
-/// What a session's first messages carry so that the responder can derive the session too: the
+/// What a ratchet's first messages carry so that the responder can derive the ratchet too: the
 /// initiator's ephemeral key and the ids of the prekeys it used (X3DH).
-public struct SessionStart: Sendable, Equatable {
+public struct RatchetStart: Sendable, Equatable {
     /// The initiator's ephemeral X25519 key (EK_A).
     public let ephemeralKey: X25519PublicKey
     /// The id of the responder's signed prekey the initiator used.
@@ -36,33 +36,37 @@ public struct PublishedPrekey: Sendable, Equatable {
 
 /// One conversation's state on one side: a value to store after every message sent or received.
 ///
+/// The forward-secret state two users share, started with X3DH and advanced by the Double
+/// Ratchet (spec/ratchet.md); what Signal calls a session. In Mailslot a session is a sign-in.
+///
 /// Its calls — starting, accepting, restoring, sealing and opening in it — are `package` (for the
-/// project's own targets only): a session is a value, and sealing or opening with a stale copy
+/// project's own targets only): a ratchet is a value, and sealing or opening with a stale copy
 /// of it (one not stored after the last message) reuses a message key. The project's client keeps
-/// each session and its message in one store transaction; an app uses the client, never these.
-public struct Session: Sendable {
-    /// The length of a session id, in bytes.
+/// each ratchet and its message in one store transaction; an app uses the client, never these.
+public struct Ratchet: Sendable {
+    /// The length of a ratchet id, in bytes.
     public static let idLength = 16
+    /// The label keeps the ratchet's former name ("session"): it is hashed into every id.
     static let idLabel = Array("mailslot-session-id-v2".utf8)
 
-    /// BLAKE2b-128(PAE("mailslot-session-id-v2", IK_A, IK_B, EK_A)): names the session in every
+    /// BLAKE2b-128(PAE("mailslot-session-id-v2", IK_A, IK_B, EK_A)): names the ratchet in every
     /// message, so the receiver finds it without trying each one.
     public let id: [UInt8]
-    /// The contact's identity key; every message of the session must come from it.
+    /// The contact's identity key; every message of the ratchet must come from it.
     public let peerIdentity: IdentityPublicKey
-    /// Whether this side started the session.
+    /// Whether this side started the ratchet.
     public let initiated: Bool
     /// The X3DH fields this side's messages carry until the contact has answered; nil after.
-    public internal(set) var start: SessionStart?
-    var ratchet: RatchetState
+    public internal(set) var start: RatchetStart?
+    var state: RatchetState
 
-    /// Whether this side can send in the session (the responder can once it has received).
-    public var canSend: Bool { ratchet.canSend }
+    /// Whether this side can send in the ratchet (the responder can once it has received).
+    public var canSend: Bool { state.canSend }
 
-    /// Starts a session with a contact whose bundle (verified for that contact) published
+    /// Starts a ratchet with a contact whose bundle (verified for that contact) published
     /// `signedPrekey`, with the one-time prekey claimed for it if there was one.
     package static func initiate(identity: IdentityKeyPair, peerIdentity: IdentityPublicKey, signedPrekey: PublishedPrekey,
-                                oneTimePrekey: PublishedPrekey?) throws(EnvelopeError) -> Session {
+                                oneTimePrekey: PublishedPrekey?) throws(EnvelopeError) -> Ratchet {
         try initiate(identity: identity, peerIdentity: peerIdentity, signedPrekey: signedPrekey, oneTimePrekey: oneTimePrekey,
                      ephemeral: X25519KeyPair(), ratchetKey: X25519KeyPair())
     }
@@ -71,55 +75,55 @@ public struct Session: Sendable {
     /// ratchet keys: for the deterministic vectors only.
     static func initiate(identity: IdentityKeyPair, peerIdentity: IdentityPublicKey, signedPrekey: PublishedPrekey,
                          oneTimePrekey: PublishedPrekey?, ephemeral: X25519KeyPair,
-                         ratchetKey: X25519KeyPair) throws(EnvelopeError) -> Session {
-        // Id 0 means "none" on the wire: a session started with such a prekey could never be derived again.
+                         ratchetKey: X25519KeyPair) throws(EnvelopeError) -> Ratchet {
+        // Id 0 means "none" on the wire: a ratchet started with such a prekey could never be derived again.
         guard signedPrekey.id != 0, oneTimePrekey.map({ $0.id != 0 }) ?? true else { throw .malformedRecord("a prekey id is 0") }
         let secret = try X3DH.initiatorSecret(identity: identity, ephemeral: ephemeral, peerIdentity: peerIdentity,
                                               signedPrekey: signedPrekey.key, oneTimePrekey: oneTimePrekey?.key)
-        return Session(id: id(initiator: identity.publicKey, responder: peerIdentity, ephemeral: ephemeral.publicKey),
+        return Ratchet(id: id(initiator: identity.publicKey, responder: peerIdentity, ephemeral: ephemeral.publicKey),
                        peerIdentity: peerIdentity, initiated: true,
-                       start: SessionStart(ephemeralKey: ephemeral.publicKey, signedPrekeyID: signedPrekey.id,
+                       start: RatchetStart(ephemeralKey: ephemeral.publicKey, signedPrekeyID: signedPrekey.id,
                                            oneTimePrekeyID: oneTimePrekey?.id),
-                       ratchet: try RatchetState(initiatorSecret: secret, peerSignedPrekey: signedPrekey.key, ratchetKey: ratchetKey))
+                       state: try RatchetState(initiatorSecret: secret, peerSignedPrekey: signedPrekey.key, ratchetKey: ratchetKey))
     }
 
-    /// Derives the responder's side of the session that `envelope` starts, with this side's
+    /// Derives the responder's side of the ratchet that `envelope` starts, with this side's
     /// signed prekey and one-time prekey of the ids it names. Then open the envelope with it.
-    package static func accept(_ envelope: SessionEnvelope, identity: IdentityKeyPair, signedPrekey: X25519KeyPair,
-                              oneTimePrekey: X25519KeyPair?) throws(EnvelopeError) -> Session {
-        guard let start = envelope.start else { throw .noSession }
+    package static func accept(_ envelope: RatchetEnvelope, identity: IdentityKeyPair, signedPrekey: X25519KeyPair,
+                              oneTimePrekey: X25519KeyPair?) throws(EnvelopeError) -> Ratchet {
+        guard let start = envelope.start else { throw .noRatchet }
         guard (start.oneTimePrekeyID == nil) == (oneTimePrekey == nil) else { throw .unknownPrekey }
         let expectedID = id(initiator: envelope.senderKey, responder: identity.publicKey, ephemeral: start.ephemeralKey)
-        guard constantTimeEquals(expectedID, envelope.sessionID) else {
-            throw .malformedRecord("the session id is not the one the session start gives")
+        guard constantTimeEquals(expectedID, envelope.ratchetID) else {
+            throw .malformedRecord("the ratchet id is not the one the ratchet start gives")
         }
         let secret = try X3DH.responderSecret(identity: identity, signedPrekey: signedPrekey, oneTimePrekey: oneTimePrekey,
                                               peerIdentity: envelope.senderKey, ephemeral: start.ephemeralKey)
-        return Session(id: expectedID, peerIdentity: envelope.senderKey, initiated: false, start: nil,
-                       ratchet: RatchetState(responderSecret: secret, signedPrekey: signedPrekey))
+        return Ratchet(id: expectedID, peerIdentity: envelope.senderKey, initiated: false, start: nil,
+                       state: RatchetState(responderSecret: secret, signedPrekey: signedPrekey))
     }
 
-    /// The session id of a session started by `initiator` with `responder` and ephemeral key `ephemeral`.
+    /// The ratchet id of a ratchet started by `initiator` with `responder` and ephemeral key `ephemeral`.
     static func id(initiator: IdentityPublicKey, responder: IdentityPublicKey, ephemeral: X25519PublicKey) -> [UInt8] {
         blake2b(preAuthenticationEncoding([idLabel, initiator.bytes, responder.bytes, ephemeral.bytes]), length: idLength)
     }
 
-    private init(id: [UInt8], peerIdentity: IdentityPublicKey, initiated: Bool, start: SessionStart?, ratchet: RatchetState) {
+    private init(id: [UInt8], peerIdentity: IdentityPublicKey, initiated: Bool, start: RatchetStart?, state: RatchetState) {
         self.id = id
         self.peerIdentity = peerIdentity
         self.initiated = initiated
         self.start = start
-        self.ratchet = ratchet
+        self.state = state
     }
 
-    /// This session without its skipped message keys older than
+    /// This ratchet without its skipped message keys older than
     /// ``RatchetState/skippedKeyLifetime`` at `now` (Unix seconds); nil when none expired. For
-    /// sessions that receive nothing more, whose keys receiving would otherwise never drop.
-    package func droppingExpiredSkippedKeys(now: Int64) -> Session? {
-        let kept = ratchet.skipped.filter { $0.storedAt >= now - RatchetState.skippedKeyLifetime }
-        guard kept.count < ratchet.skipped.count else { return nil }
+    /// ratchets that receive nothing more, whose keys receiving would otherwise never drop.
+    package func droppingExpiredSkippedKeys(now: Int64) -> Ratchet? {
+        let kept = state.skipped.filter { $0.storedAt >= now - RatchetState.skippedKeyLifetime }
+        guard kept.count < state.skipped.count else { return nil }
         var pruned = self
-        pruned.ratchet.skipped = kept
+        pruned.state.skipped = kept
         return pruned
     }
 
@@ -127,13 +131,13 @@ public struct Session: Sendable {
 
     private static let storageVersion: UInt8 = 1
 
-    /// The session as bytes for the client's store (spec/sessions.md §7). It holds secrets: wipe
+    /// The ratchet as bytes for the client's store (spec/ratchet.md §7). It holds secrets: wipe
     /// it once stored.
     package func serialized() -> [UInt8] {
-        var ratchetBytes = ratchet.serialized()
-        defer { wipe(&ratchetBytes) }
+        var stateBytes = state.serialized()
+        defer { wipe(&stateBytes) }
         var out: [UInt8] = []
-        out.reserveCapacity(1 + Self.idLength + 32 + 1 + 40 + ratchetBytes.count)  // no reallocation leaves secrets behind
+        out.reserveCapacity(1 + Self.idLength + 32 + 1 + 40 + stateBytes.count)  // no reallocation leaves secrets behind
         out.append(Self.storageVersion)
         out += id
         out += peerIdentity.bytes
@@ -143,11 +147,11 @@ public struct Session: Sendable {
             out += withUnsafeBytes(of: start.signedPrekeyID.bigEndian, Array.init)
             out += withUnsafeBytes(of: (start.oneTimePrekeyID ?? 0).bigEndian, Array.init)
         }
-        out += ratchetBytes
+        out += stateBytes
         return out
     }
 
-    /// Reads what ``serialized()`` wrote; nil if it is not a session.
+    /// Reads what ``serialized()`` wrote; nil if it is not a ratchet.
     package init?(serialized bytes: [UInt8]) {
         var reader = RecordReader(bytes: bytes[...])
         do {
@@ -160,14 +164,14 @@ public struct Session: Sendable {
             if flags & 2 != 0 {
                 let ephemeral = X25519PublicKey(checkedBytes: try reader.take(32))
                 let signedID = try reader.uint32(), oneTimeID = try reader.uint32()
-                start = SessionStart(ephemeralKey: ephemeral, signedPrekeyID: signedID, oneTimePrekeyID: oneTimeID == 0 ? nil : oneTimeID)
+                start = RatchetStart(ephemeralKey: ephemeral, signedPrekeyID: signedID, oneTimePrekeyID: oneTimeID == 0 ? nil : oneTimeID)
             } else {
                 start = nil
             }
             var rest = try reader.take(bytes.endIndex - reader.position)
             defer { wipe(&rest) }
-            guard let ratchet = RatchetState(serialized: rest) else { return nil }
-            self.ratchet = ratchet
+            guard let state = RatchetState(serialized: rest) else { return nil }
+            self.state = state
         } catch {
             return nil
         }

@@ -1,4 +1,4 @@
-// The start of a session (spec/sessions.md §3), X3DH as Signal specifies it
+// The start of a ratchet (spec/ratchet.md §3), X3DH as Signal specifies it
 // (https://signal.org/docs/specifications/x3dh/), over X25519 with the Ed25519 identity keys in
 // their X25519 form:
 //
@@ -16,7 +16,7 @@ enum X3DH {
     /// The initiator's (Alice's) shared secret with the responder's published keys.
     static func initiatorSecret(identity: IdentityKeyPair, ephemeral: X25519KeyPair, peerIdentity: IdentityPublicKey,
                                 signedPrekey: X25519PublicKey, oneTimePrekey: X25519PublicKey?) throws(EnvelopeError) -> SecretBytes {
-        guard let peerAgreement = peerIdentity.agreementKey else { throw .sessionMismatch }
+        guard let peerAgreement = peerIdentity.agreementKey else { throw .ratchetMismatch }
         let own = identity.agreementKeyPair
         var outputs = [own.agree(with: signedPrekey), ephemeral.agree(with: peerAgreement), ephemeral.agree(with: signedPrekey)]
         if let oneTimePrekey { outputs.append(ephemeral.agree(with: oneTimePrekey)) }
@@ -26,7 +26,7 @@ enum X3DH {
     /// The responder's (Bob's) shared secret with what the initiator's first message names.
     static func responderSecret(identity: IdentityKeyPair, signedPrekey: X25519KeyPair, oneTimePrekey: X25519KeyPair?,
                                 peerIdentity: IdentityPublicKey, ephemeral: X25519PublicKey) throws(EnvelopeError) -> SecretBytes {
-        guard let peerAgreement = peerIdentity.agreementKey else { throw .sessionMismatch }
+        guard let peerAgreement = peerIdentity.agreementKey else { throw .ratchetMismatch }
         let own = identity.agreementKeyPair
         var outputs = [signedPrekey.agree(with: peerAgreement), own.agree(with: ephemeral), signedPrekey.agree(with: ephemeral)]
         if let oneTimePrekey { outputs.append(oneTimePrekey.agree(with: ephemeral)) }
@@ -42,7 +42,7 @@ enum X3DH {
             for index in outputs.indices where outputs[index] != nil { wipe(&outputs[index]!) }
         }
         for output in outputs {
-            guard let output else { throw .sessionMismatch }  // an all-zero DH: a low-order key
+            guard let output else { throw .ratchetMismatch }  // an all-zero DH: a low-order key
             material += output
         }
         var secret = hkdfSHA256(salt: [], inputKeyMaterial: material, info: info, length: 32)

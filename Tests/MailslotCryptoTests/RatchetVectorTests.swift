@@ -2,15 +2,15 @@ import Foundation
 import Testing
 @testable import MailslotCrypto
 
-/// `spec/vectors/sessions.json` (spec/sessions.md §9): HKDF, the identity keys' X25519 form, a
+/// `spec/vectors/sessions.json` (spec/ratchet.md §9): HKDF, the identity keys' X25519 form, a
 /// version 2 bundle, X3DH, the ratchet's keys, a conversation of whole envelopes and refusals.
 /// Generated here from published seeds with `MAILSLOT_WRITE_VECTORS=1`, like the other files of
 /// ``SpecVectorTests``, and checked on every run: the committed file must be what comes out, and
 /// every envelope must open (or fail) as it says when replayed from the file alone.
 extension SpecVectorTests {
-    /// The seeds of the session vectors (X25519 key pairs by `crypto_box_seed_keypair`, identity
+    /// The seeds of the ratchet vectors (X25519 key pairs by `crypto_box_seed_keypair`, identity
     /// key pairs by `crypto_sign_seed_keypair`).
-    static let sessionSeeds: [String: [UInt8]] = [
+    static let ratchetSeeds: [String: [UInt8]] = [
         "alice_identity": bytes(0xA1), "alice_mailbox": bytes(0xA2), "bob_identity": bytes(0xB0), "bob_mailbox": bytes(0xB1),
         "carol_identity": bytes(0xC0),
         "bob_signed_prekey": bytes(0xB3), "bob_one_time_prekey": bytes(0xB4),
@@ -20,18 +20,18 @@ extension SpecVectorTests {
     ].merging((1...retiredKeyRounds).map { ("bob_turn_\($0)", bytes(UInt8($0))) }
               + (1..<retiredKeyRounds).map { ("alice_turn_\($0)", bytes(0x20 + UInt8($0))) }) { $1 }
     /// The DH steps of the retired-key cases: one more than the 16 retired ratchet keys a side
-    /// keeps (spec/sessions.md §4.2), so that the oldest is forgotten.
+    /// keeps (spec/ratchet.md §4.2), so that the oldest is forgotten.
     static let retiredKeyRounds = 16
     static let signedPrekeyID: UInt32 = 1, oneTimePrekeyID: UInt32 = 42
 
-    static func x25519(_ name: String) -> X25519KeyPair { X25519KeyPair(seed: SecretBytes(copying: sessionSeeds[name]!)) }
-    static func identity(_ name: String) -> IdentityKeyPair { IdentityKeyPair(seed: SecretBytes(copying: sessionSeeds[name]!)) }
+    static func x25519(_ name: String) -> X25519KeyPair { X25519KeyPair(seed: SecretBytes(copying: ratchetSeeds[name]!)) }
+    static func identity(_ name: String) -> IdentityKeyPair { IdentityKeyPair(seed: SecretBytes(copying: ratchetSeeds[name]!)) }
     static func hexString(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
     static func secretHex(_ secret: SecretBytes) -> String { secret.withUnsafeBytes { hexString(Array($0)) } }
     static func u32(_ value: UInt32) -> [UInt8] { var out: [UInt8] = []; Envelope.appendUInt32(value, to: &out); return out }
 
-    /// One user of the vectors: keys, the prekeys it holds and its sessions, opening envelopes as
-    /// spec/sessions.md §5.3 and §6 say (find the session by id, else accept a session start
+    /// One user of the vectors: keys, the prekeys it holds and its ratchets, opening envelopes as
+    /// spec/ratchet.md §5.3 and §6 say (find the ratchet by id, else accept a ratchet start
     /// naming prekeys it holds, erasing the one-time prekey with the first message stored).
     struct VectorUser {
         let uid: String
@@ -39,7 +39,7 @@ extension SpecVectorTests {
         let mailbox: MailboxKeyPair
         var signedPrekeys: [UInt32: X25519KeyPair] = [:]
         var oneTimePrekeys: [UInt32: X25519KeyPair] = [:]
-        var sessions: [[UInt8]: Session] = [:]
+        var ratchets: [[UInt8]: Ratchet] = [:]
 
         mutating func open(_ envelope: [UInt8], id: String, as recipient: String? = nil, ownIdentity: IdentityPublicKey? = nil,
                            now: Int64, newRatchetKey: () -> X25519KeyPair) throws(EnvelopeError) -> OpenedEnvelope {
@@ -47,11 +47,11 @@ extension SpecVectorTests {
                 throw .unsupportedVersion(1)
             }
             var usedOneTimePrekey: UInt32?
-            let session: Session
-            if let known = sessions[sealed.sessionID] {
-                session = known
+            let ratchet: Ratchet
+            if let known = ratchets[sealed.ratchetID] {
+                ratchet = known
             } else {
-                guard let start = sealed.start else { throw .noSession }
+                guard let start = sealed.start else { throw .noRatchet }
                 guard let signed = signedPrekeys[start.signedPrekeyID] else { throw .unknownPrekey }
                 var oneTime: X25519KeyPair?
                 if let oneTimeID = start.oneTimePrekeyID {
@@ -59,11 +59,11 @@ extension SpecVectorTests {
                     oneTime = pair
                     usedOneTimePrekey = oneTimeID
                 }
-                session = try Session.accept(sealed, identity: identity, signedPrekey: signed, oneTimePrekey: oneTime)
+                ratchet = try Ratchet.accept(sealed, identity: identity, signedPrekey: signed, oneTimePrekey: oneTime)
             }
-            let (opened, next) = try sealed.open(with: session, identity: ownIdentity ?? identity.publicKey, now: now,
+            let (opened, next) = try sealed.open(with: ratchet, identity: ownIdentity ?? identity.publicKey, now: now,
                                                  newRatchetKey: newRatchetKey)
-            sessions[next.id] = next
+            ratchets[next.id] = next
             if let usedOneTimePrekey { oneTimePrekeys[usedOneTimePrekey] = nil }
             return opened
         }
@@ -121,8 +121,8 @@ extension SpecVectorTests {
                 "bob_mailbox": entry("bob_mailbox", id: nil), "alice_mailbox": entry("alice_mailbox", id: nil)]
     }
 
-    /// Bob's version 2 bundle, its signed bytes, and the cases around it (spec/sessions.md §2).
-    static func sessionBundle() throws -> (bundle: [String: Any], cases: [[String: Any]]) {
+    /// Bob's version 2 bundle, its signed bytes, and the cases around it (spec/ratchet.md §2).
+    static func ratchetBundle() throws -> (bundle: [String: Any], cases: [[String: Any]]) {
         let bob = identity("bob_identity"), mailbox = x25519("bob_mailbox").publicKey, prekey = x25519("bob_signed_prekey").publicKey
         let created = Timestamp.format(now)
         let good = KeyBundle(uid: "bob", identity: bob, mailboxKey: mailbox, signedPrekey: PublishedPrekey(id: signedPrekeyID, key: prekey),
@@ -131,7 +131,7 @@ extension SpecVectorTests {
             preAuthenticationEncoding([label, Array("bob".utf8), bob.publicKey.bytes, mailbox.bytes, Array(created.utf8), id, key])
         }
         let signed = signedBytes(id: u32(signedPrekeyID), key: prekey.bytes)
-        #expect(bob.publicKey.verify(signature: good.signature, of: signed), "the bundle signs the PAE of spec/sessions.md §2")
+        #expect(bob.publicKey.verify(signature: good.signature, of: signed), "the bundle signs the PAE of spec/ratchet.md §2")
         /// A bundle written by hand: `id` as a JSON number text, signed over `signedID` and `key`.
         func json(version: Int = 2, id: String? = String(signedPrekeyID), key: [UInt8]? = prekey.bytes, signedID: [UInt8] = u32(signedPrekeyID),
                   signature: [UInt8]? = nil, label: [UInt8] = KeyBundle.labelV2) -> String {
@@ -176,7 +176,7 @@ extension SpecVectorTests {
         return (bundle, cases)
     }
 
-    /// X3DH of alice with bob's prekeys, with and without the one-time prekey (spec/sessions.md §3).
+    /// X3DH of alice with bob's prekeys, with and without the one-time prekey (spec/ratchet.md §3).
     static func x3dhCase(name: String, ephemeral ephemeralSeed: String, ratchet ratchetSeed: String, oneTime: Bool) throws -> [String: Any] {
         let alice = identity("alice_identity"), bob = identity("bob_identity")
         let ephemeral = x25519(ephemeralSeed), signed = x25519("bob_signed_prekey"), opk = x25519("bob_one_time_prekey")
@@ -197,14 +197,14 @@ extension SpecVectorTests {
                                                        peerIdentity: alice.publicKey, ephemeral: ephemeral.publicKey)
         #expect(secretHex(responderSecret) == hexString(secret), "\(name): X3DH.responderSecret")
         let idInput = preAuthenticationEncoding([Array("mailslot-session-id-v2".utf8), alice.publicKey.bytes, bob.publicKey.bytes, ephemeral.publicKey.bytes])
-        let sessionID = blake2b(idInput, length: 16)
-        #expect(sessionID == Session.id(initiator: alice.publicKey, responder: bob.publicKey, ephemeral: ephemeral.publicKey))
+        let ratchetID = blake2b(idInput, length: 16)
+        #expect(ratchetID == Ratchet.id(initiator: alice.publicKey, responder: bob.publicKey, ephemeral: ephemeral.publicKey))
         var out: [String: Any] = [
             "name": name, "session": String(name.prefix(2)), "initiator": "alice", "responder": "bob", "ephemeral_seed": ephemeralSeed, "ratchet_seed": ratchetSeed,
             "ephemeral_public_key": Base64URL.encode(ephemeral.publicKey.bytes), "signed_prekey_id": Int(signedPrekeyID),
             "dh1_hex": hexString(outputs[0]), "dh2_hex": hexString(outputs[1]), "dh3_hex": hexString(outputs[2]),
             "ikm_hex": hexString(ikm), "sk_hex": hexString(secret), "session_id_input_hex": hexString(idInput),
-            "session_id_hex": hexString(sessionID),
+            "session_id_hex": hexString(ratchetID),
         ]
         if oneTime {
             out["one_time_prekey_id"] = Int(oneTimePrekeyID)
@@ -229,33 +229,33 @@ extension SpecVectorTests {
     }
 
     /// The conversation, the ratchet's keys along it, and the cases opened against its states.
-    static func sessionConversation() throws -> (ratchet: [String: Any], conversation: [[String: Any]], cases: [[String: Any]]) {
+    static func ratchetConversation() throws -> (ratchet: [String: Any], conversation: [[String: Any]], cases: [[String: Any]]) {
         var (alice, bob) = vectorUsers()
         let bobKeys = identity("bob_identity"), carol = identity("carol_identity")
         var events: [[String: Any]] = []
         var sealed: [String: (id: String, envelope: [UInt8], body: [UInt8], to: String)] = [:]
         var bobStates: [VectorUser] = [bob]  // Bob after each event: index = event number
         var aliceStates: [VectorUser] = [alice]  // and Alice, for the cases she opens
-        var sessionIDs: [String: [UInt8]] = [:]
-        var ratchet: [String: Any] = [:]
+        var ratchetIDs: [String: [UInt8]] = [:]
+        var ratchetVector: [String: Any] = [:]
 
         func begin(_ label: String, ephemeral: String, ratchetSeed: String, oneTime: Bool) throws {
-            let session = try Session.initiate(identity: alice.identity, peerIdentity: bobKeys.publicKey,
+            let ratchet = try Ratchet.initiate(identity: alice.identity, peerIdentity: bobKeys.publicKey,
                                                signedPrekey: PublishedPrekey(id: signedPrekeyID, key: x25519("bob_signed_prekey").publicKey),
                                                oneTimePrekey: oneTime ? PublishedPrekey(id: oneTimePrekeyID, key: x25519("bob_one_time_prekey").publicKey) : nil,
                                                ephemeral: x25519(ephemeral), ratchetKey: x25519(ratchetSeed))
-            alice.sessions[session.id] = session
-            sessionIDs[label] = session.id
+            alice.ratchets[ratchet.id] = ratchet
+            ratchetIDs[label] = ratchet.id
         }
         func seal(_ name: String, from sender: String, in label: String, text: String) throws {
             let id = vectorMessageID(name), body = textBody(text, from: sender), seed = ephemeralSeed(name)
             let (user, peer) = sender == "alice" ? (alice, bob) : (bob, alice)
-            var session = try #require(user.sessions[sessionIDs[label]!])
-            let before = session, header = session.ratchet  // the header is the state's before sealing
+            var ratchet = try #require(user.ratchets[ratchetIDs[label]!])
+            let before = ratchet, header = ratchet.state  // the header is the state's before sealing
             let envelope = try Envelope.seal(body: body, id: id, from: sender, identity: user.identity, to: peer.uid,
-                                             mailboxKey: peer.mailbox.publicKey, session: &session,
+                                             mailboxKey: peer.mailbox.publicKey, ratchet: &ratchet,
                                              outerSeal: { peer.mailbox.publicKey.seal($0, ephemeralSeed: seed) })
-            if sender == "alice" { alice.sessions[session.id] = session } else { bob.sessions[session.id] = session }
+            if sender == "alice" { alice.ratchets[ratchet.id] = ratchet } else { bob.ratchets[ratchet.id] = ratchet }
             sealed[name] = (id, envelope, body, peer.uid)
             events.append(["event": "seal", "message": name, "from": sender, "to": peer.uid, "session": label, "id": id,
                            "body": String(decoding: body, as: UTF8.self), "envelope": Base64URL.encode(envelope),
@@ -284,24 +284,24 @@ extension SpecVectorTests {
             bobStates.append(bob)
             aliceStates.append(alice)
         }
-        func state(_ session: Session) -> [String: Any] {
-            var out: [String: Any] = ["root_key_hex": secretHex(session.ratchet.rootKey),
-                                      "own_ratchet_key": Base64URL.encode(session.ratchet.ownRatchet.publicKey.bytes)]
-            if let chain = session.ratchet.sendingChain { out["sending_chain_key_hex"] = secretHex(chain) }
-            if let chain = session.ratchet.receivingChain { out["receiving_chain_key_hex"] = secretHex(chain) }
+        func state(_ ratchet: Ratchet) -> [String: Any] {
+            var out: [String: Any] = ["root_key_hex": secretHex(ratchet.state.rootKey),
+                                      "own_ratchet_key": Base64URL.encode(ratchet.state.ownRatchet.publicKey.bytes)]
+            if let chain = ratchet.state.sendingChain { out["sending_chain_key_hex"] = secretHex(chain) }
+            if let chain = ratchet.state.receivingChain { out["receiving_chain_key_hex"] = secretHex(chain) }
             return out
         }
 
         // Alice's initial state, recomputed: one root step against Bob's signed prekey.
         try begin("S1", ephemeral: "alice_ephemeral", ratchetSeed: "alice_ratchet_1", oneTime: true)
-        let s1 = sessionIDs["S1"]!
+        let s1 = ratchetIDs["S1"]!
         let sk = try X3DH.initiatorSecret(identity: alice.identity, ephemeral: x25519("alice_ephemeral"), peerIdentity: bobKeys.publicKey,
                                           signedPrekey: x25519("bob_signed_prekey").publicKey, oneTimePrekey: x25519("bob_one_time_prekey").publicKey)
         let skBytes = sk.withUnsafeBytes { Array($0) }
         let aliceInit = try rootStep(skBytes, x25519("alice_ratchet_1"), x25519("bob_signed_prekey").publicKey)
-        #expect(state(alice.sessions[s1]!)["root_key_hex"] as? String == hexString(aliceInit.root))
-        #expect(state(alice.sessions[s1]!)["sending_chain_key_hex"] as? String == hexString(aliceInit.chain))
-        ratchet["alice_initial"] = ["dh_hex": hexString(aliceInit.dh), "root_key_hex": hexString(aliceInit.root),
+        #expect(state(alice.ratchets[s1]!)["root_key_hex"] as? String == hexString(aliceInit.root))
+        #expect(state(alice.ratchets[s1]!)["sending_chain_key_hex"] as? String == hexString(aliceInit.chain))
+        ratchetVector["alice_initial"] = ["dh_hex": hexString(aliceInit.dh), "root_key_hex": hexString(aliceInit.root),
                                     "sending_chain_key_hex": hexString(aliceInit.chain), "first_message": messageKeys(aliceInit.chain)]
 
         try seal("A1", from: "alice", in: "S1", text: "hello bob")
@@ -315,10 +315,10 @@ extension SpecVectorTests {
         let bobSend = try rootStep(bobReceive.root, x25519("bob_ratchet_1"), x25519("alice_ratchet_1").publicKey)
         #expect(bobReceive.chain == aliceInit.chain && bobReceive.root == aliceInit.root, "both sides' first chain")
         try open("A3", by: "bob")
-        #expect(state(bob.sessions[s1]!)["root_key_hex"] as? String == hexString(bobSend.root))
-        #expect(state(bob.sessions[s1]!)["sending_chain_key_hex"] as? String == hexString(bobSend.chain))
-        #expect(bob.sessions[s1]!.ratchet.skipped.count == 1, "A2's key is kept")
-        ratchet["bob_step"] = ["receiving_dh_hex": hexString(bobReceive.dh), "receiving_root_key_hex": hexString(bobReceive.root),
+        #expect(state(bob.ratchets[s1]!)["root_key_hex"] as? String == hexString(bobSend.root))
+        #expect(state(bob.ratchets[s1]!)["sending_chain_key_hex"] as? String == hexString(bobSend.chain))
+        #expect(bob.ratchets[s1]!.state.skipped.count == 1, "A2's key is kept")
+        ratchetVector["bob_step"] = ["receiving_dh_hex": hexString(bobReceive.dh), "receiving_root_key_hex": hexString(bobReceive.root),
                                "receiving_chain_key_hex": hexString(bobReceive.chain), "new_ratchet_seed": "bob_ratchet_1",
                                "sending_dh_hex": hexString(bobSend.dh), "root_key_hex": hexString(bobSend.root),
                                "sending_chain_key_hex": hexString(bobSend.chain), "first_message": messageKeys(bobSend.chain)]
@@ -327,20 +327,20 @@ extension SpecVectorTests {
         let aliceReceive = try rootStep(aliceInit.root, x25519("alice_ratchet_1"), x25519("bob_ratchet_1").publicKey)
         #expect(aliceReceive.root == bobSend.root && aliceReceive.chain == bobSend.chain, "alice's receiving chain is bob's sending chain")
         let aliceSend = try rootStep(aliceReceive.root, x25519("alice_ratchet_2"), x25519("bob_ratchet_1").publicKey)
-        #expect(state(alice.sessions[s1]!)["root_key_hex"] as? String == hexString(aliceSend.root))
-        #expect(state(alice.sessions[s1]!)["sending_chain_key_hex"] as? String == hexString(aliceSend.chain))
-        #expect(alice.sessions[s1]!.start == nil, "the answer ends the session start")
-        ratchet["alice_step"] = ["receiving_dh_hex": hexString(aliceReceive.dh), "receiving_root_key_hex": hexString(aliceReceive.root),
+        #expect(state(alice.ratchets[s1]!)["root_key_hex"] as? String == hexString(aliceSend.root))
+        #expect(state(alice.ratchets[s1]!)["sending_chain_key_hex"] as? String == hexString(aliceSend.chain))
+        #expect(alice.ratchets[s1]!.start == nil, "the answer ends the ratchet start")
+        ratchetVector["alice_step"] = ["receiving_dh_hex": hexString(aliceReceive.dh), "receiving_root_key_hex": hexString(aliceReceive.root),
                                  "receiving_chain_key_hex": hexString(aliceReceive.chain), "new_ratchet_seed": "alice_ratchet_2",
                                  "sending_dh_hex": hexString(aliceSend.dh), "root_key_hex": hexString(aliceSend.root),
                                  "sending_chain_key_hex": hexString(aliceSend.chain), "first_message": messageKeys(aliceSend.chain)]
         try seal("A5", from: "alice", in: "S1", text: "after my step")
         let afterA5Sealed = alice  // for the crafted cases below: alice's state then
         try open("A5", by: "bob", turning: "bob_ratchet_2")  // keeps A4's key: skipping to its previous chain length, 4
-        #expect(bob.sessions[s1]!.ratchet.skipped.count == 2, "A2's and A4's keys are kept")
+        #expect(bob.ratchets[s1]!.state.skipped.count == 2, "A2's and A4's keys are kept")
         try open("A2", by: "bob")
         try open("A4", by: "bob")
-        #expect(bob.sessions[s1]!.ratchet.skipped.isEmpty)
+        #expect(bob.ratchets[s1]!.state.skipped.isEmpty)
         try seal("B2", from: "bob", in: "S1", text: "and mine")
         try open("B2", by: "alice", turning: "alice_ratchet_3")
         try begin("S2", ephemeral: "alice_ephemeral_2", ratchetSeed: "alice_ratchet_4", oneTime: false)
@@ -395,10 +395,10 @@ extension SpecVectorTests {
             return bob.mailbox.publicKey.seal(try Envelope.pad(bytes), ephemeralSeed: ephemeralSeed(name))
         }
         /// The offset of a field in a record from alice to bob (a = 5, b = 3, c = 26).
-        let sessionIDAt = 36 + 5 + 3 + 26, kindAt = sessionIDAt + 16
+        let ratchetIDAt = 36 + 5 + 3 + 26, kindAt = ratchetIDAt + 16
         func message(_ name: String) -> (id: String, envelope: [UInt8]) { (sealed[name]!.id, sealed[name]!.envelope) }
 
-        // Refusals of the session layer.
+        // Refusals of the ratchet layer.
         add("A1 replayed after it opened", after: step("A1", "open"), envelope: message("A1").envelope, id: message("A1").id, expect: "envelope_stale_message")
         add("A3 replayed after the ratchet turned", after: step("A5", "open"), envelope: message("A3").envelope, id: message("A3").id,
             expect: "envelope_stale_message")
@@ -433,7 +433,7 @@ extension SpecVectorTests {
             }, id: message("A5").id, expect: "envelope_malformed_record")
         add("A5 with record version 3", after: step("B1", "seal"),
             envelope: try resealed("A5 with record version 3", "A5") { $0[0] = 3 }, id: message("A5").id, expect: "envelope_unsupported_version")
-        // Session starts.
+        // Ratchet starts.
         add("A1 naming signed prekey 0", after: 0,
             envelope: try resealed("A1 naming signed prekey 0", "A1") { $0.replaceSubrange((kindAt + 33)..<(kindAt + 37), with: u32(0)) },
             id: message("A1").id, expect: "envelope_malformed_record")
@@ -447,44 +447,44 @@ extension SpecVectorTests {
             envelope: try resealed("A1 naming no one-time prekey", "A1") { $0.replaceSubrange((kindAt + 37)..<(kindAt + 41), with: u32(0)) },
             id: message("A1").id, expect: "envelope_session_mismatch")
         add("A1 with another session id", after: 0,
-            envelope: try resealed("A1 with another session id", "A1") { $0[sessionIDAt] ^= 0x01 }, id: message("A1").id,
+            envelope: try resealed("A1 with another session id", "A1") { $0[ratchetIDAt] ^= 0x01 }, id: message("A1").id,
             expect: "envelope_malformed_record")
         add("A1 with its ephemeral key altered", after: 0,
             envelope: try resealed("A1 with its ephemeral key altered", "A1") { $0[kindAt + 1] ^= 0x01 }, id: message("A1").id,
             expect: "envelope_malformed_record")
-        // The ephemeral key zero (low order), with the session id it gives: DH2 is all zeros.
-        let zeroID = Session.id(initiator: alice.identity.publicKey, responder: bobKeys.publicKey,
+        // The ephemeral key zero (low order), with the ratchet id it gives: DH2 is all zeros.
+        let zeroID = Ratchet.id(initiator: alice.identity.publicKey, responder: bobKeys.publicKey,
                                 ephemeral: X25519PublicKey(bytes: [UInt8](repeating: 0, count: 32))!)
         add("A1 with the ephemeral key zero and its session id", after: 0,
             envelope: try resealed("A1 with the ephemeral key zero and its session id", "A1") {
-                $0.replaceSubrange(sessionIDAt..<(sessionIDAt + 16), with: zeroID)
+                $0.replaceSubrange(ratchetIDAt..<(ratchetIDAt + 16), with: zeroID)
                 $0.replaceSubrange((kindAt + 1)..<(kindAt + 33), with: [UInt8](repeating: 0, count: 32))
             }, id: message("A1").id, expect: "envelope_session_mismatch")
         // Skipping: Bob has received A5 (N = 0) of alice's second chain; N = 1001 skips 1000 keys, N = 1002 one more.
-        var farSession = try #require(afterA5Sealed.sessions[s1])
+        var farRatchet = try #require(afterA5Sealed.ratchets[s1])
         for _ in 0..<1000 {  // sealed and never delivered; only the chain moves
             _ = try Envelope.seal(body: textBody("lost", from: "alice"), id: vectorMessageID("L"), from: "alice", identity: alice.identity, to: "bob",
-                                  mailboxKey: bob.mailbox.publicKey, session: &farSession, outerSeal: { _ in [] })
+                                  mailboxKey: bob.mailbox.publicKey, ratchet: &farRatchet, outerSeal: { _ in [] })
         }
         for (number, expect) in [(1000, "ok"), (1001, "envelope_too_many_skipped")] {
             let name = "A message of A5's chain skipping \(number) keys"
             let id = vectorMessageID("N\(number)"), body = textBody("far", from: "alice")
             let envelope = try Envelope.seal(body: body, id: id, from: "alice", identity: alice.identity, to: "bob", mailboxKey: bob.mailbox.publicKey,
-                                             session: &farSession, outerSeal: { bob.mailbox.publicKey.seal($0, ephemeralSeed: ephemeralSeed(name)) })
+                                             ratchet: &farRatchet, outerSeal: { bob.mailbox.publicKey.seal($0, ephemeralSeed: ephemeralSeed(name)) })
             add(name, after: step("A5", "open"), envelope: envelope, id: id, expect: expect, body: expect == "ok" ? body : nil)
         }
         // At most 2000 skipped keys: after A3, Bob holds A2's; two messages of A1's chain skipping
         // 1000 each make it 2001, and A2's, the oldest, goes.
-        var longSession = try #require(afterA4Sealed.sessions[s1])
+        var longRatchet = try #require(afterA4Sealed.ratchets[s1])
         var longPrior: [(id: String, envelope: [UInt8])] = []
         for (lost, number) in [(999, 1003), (1000, 2004)] {
             for _ in 0..<lost {
                 _ = try Envelope.seal(body: textBody("lost", from: "alice"), id: vectorMessageID("L"), from: "alice", identity: alice.identity,
-                                      to: "bob", mailboxKey: bob.mailbox.publicKey, session: &longSession, outerSeal: { _ in [] })
+                                      to: "bob", mailboxKey: bob.mailbox.publicKey, ratchet: &longRatchet, outerSeal: { _ in [] })
             }
             let name = "A1's chain, message \(number)", id = vectorMessageID("P\(number)")
             longPrior.append((id, try Envelope.seal(body: textBody("far", from: "alice"), id: id, from: "alice", identity: alice.identity, to: "bob",
-                                                    mailboxKey: bob.mailbox.publicKey, session: &longSession,
+                                                    mailboxKey: bob.mailbox.publicKey, ratchet: &longRatchet,
                                                     outerSeal: { bob.mailbox.publicKey.seal($0, ephemeralSeed: ephemeralSeed(name)) })))
         }
         add("A2 after 2001 keys were skipped (the oldest dropped)", after: step("A3", "open"), envelope: message("A2").envelope, id: message("A2").id,
@@ -494,35 +494,35 @@ extension SpecVectorTests {
         // Bodies: decrypted, then refused (the state is kept only with a valid body).
         for (name, body, expect) in [("A body that is not JSON", Array("hello".utf8), "envelope_invalid_body"),
                                      ("A body whose sender is carol", textBody("it is carol", from: "carol"), "envelope_sender_mismatch")] {
-            var copy = try #require(afterA5Sealed.sessions[s1])
+            var copy = try #require(afterA5Sealed.ratchets[s1])
             let id = vectorMessageID(name == "A body that is not JSON" ? "B9" : "C9")
             let envelope = try Envelope.seal(body: body, id: id, from: "alice", identity: alice.identity, to: "bob", mailboxKey: bob.mailbox.publicKey,
-                                             session: &copy, outerSeal: { bob.mailbox.publicKey.seal($0, ephemeralSeed: ephemeralSeed(name)) })
+                                             ratchet: &copy, outerSeal: { bob.mailbox.publicKey.seal($0, ephemeralSeed: ephemeralSeed(name)) })
             add(name, after: step("B1", "seal"), envelope: envelope, id: id, expect: expect)
         }
-        // A session started with carol's identity key in place of bob's, sent to bob: the session id
+        // A ratchet started with carol's identity key in place of bob's, sent to bob: the ratchet id
         // names another responder.
-        var misdirected = try Session.initiate(identity: alice.identity, peerIdentity: carol.publicKey,
+        var misdirected = try Ratchet.initiate(identity: alice.identity, peerIdentity: carol.publicKey,
                                                signedPrekey: PublishedPrekey(id: signedPrekeyID, key: x25519("bob_signed_prekey").publicKey),
                                                oneTimePrekey: PublishedPrekey(id: oneTimePrekeyID, key: x25519("bob_one_time_prekey").publicKey),
                                                ephemeral: x25519("alice_ephemeral"), ratchetKey: x25519("alice_ratchet_1"))
         let misdirectedName = "A session start for carol's identity key sent to bob"
         add(misdirectedName, after: 0,
             envelope: try Envelope.seal(body: textBody("hello bob", from: "alice"), id: vectorMessageID("M1"), from: "alice", identity: alice.identity,
-                                        to: "bob", mailboxKey: bob.mailbox.publicKey, session: &misdirected,
+                                        to: "bob", mailboxKey: bob.mailbox.publicKey, ratchet: &misdirected,
                                         outerSeal: { bob.mailbox.publicKey.seal($0, ephemeralSeed: ephemeralSeed(misdirectedName)) }),
             id: vectorMessageID("M1"), expect: "envelope_malformed_record")
 
         // Checks 17 and 18 in their order: a start naming a prekey bob does not hold under a
-        // session id that is not the start's is refused for the prekey.
+        // ratchet id that is not the start's is refused for the prekey.
         add("A1 with another session id, naming signed prekey 2 (check 17 before 18)", after: 0,
             envelope: try resealed("A1 with another session id, naming signed prekey 2 (check 17 before 18)", "A1") {
-                $0[sessionIDAt] ^= 0x01
+                $0[ratchetIDAt] ^= 0x01
                 $0.replaceSubrange((kindAt + 33)..<(kindAt + 37), with: u32(2))
             }, id: message("A1").id, expect: "envelope_unknown_prekey")
         add("A1 with another session id, naming one-time prekey 43 (check 17 before 18)", after: 0,
             envelope: try resealed("A1 with another session id, naming one-time prekey 43 (check 17 before 18)", "A1") {
-                $0[sessionIDAt] ^= 0x01
+                $0[ratchetIDAt] ^= 0x01
                 $0.replaceSubrange((kindAt + 37)..<(kindAt + 41), with: u32(43))
             }, id: message("A1").id, expect: "envelope_unknown_prekey")
 
@@ -562,24 +562,24 @@ extension SpecVectorTests {
         var pings: [(id: String, envelope: [UInt8])] = [], pingSeeds: [String] = []
         for round in 1...retiredKeyRounds {
             let name = "ping \(round)", id = vectorMessageID("R\(round)")
-            var session = try #require(pingAlice.sessions[s1])
+            var ratchet = try #require(pingAlice.ratchets[s1])
             let envelope = try Envelope.seal(body: textBody("ping \(round)", from: "alice"), id: id, from: "alice", identity: pingAlice.identity,
-                                             to: "bob", mailboxKey: bob.mailbox.publicKey, session: &session,
+                                             to: "bob", mailboxKey: bob.mailbox.publicKey, ratchet: &ratchet,
                                              outerSeal: { bob.mailbox.publicKey.seal($0, ephemeralSeed: ephemeralSeed(name)) })
-            pingAlice.sessions[s1] = session
+            pingAlice.ratchets[s1] = ratchet
             pings.append((id, envelope))
             pingSeeds.append("bob_turn_\(round)")
             _ = try pingBob.open(envelope, id: id, now: now, newRatchetKey: { x25519("bob_turn_\(round)") })
             guard round < retiredKeyRounds else { break }
             let replyID = vectorMessageID("Q\(round)")
-            var reply = try #require(pingBob.sessions[s1])
+            var reply = try #require(pingBob.ratchets[s1])
             let answer = try Envelope.seal(body: textBody("pong \(round)", from: "bob"), id: replyID, from: "bob", identity: pingBob.identity,
-                                           to: "alice", mailboxKey: alice.mailbox.publicKey, session: &reply,
+                                           to: "alice", mailboxKey: alice.mailbox.publicKey, ratchet: &reply,
                                            outerSeal: { alice.mailbox.publicKey.seal($0, ephemeralSeed: ephemeralSeed("pong \(round)")) })
-            pingBob.sessions[s1] = reply
+            pingBob.ratchets[s1] = reply
             _ = try pingAlice.open(answer, id: replyID, now: now, newRatchetKey: { x25519("alice_turn_\(round)") })
         }
-        #expect(pingBob.sessions[s1]!.ratchet.retiredPeerKeys.count == 16, "bob keeps 16 retired keys")
+        #expect(pingBob.ratchets[s1]!.state.retiredPeerKeys.count == 16, "bob keeps 16 retired keys")
         add("A5 replayed after 16 more DH steps (its key the oldest of the 16 retired)", after: events.count,
             envelope: message("A5").envelope, id: message("A5").id, expect: "envelope_stale_message", prior: pings, priorSeeds: pingSeeds)
         add("A1 replayed after 16 more DH steps (its key retired before the 16 kept)", after: events.count,
@@ -591,19 +591,19 @@ extension SpecVectorTests {
         let ciphertextLength = Int(u32Read(a1, at: kindAt + 1 + 40 + 32 + 8))
         let prefix = Array(a1[..<(kindAt + 1 + 40 + 32 + 8)])
         #expect(prefix.count + 4 + ciphertextLength == a1.count)
-        ratchet["first_record"] = ["message": "A1", "record_hex": hexString(a1),
+        ratchetVector["first_record"] = ["message": "A1", "record_hex": hexString(a1),
                                    "associated_data_hex": hexString(preAuthenticationEncoding([Array("mailslot-envelope-v2".utf8), prefix, bobKeys.publicKey.bytes]))]
-        return (ratchet, events, cases)
+        return (ratchetVector, events, cases)
     }
 
     static func u32Read(_ bytes: [UInt8], at offset: Int) -> UInt32 { bytes[offset..<(offset + 4)].reduce(0) { $0 << 8 | UInt32($1) } }
 
-    static func sessionVectors() throws -> [String: Any] {
-        let (bundle, bundleCases) = try sessionBundle()
-        let (ratchet, conversation, cases) = try sessionConversation()
+    static func ratchetVectors() throws -> [String: Any] {
+        let (bundle, bundleCases) = try ratchetBundle()
+        let (ratchet, conversation, cases) = try ratchetConversation()
         return [
-            "description": "Sessions with forward secrecy (spec/sessions.md): HKDF, X3DH, the Double Ratchet and envelope record version 2. Replay `conversation` in order with both users' own state; open each of `cases` with its opener's state (bob's, or alice's when `opener` says so) after step `after_step` of the conversation, at `now`, after its `prior` envelopes; `expect` is \"ok\" or the error code.",
-            "seeds": Dictionary(uniqueKeysWithValues: sessionSeeds.map { ($0.key, Base64URL.encode($0.value)) }),
+            "description": "Ratchets with forward secrecy (spec/ratchet.md): HKDF, X3DH, the Double Ratchet and envelope record version 2. Replay `conversation` in order with both users' own state; open each of `cases` with its opener's state (bob's, or alice's when `opener` says so) after step `after_step` of the conversation, at `now`, after its `prior` envelopes; `expect` is \"ok\" or the error code.",
+            "seeds": Dictionary(uniqueKeysWithValues: ratchetSeeds.map { ($0.key, Base64URL.encode($0.value)) }),
             "users": [["uid": "alice", "identity_seed": "alice_identity", "mailbox_seed": "alice_mailbox"],
                       ["uid": "bob", "identity_seed": "bob_identity", "mailbox_seed": "bob_mailbox",
                        "signed_prekey": ["id": Int(signedPrekeyID), "seed": "bob_signed_prekey"],
@@ -624,23 +624,23 @@ extension SpecVectorTests {
 
     // MARK: The test
 
-    @Test func sessions() throws {
-        let generated = try Self.sessionVectors()
+    @Test func ratchets() throws {
+        let generated = try Self.ratchetVectors()
         if Self.writing { try Self.write("sessions.json", generated) }
         let vectors = try Self.read("sessions.json")
         #expect(try Self.same(generated, vectors), "sessions.json is what the generator makes from the published seeds")
-        try Self.checkSessionVectors(vectors, minimumEvents: 14, minimumCases: 25)
+        try Self.checkRatchetVectors(vectors, minimumEvents: 14, minimumCases: 25)
     }
 
-    /// Sessions sealed by the independent implementation (tools/interop, PyNaCl), from the spec alone:
+    /// Ratchets sealed by the independent implementation (tools/interop, PyNaCl), from the spec alone:
     /// the reference opens its conversation, seals every message again to the same bytes, and
     /// refuses its cases with the codes it names.
-    @Test func independentSessions() throws {
-        try Self.checkSessionVectors(try Self.read("independent/sessions.json"), minimumEvents: 10, minimumCases: 8)
+    @Test func independentRatchets() throws {
+        try Self.checkRatchetVectors(try Self.read("independent/sessions.json"), minimumEvents: 10, minimumCases: 8)
     }
 
     /// Replays the file alone: bundles, the conversation with each side's own state, and the cases.
-    static func checkSessionVectors(_ vectors: [String: Any], minimumEvents: Int, minimumCases: Int) throws {
+    static func checkRatchetVectors(_ vectors: [String: Any], minimumEvents: Int, minimumCases: Int) throws {
         // Every key from the file's own seeds, so that a file written by another implementation
         // (spec/vectors/independent/) is checked the same way.
         let seeds = try #require(vectors["seeds"] as? [String: String]).compactMapValues { Base64URL.decode($0) }
@@ -673,17 +673,17 @@ extension SpecVectorTests {
         let now = Int64(try #require(vectors["now"] as? Int))
         var states: [VectorUser] = [bob], aliceStates: [VectorUser] = [alice]
         var messages: [String: [String: Any]] = [:]
-        var sessionIDs: [String: [UInt8]] = [:], started: [String: Session] = [:]
+        var ratchetIDs: [String: [UInt8]] = [:], started: [String: Ratchet] = [:]
         for start in try #require(vectors["x3dh"] as? [[String: Any]]) {
-            let session = try Session.initiate(
+            let ratchet = try Ratchet.initiate(
                 identity: alice.identity, peerIdentity: bob.identity.publicKey,
                 signedPrekey: PublishedPrekey(id: UInt32(start["signed_prekey_id"] as! Int),
                                               key: try #require(bob.signedPrekeys[UInt32(start["signed_prekey_id"] as! Int)]).publicKey),
                 oneTimePrekey: try (start["one_time_prekey_id"] as? Int).map { PublishedPrekey(id: UInt32($0), key: try #require(bob.oneTimePrekeys[UInt32($0)]).publicKey) },
                 ephemeral: try pair(start["ephemeral_seed"]), ratchetKey: try pair(start["ratchet_seed"]))
-            #expect(Self.hexString(session.id) == start["session_id_hex"] as? String)
-            sessionIDs[start["session"] as! String] = session.id
-            started[start["session"] as! String] = session  // Alice holds it from her first message on
+            #expect(Self.hexString(ratchet.id) == start["session_id_hex"] as? String)
+            ratchetIDs[start["session"] as! String] = ratchet.id
+            started[start["session"] as! String] = ratchet  // Alice holds it from her first message on
         }
         let events = try #require(vectors["conversation"] as? [[String: Any]])
         #expect(events.count >= minimumEvents)
@@ -692,17 +692,17 @@ extension SpecVectorTests {
             if event["event"] as? String == "seal" {
                 // Sealed again from the sender's own state and the published seed: byte for byte.
                 messages[name] = event
-                let label = event["session"] as! String, id = try #require(sessionIDs[label])
+                let label = event["session"] as! String, id = try #require(ratchetIDs[label])
                 let fromAlice = event["from"] as? String == "alice"
-                if fromAlice, alice.sessions[id] == nil { alice.sessions[id] = started[label] }
+                if fromAlice, alice.ratchets[id] == nil { alice.ratchets[id] = started[label] }
                 let (sender, recipient) = fromAlice ? (alice, bob) : (bob, alice)
-                var session = try #require(sender.sessions[id])
+                var ratchet = try #require(sender.ratchets[id])
                 let seed = try #require(Base64URL.decode(event["ephemeral_seed"] as! String))
                 let envelope = try Envelope.seal(body: Array((event["body"] as! String).utf8), id: event["id"] as! String, from: sender.uid,
                                                  identity: sender.identity, to: recipient.uid, mailboxKey: recipient.mailbox.publicKey,
-                                                 session: &session, outerSeal: { recipient.mailbox.publicKey.seal($0, ephemeralSeed: seed) })
+                                                 ratchet: &ratchet, outerSeal: { recipient.mailbox.publicKey.seal($0, ephemeralSeed: seed) })
                 #expect(Base64URL.encode(envelope) == event["envelope"] as? String, "\(name) is sealed again byte for byte")
-                if fromAlice { alice.sessions[id] = session } else { bob.sessions[id] = session }
+                if fromAlice { alice.ratchets[id] = ratchet } else { bob.ratchets[id] = ratchet }
             } else {
                 let message = try #require(messages[name])
                 let envelope = try #require(Base64URL.decode(message["envelope"] as! String))
@@ -722,7 +722,7 @@ extension SpecVectorTests {
         #expect(cases.count >= minimumCases)
         for vector in cases {
             let name = vector["name"] as! String, expect = vector["expect"] as! String
-            // Bob opens every case unless `opener` names alice (spec/sessions.md §9).
+            // Bob opens every case unless `opener` names alice (spec/ratchet.md §9).
             var user = (vector["opener"] as? String ?? "bob") == "alice" ? aliceStates[vector["after_step"] as! Int] : states[vector["after_step"] as! Int]
             let ownIdentity = (vector["opener_identity"] as? String).flatMap { IdentityPublicKey(bytes: Base64URL.decode($0) ?? []) }
             do {

@@ -1,18 +1,18 @@
-// Fuzz target `session-open`: version 2 envelopes (sessions: X3DH and the Double Ratchet,
-// Sources/MailslotCrypto/Sessions and Formats/Envelope.swift) opened as `bob`, for the fixed message
+// Fuzz target `ratchet-open`: version 2 envelopes (ratchets: X3DH and the Double Ratchet,
+// Sources/MailslotCrypto/Ratchets and Formats/Envelope.swift) opened as `bob`, for the fixed message
 // id, in a fixed conversation with `alice` that the harness plays out deterministically at start-up
 // (fixed identities, prekeys, ephemeral and ratchet keys, through the internal hooks that take them:
 // this target is built against MailslotCrypto compiled with -enable-testing). The first byte picks
 // what the rest of the input is:
 //
 //   0  the envelope: Envelope.unseal with bob's mailbox key; a version 2 record is opened in each
-//      of bob's fixed sessions it names, and when it names a session start, in the session that
-//      Session.accept derives with bob's fixed prekeys, as a client that lost the session would.
+//      of bob's fixed ratchets it names, and when it names a ratchet start, in the ratchet that
+//      Ratchet.accept derives with bob's fixed prekeys, as a client that lost the ratchet would.
 //   1  the record: the harness pads it and seals it to bob's mailbox key, then as mode 0.
-//   2  a stored session (Session(serialized:)): when it parses, it must serialise to the same
+//   2  a stored ratchet (Ratchet(serialized:)): when it parses, it must serialise to the same
 //      bytes, and opening the conversation's messages in it must not crash.
 //   3  header fields: a valid message of the conversation whose record the harness rebuilds with
-//      fuzzer-chosen session id, kind, start fields, ratchet key, PN and N around the AEAD
+//      fuzzer-chosen ratchet id, kind, start fields, ratchet key, PN and N around the AEAD
 //      ciphertext of the original header, so that the record reader and the ratchet (skipped keys,
 //      MAX_SKIP, turns, retired keys, low-order keys) see odd values past the outer layer. Only
 //      the original header may open.
@@ -22,20 +22,20 @@ import Foundation
 import MailslotWire
 
 @_cdecl("LLVMFuzzerTestOneInput")
-public func sessionOpenOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+public func ratchetOpenOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let input = bytes(data, size)
     guard let mode = input.first else { return 0 }
     let rest = Array(input.dropFirst())
     switch mode % 4 {
     case 0: openAndCheck(rest)
     case 1: if let envelope = sealPaddedToRecipient(rest) { openAndCheck(envelope) }
-    case 2: openInStoredSession(rest)
+    case 2: openInStoredRatchet(rest)
     default: openRebuiltHeader(rest)
     }
     return 0
 }
 
-/// The fixed conversation: alice starts a session with bob (signed prekey 7, one-time prekey 1),
+/// The fixed conversation: alice starts a ratchet with bob (signed prekey 7, one-time prekey 1),
 /// sends two messages, bob answers, alice sends again after the ratchet turned.
 enum Conversation {
     static func keyPair(_ byte: UInt8) -> X25519KeyPair { X25519KeyPair(seed: SecretBytes(copying: [UInt8](repeating: byte, count: 32))) }
@@ -55,17 +55,17 @@ enum Conversation {
     struct Message {
         let envelope: [UInt8]
         let record: [UInt8]
-        let sealed: SessionEnvelope
+        let sealed: RatchetEnvelope
     }
 
     struct State {
         /// [0] the start message, [1] a later one (still carrying the start), [2] after a ratchet turn.
         let messages: [Message]
-        /// Bob's sessions: [0] accepted from message 0, [1] after opening it, [2] after answering,
+        /// Bob's ratchets: [0] accepted from message 0, [1] after opening it, [2] after answering,
         /// [3] after opening message 2 (the ratchet turned: alice's first key is retired).
-        let bobSessions: [Session]
-        /// Alice's sessions: before sending, after message 1, after reading bob's answer.
-        let aliceSessions: [Session]
+        let bobRatchets: [Ratchet]
+        /// Alice's ratchets: before sending, after message 1, after reading bob's answer.
+        let aliceRatchets: [Ratchet]
     }
 
     static let state: State = {
@@ -77,9 +77,9 @@ enum Conversation {
     }
 
     private static func seal(_ text: String, from sender: String, _ identity: IdentityKeyPair, to recipient: String,
-                             _ mailbox: MailboxPublicKey, _ session: inout Session) throws -> [UInt8] {
+                             _ mailbox: MailboxPublicKey, _ ratchet: inout Ratchet) throws -> [UInt8] {
         try Envelope.seal(body: try body(text, from: sender), id: Fixed.messageID, from: sender, identity: identity,
-                          to: recipient, mailboxKey: mailbox, session: &session)
+                          to: recipient, mailboxKey: mailbox, ratchet: &ratchet)
     }
 
     private static func read(_ envelope: [UInt8]) throws -> Message {
@@ -91,30 +91,30 @@ enum Conversation {
 
     private static func play() throws -> State {
         let bobMailbox = Fixed.recipientKeys.publicKey
-        var aliceSession = try Session.initiate(identity: alice, peerIdentity: bob.publicKey,
+        var aliceRatchet = try Ratchet.initiate(identity: alice, peerIdentity: bob.publicKey,
                                                 signedPrekey: PublishedPrekey(id: signedPrekeyID, key: signedPrekey.publicKey),
                                                 oneTimePrekey: PublishedPrekey(id: oneTimePrekeyID, key: oneTimePrekey.publicKey),
                                                 ephemeral: aliceEphemeral, ratchetKey: aliceRatchet)
-        let aliceStart = aliceSession
-        let first = try read(try seal("hello bob", from: "alice", alice, to: "bob", bobMailbox, &aliceSession))
-        let second = try read(try seal("second", from: "alice", alice, to: "bob", bobMailbox, &aliceSession))
-        let aliceSent = aliceSession
+        let aliceStart = aliceRatchet
+        let first = try read(try seal("hello bob", from: "alice", alice, to: "bob", bobMailbox, &aliceRatchet))
+        let second = try read(try seal("second", from: "alice", alice, to: "bob", bobMailbox, &aliceRatchet))
+        let aliceSent = aliceRatchet
 
-        let accepted = try Session.accept(first.sealed, identity: bob, signedPrekey: signedPrekey, oneTimePrekey: oneTimePrekey)
-        var (_, bobSession) = try first.sealed.open(with: accepted, identity: bob.publicKey, now: now, newRatchetKey: { bobNextRatchet })
-        let bobOpened = bobSession
-        let answer = try seal("hi alice", from: "bob", bob, to: "alice", aliceMailbox.publicKey, &bobSession)
-        let bobAnswered = bobSession
+        let accepted = try Ratchet.accept(first.sealed, identity: bob, signedPrekey: signedPrekey, oneTimePrekey: oneTimePrekey)
+        var (_, bobRatchet) = try first.sealed.open(with: accepted, identity: bob.publicKey, now: now, newRatchetKey: { bobNextRatchet })
+        let bobOpened = bobRatchet
+        let answer = try seal("hi alice", from: "bob", bob, to: "alice", aliceMailbox.publicKey, &bobRatchet)
+        let bobAnswered = bobRatchet
 
         guard case .version2(let answerSealed) = try Envelope.unseal(answer, id: Fixed.messageID, recipient: "alice", keys: aliceMailbox) else {
             fatalError("bob's answer is not version 2")
         }
-        (_, aliceSession) = try answerSealed.open(with: aliceSession, identity: alice.publicKey, now: now, newRatchetKey: { aliceNextRatchet })
-        let aliceAnswered = aliceSession
-        let third = try read(try seal("after the turn", from: "alice", alice, to: "bob", bobMailbox, &aliceSession))
+        (_, aliceRatchet) = try answerSealed.open(with: aliceRatchet, identity: alice.publicKey, now: now, newRatchetKey: { aliceNextRatchet })
+        let aliceAnswered = aliceRatchet
+        let third = try read(try seal("after the turn", from: "alice", alice, to: "bob", bobMailbox, &aliceRatchet))
         let (_, bobTurned) = try third.sealed.open(with: bobAnswered, identity: bob.publicKey, now: now, newRatchetKey: { bobNextRatchet })
-        return State(messages: [first, second, third], bobSessions: [accepted, bobOpened, bobAnswered, bobTurned],
-                     aliceSessions: [aliceStart, aliceSent, aliceAnswered])
+        return State(messages: [first, second, third], bobRatchets: [accepted, bobOpened, bobAnswered, bobTurned],
+                     aliceRatchets: [aliceStart, aliceSent, aliceAnswered])
     }
 }
 
@@ -125,31 +125,31 @@ private func record(of envelope: [UInt8]) -> [UInt8]? {
     return Array(padded[..<marker])
 }
 
-/// Opens `sealed` in `session` as bob and checks what any successful open promises; returns
+/// Opens `sealed` in `ratchet` as bob and checks what any successful open promises; returns
 /// whether it opened.
 @discardableResult
-private func open(_ sealed: SessionEnvelope, in session: Session) -> Bool {
+private func open(_ sealed: RatchetEnvelope, in ratchet: Ratchet) -> Bool {
     let result = Result { () throws(EnvelopeError) in
-        try sealed.open(with: session, identity: Conversation.bob.publicKey, now: Conversation.now,
+        try sealed.open(with: ratchet, identity: Conversation.bob.publicKey, now: Conversation.now,
                         newRatchetKey: { Conversation.bobNextRatchet })
     }
     guard case .success(let (opened, next)) = result else { return false }
     expect(opened.sender == Fixed.sender && opened.senderKey == Fixed.senderIdentity.publicKey,
-           "a session message opened from another sender than alice")
-    expect(opened.messageID == Fixed.messageID, "a session message opened under another message id")
-    expect(opened.message.sender.id == opened.sender, "a session message opened whose body names another sender")
-    expect(next.id == session.id && next.peerIdentity == session.peerIdentity, "opening changed whom the session is with")
-    expect(next.serialized() != session.serialized(), "a message opened and the session did not move")
-    expect(next.start == nil, "a session that received still carries a session start")
-    expect(Session(serialized: next.serialized())?.serialized() == next.serialized(), "the session after an open does not survive storage")
+           "a ratchet message opened from another sender than alice")
+    expect(opened.messageID == Fixed.messageID, "a ratchet message opened under another message id")
+    expect(opened.message.sender.id == opened.sender, "a ratchet message opened whose body names another sender")
+    expect(next.id == ratchet.id && next.peerIdentity == ratchet.peerIdentity, "opening changed whom the ratchet is with")
+    expect(next.serialized() != ratchet.serialized(), "a message opened and the ratchet did not move")
+    expect(next.start == nil, "a ratchet that received still carries a ratchet start")
+    expect(Ratchet(serialized: next.serialized())?.serialized() == next.serialized(), "the ratchet after an open does not survive storage")
     return true
 }
 
-/// Unseals `envelope` as bob; a version 2 record is opened in each fixed session of bob that it
-/// names and, when it starts a session with prekeys bob holds, in the session accepted from it.
-/// Returns the sealed fields when it unsealed, and whether some session opened it.
+/// Unseals `envelope` as bob; a version 2 record is opened in each fixed ratchet of bob that it
+/// names and, when it starts a ratchet with prekeys bob holds, in the ratchet accepted from it.
+/// Returns the sealed fields when it unsealed, and whether some ratchet opened it.
 @discardableResult
-private func openAndCheck(_ envelope: [UInt8]) -> (SessionEnvelope?, opened: Bool) {
+private func openAndCheck(_ envelope: [UInt8]) -> (RatchetEnvelope?, opened: Bool) {
     let result = Result { () throws(EnvelopeError) in
         try Envelope.unseal(envelope, id: Fixed.messageID, recipient: Fixed.recipient, keys: Fixed.recipientKeys)
     }
@@ -164,20 +164,20 @@ private func openAndCheck(_ envelope: [UInt8]) -> (SessionEnvelope?, opened: Boo
     }
     expect(sealed.messageID == Fixed.messageID, "a version 2 record read under another message id")
     expect(Identifier.isValidUID(sealed.sender), "a version 2 record read with an invalid sender uid")
-    expect(sealed.sessionID.count == Session.idLength, "a session id of \(sealed.sessionID.count) bytes")
+    expect(sealed.ratchetID.count == Ratchet.idLength, "a ratchet id of \(sealed.ratchetID.count) bytes")
     var opened = false
-    for session in Conversation.state.bobSessions.dropFirst() where session.id == sealed.sessionID {
-        opened = open(sealed, in: session) || opened
+    for ratchet in Conversation.state.bobRatchets.dropFirst() where ratchet.id == sealed.ratchetID {
+        opened = open(sealed, in: ratchet) || opened
     }
     if let start = sealed.start {
-        expect(start.signedPrekeyID != 0 && start.oneTimePrekeyID != 0, "a session start read with a prekey id 0")
+        expect(start.signedPrekeyID != 0 && start.oneTimePrekeyID != 0, "a ratchet start read with a prekey id 0")
         // A client looks the prekeys up by id; unknown ids never reach accept.
         if start.signedPrekeyID == Conversation.signedPrekeyID, [nil, Conversation.oneTimePrekeyID].contains(start.oneTimePrekeyID) {
             let oneTime = start.oneTimePrekeyID == nil ? nil : Conversation.oneTimePrekey
-            if let accepted = try? Session.accept(sealed, identity: Conversation.bob, signedPrekey: Conversation.signedPrekey,
+            if let accepted = try? Ratchet.accept(sealed, identity: Conversation.bob, signedPrekey: Conversation.signedPrekey,
                                                   oneTimePrekey: oneTime) {
-                expect(accepted.id == sealed.sessionID && accepted.peerIdentity == sealed.senderKey && !accepted.initiated,
-                       "an accepted session does not match the message that started it")
+                expect(accepted.id == sealed.ratchetID && accepted.peerIdentity == sealed.senderKey && !accepted.initiated,
+                       "an accepted ratchet does not match the message that started it")
                 opened = open(sealed, in: accepted) || opened
             }
         }
@@ -185,12 +185,12 @@ private func openAndCheck(_ envelope: [UInt8]) -> (SessionEnvelope?, opened: Boo
     return (sealed, opened)
 }
 
-/// The fuzzer's bytes as a stored session: a round trip when it parses, and the conversation's
+/// The fuzzer's bytes as a stored ratchet: a round trip when it parses, and the conversation's
 /// messages opened in it without a crash (and with the usual checks when one opens).
-private func openInStoredSession(_ stored: [UInt8]) {
-    guard let session = Session(serialized: stored) else { return }
-    expect(session.serialized() == stored, "a stored session does not serialise to the bytes it was read from")
-    for message in Conversation.state.messages { open(message.sealed, in: session) }
+private func openInStoredRatchet(_ stored: [UInt8]) {
+    guard let ratchet = Ratchet(serialized: stored) else { return }
+    expect(ratchet.serialized() == stored, "a stored ratchet does not serialise to the bytes it was read from")
+    for message in Conversation.state.messages { open(message.sealed, in: ratchet) }
 }
 
 /// Reads fuzzer bytes in order, with a default once they run out.
@@ -209,7 +209,7 @@ private struct FieldReader {
 }
 
 /// Mode 3's input: a byte choosing the message (bits 0–1) and a byte of flags choosing the fields
-/// to replace, then each replaced field in record order: session id (16), kind (1), ephemeral key
+/// to replace, then each replaced field in record order: ratchet id (16), kind (1), ephemeral key
 /// (32), signed prekey id (4), one-time prekey id (4), ratchet key (1: one of the conversation's
 /// keys or a low-order point, or 0xFF then 32 bytes), PN (4), N (4). The ciphertext stays the
 /// original's. Returns whether the rebuilt message opened.
@@ -223,13 +223,13 @@ private func openRebuiltHeader(_ input: [UInt8]) -> Bool {
     let field = { (bit: Int) in flags & (1 << bit) != 0 }
 
     // The names, as the original record has them, then the fields the harness lays out again.
-    var record = Envelope.names(version: Envelope.sessionVersion, sender: Array(sealed.sender.utf8), senderKey: sealed.senderKey.bytes,
+    var record = Envelope.names(version: Envelope.ratchetVersion, sender: Array(sealed.sender.utf8), senderKey: sealed.senderKey.bytes,
                                 recipient: Array(Fixed.recipient.utf8), messageID: Array(sealed.messageID.utf8))
-    record += (field(0) ? fuzz.take(Session.idLength) : nil) ?? sealed.sessionID
+    record += (field(0) ? fuzz.take(Ratchet.idLength) : nil) ?? sealed.ratchetID
     let kind = (field(1) ? fuzz.byte() : nil) ?? (sealed.start == nil ? 0 : 1)
     record.append(kind)
     if kind == 1 {
-        let start = sealed.start ?? Conversation.state.aliceSessions[0].start!
+        let start = sealed.start ?? Conversation.state.aliceRatchets[0].start!
         record += (field(2) ? fuzz.take(32) : nil) ?? start.ephemeralKey.bytes
         Envelope.appendUInt32((field(3) ? fuzz.uint32() : nil) ?? start.signedPrekeyID, to: &record)
         Envelope.appendUInt32((field(3) ? fuzz.uint32() : nil) ?? start.oneTimePrekeyID ?? 0, to: &record)
@@ -280,23 +280,23 @@ private extension Array where Element == UInt8 {
     }
 }
 
-/// The conversation's envelopes (mode 0), their records (mode 1), the stored sessions of both
+/// The conversation's envelopes (mode 0), their records (mode 1), the stored ratchets of both
 /// sides (mode 2), header variations that reach each ratchet path (mode 3), and, when
-/// spec/vectors/sessions.json exists, its envelopes (mode 0) and sessions (mode 2).
+/// spec/vectors/sessions.json exists, its envelopes (mode 0) and ratchets (mode 2).
 func fuzzSeeds(root: String) -> [(name: String, bytes: [UInt8])] {
     var seeds: [(name: String, bytes: [UInt8])] = []
     let state = Conversation.state
     // Each message must open where the conversation says, or the seeds would stop short.
-    // Where each message opens, by bobSessions index: the start only in the accepted session; the
-    // second everywhere (in the turned session with the key skipped when the third arrived); the
-    // third in the sessions that hold the first chain and have not read it.
+    // Where each message opens, by bobRatchets index: the start only in the accepted ratchet; the
+    // second everywhere (in the turned ratchet with the key skipped when the third arrived); the
+    // third in the ratchets that hold the first chain and have not read it.
     let opensIn: [[Int]] = [[0], [0, 1, 2, 3], [1, 2]]
     for (index, message) in state.messages.enumerated() {
-        for (sessionIndex, session) in state.bobSessions.enumerated() {
-            let opened = (try? message.sealed.open(with: session, identity: Conversation.bob.publicKey, now: Conversation.now,
+        for (ratchetIndex, ratchet) in state.bobRatchets.enumerated() {
+            let opened = (try? message.sealed.open(with: ratchet, identity: Conversation.bob.publicKey, now: Conversation.now,
                                                    newRatchetKey: { Conversation.bobNextRatchet })) != nil
-            expect(opened == opensIn[index].contains(sessionIndex),
-                   "message \(index) \(opened ? "opens" : "does not open") in bob's session \(sessionIndex)")
+            expect(opened == opensIn[index].contains(ratchetIndex),
+                   "message \(index) \(opened ? "opens" : "does not open") in bob's ratchet \(ratchetIndex)")
         }
         expect(openAndCheck(message.envelope).opened, "message \(index) does not open as mode 0")
         seeds.append(("envelope-\(index)", Seeds.mode(0, message.envelope)))
@@ -319,17 +319,17 @@ func fuzzSeeds(root: String) -> [(name: String, bytes: [UInt8])] {
             ("kind-1-prekeys", [base, 0x0A, 1] + be(7) + be(2)),
             ("kind-1-no-one-time", [base, 0x0A, 1] + be(7) + be(0)),
             ("kind-1-signed-0", [base, 0x0A, 1] + be(0) + be(1)),
-            ("session-id", [base, 0x01] + [UInt8](repeating: 0xAB, count: 16)),
+            ("ratchet-id", [base, 0x01] + [UInt8](repeating: 0xAB, count: 16)),
             ("raw-key", [base, 0x10, 0xFF] + Conversation.keyPair(0x12).publicKey.bytes),
         ]
         for (name, input) in variations { seeds.append(("header-\(index)-\(name)", Seeds.mode(3, input))) }
     }
-    for (index, session) in state.bobSessions.enumerated() { seeds.append(("bob-session-\(index)", Seeds.mode(2, session.serialized()))) }
-    for (index, session) in state.aliceSessions.enumerated() { seeds.append(("alice-session-\(index)", Seeds.mode(2, session.serialized()))) }
+    for (index, ratchet) in state.bobRatchets.enumerated() { seeds.append(("bob-ratchet-\(index)", Seeds.mode(2, ratchet.serialized()))) }
+    for (index, ratchet) in state.aliceRatchets.enumerated() { seeds.append(("alice-ratchet-\(index)", Seeds.mode(2, ratchet.serialized()))) }
 
     // spec/vectors/sessions.json, when present: its layout is not relied on, so every base64url
     // string in it is taken, as an envelope when its length is a size class (and its record too,
-    // when it is sealed to bob's key, as the vectors' are), else as a stored session. Their
+    // when it is sealed to bob's key, as the vectors' are), else as a stored ratchet. Their
     // message ids are the vectors' own, so they are starting points for mutation, not openings.
     let vectors = URL(fileURLWithPath: root).appendingPathComponent("spec/vectors/sessions.json")
     if FileManager.default.fileExists(atPath: vectors.path) {

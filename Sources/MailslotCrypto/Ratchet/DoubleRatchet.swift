@@ -1,4 +1,4 @@
-// The Double Ratchet of one conversation (spec/sessions.md §4), as Signal specifies it
+// The Double Ratchet of one conversation (spec/ratchet.md §4), as Signal specifies it
 // (https://signal.org/docs/specifications/doubleratchet/), with libsodium alone:
 //
 //   KDF_RK(rk, dh) = HKDF-SHA-256(salt: rk, ikm: dh, info: "mailslot-ratchet-root-v2", 64) → rk' ‖ ck
@@ -6,7 +6,7 @@
 //   message key    = HKDF-SHA-256(salt: —, ikm: mk, info: "mailslot-message-key-v2", 56) → key ‖ nonce
 //
 // The state is a value: receiving works on a copy and the caller keeps the copy only when the body
-// decrypted, so a forged or replayed message never moves a session.
+// decrypted, so a forged or replayed message never moves a ratchet.
 
 /// The clear header of one ratchet message: the sender's current ratchet key, the length of its
 /// previous sending chain, and this message's number in the current one.
@@ -49,7 +49,7 @@ struct MessageKey {
 public struct RatchetState: Sendable {
     /// The most message keys one received message may make the receiver skip and keep (MAX_SKIP).
     public static let maxSkip: UInt32 = 1000
-    /// The most skipped message keys a session keeps; the oldest go first.
+    /// The most skipped message keys a ratchet keeps; the oldest go first.
     public static let maxStoredSkipped = 2000
     /// How long a skipped message key is kept, in seconds: the longest message lifetime a relay
     /// grants (30 days, spec/protocol.md §11) and a day for clocks; after that no relay still holds
@@ -96,7 +96,7 @@ public struct RatchetState: Sendable {
     }
 
     /// Whether this side has a sending chain (the responder has none until it received).
-    var canSend: Bool { sendingChain != nil && sent < .max }  // the counter never wraps: a new session instead
+    var canSend: Bool { sendingChain != nil && sent < .max }  // the counter never wraps: a new ratchet instead
 
     /// The header and message key of the next message this side sends.
     mutating func nextSendingKey() -> (RatchetHeader, MessageKey) {
@@ -167,7 +167,7 @@ public struct RatchetState: Sendable {
     /// KDF_RK over DH(own, peer); an all-zero DH output (a low-order peer key) is refused.
     private static func rootStep(_ root: SecretBytes, _ own: X25519KeyPair,
                                  _ peer: X25519PublicKey) throws(EnvelopeError) -> (SecretBytes, SecretBytes) {
-        guard var shared = own.agree(with: peer) else { throw .sessionMismatch }
+        guard var shared = own.agree(with: peer) else { throw .ratchetMismatch }
         defer { wipe(&shared) }
         var output = root.withUnsafeBytes { raw in
             var salt = Array(raw)
@@ -191,7 +191,7 @@ public struct RatchetState: Sendable {
 extension RatchetState {
     private static let storageVersion: UInt8 = 1
 
-    /// The state as bytes for the client's store (not a wire format; see spec/sessions.md §7).
+    /// The state as bytes for the client's store (not a wire format; see spec/ratchet.md §7).
     /// It holds secrets: the caller wipes it once stored.
     func serialized() -> [UInt8] {
         var out: [UInt8] = []

@@ -5,10 +5,10 @@ import MailslotTestSupport
 import MailslotWire
 import Testing
 
-/// Sessions with forward secrecy between clients of a real relay (spec/sessions.md §6): sent by
+/// Ratchets with forward secrecy between clients of a real relay (spec/ratchet.md §6): sent by
 /// default, prekeys used up and topped up, starts at the same moment, a contact that lost its
-/// sessions, and the property itself on a stolen store.
-@Suite struct SessionExchangeTests {
+/// ratchets, and the property itself on a stolen store.
+@Suite struct RatchetExchangeTests {
     /// The envelopes waiting in `uid`'s mailbox, as the relay (or anyone recording it) holds them.
     func capture(_ relay: TestRelay, _ uid: String) async throws -> [MessageRecord] {
         let page = try await relay.call("GET", "/v1/users/\(uid)/messages", session: try await relay.signIn(uid).session)
@@ -30,7 +30,7 @@ import Testing
         }
     }
 
-    func activeSessions(_ client: MailslotClient, with contact: String) async throws -> [Data] {
+    func activeRatchets(_ client: MailslotClient, with contact: String) async throws -> [Data] {
         try await client.store.pool.read { db in
             try Data.fetchAll(db, sql: "SELECT id FROM sessions WHERE contact = ? AND active = 1", arguments: [contact])
         }
@@ -46,19 +46,19 @@ import Testing
         }
     }
 
-    @Test func clientsSendInSessionsByDefault() async throws {
+    @Test func clientsSendInRatchetsByDefault() async throws {
         try await withAliceAndBob { relay, alice, bob in
             #expect(try await prekeysLeft(relay, "bob") == MailslotClient.prekeySupply, "signing in uploads one-time prekeys")
 
             try await alice.send(text: "hello bob", to: "bob")
             try await alice.send(text: "again", to: "bob")
-            #expect(try await prekeysLeft(relay, "bob") == MailslotClient.prekeySupply - 1, "one claimed for the session, not one per message")
+            #expect(try await prekeysLeft(relay, "bob") == MailslotClient.prekeySupply - 1, "one claimed for the ratchet, not one per message")
             for record in try await capture(relay, "bob") { #expect(try await version(of: record, for: bob) == 2) }
 
             #expect(try await bob.receive().map(\.message.payload.text) == ["hello bob", "again"])
             try await bob.send(text: "hi alice", to: "alice")
             #expect(try await alice.receive().map(\.message.payload.text) == ["hi alice"])
-            #expect(try await activeSessions(alice, with: "bob") == (try await activeSessions(bob, with: "alice")))
+            #expect(try await activeRatchets(alice, with: "bob") == (try await activeRatchets(bob, with: "alice")))
             for round in 0..<3 {
                 try await alice.send(text: "a\(round)", to: "bob")
                 try await alice.send(text: "a\(round)'", to: "bob")
@@ -68,7 +68,7 @@ import Testing
             }
             #expect(try await alice.rejected().isEmpty)
             #expect(try await bob.rejected().isEmpty)
-            // A note to oneself still goes (as version 1: one store cannot be both ends of a session).
+            // A note to oneself still goes (as version 1: one store cannot be both ends of a ratchet).
             try await alice.send(text: "note to self", to: "alice")
             #expect(try await alice.receive().map(\.message.payload.text) == ["note to self"])
         }
@@ -92,39 +92,39 @@ import Testing
         }
     }
 
-    @Test func contactsWhoStartAtTheSameMomentEndOnOneSession() async throws {
+    @Test func contactsWhoStartAtTheSameMomentEndOnOneRatchet() async throws {
         try await withAliceAndBob { relay, alice, bob in
             try await alice.send(text: "from alice", to: "bob")
             try await bob.send(text: "from bob", to: "alice")  // before either has received
-            #expect(try await activeSessions(alice, with: "bob") != (try await activeSessions(bob, with: "alice")))
+            #expect(try await activeRatchets(alice, with: "bob") != (try await activeRatchets(bob, with: "alice")))
             #expect(try await alice.receive().map(\.message.payload.text) == ["from bob"])
             #expect(try await bob.receive().map(\.message.payload.text) == ["from alice"])
-            #expect(try await activeSessions(alice, with: "bob") == (try await activeSessions(bob, with: "alice")))
+            #expect(try await activeRatchets(alice, with: "bob") == (try await activeRatchets(bob, with: "alice")))
             for round in 0..<2 {
                 try await alice.send(text: "a\(round)", to: "bob")
                 try await bob.send(text: "b\(round)", to: "alice")
                 #expect(try await bob.receive().map(\.message.payload.text) == ["a\(round)"])
                 #expect(try await alice.receive().map(\.message.payload.text) == ["b\(round)"])
             }
-            #expect(try await activeSessions(alice, with: "bob").count == 1)
-            #expect(try await activeSessions(alice, with: "bob") == (try await activeSessions(bob, with: "alice")))
+            #expect(try await activeRatchets(alice, with: "bob").count == 1)
+            #expect(try await activeRatchets(alice, with: "bob") == (try await activeRatchets(bob, with: "alice")))
         }
     }
 
-    @Test func aContactThatLostItsSessionsIsSentTheMessagesAgain() async throws {
+    @Test func aContactThatLostItsRatchetsIsSentTheMessagesAgain() async throws {
         try await withAliceAndBob { relay, alice, bob in
             try await alice.send(text: "first", to: "bob")
             #expect(try await bob.receive().count == 1)
             try await bob.send(text: "ack", to: "alice")
             #expect(try await alice.receive().count == 1)
-            // Bob's device loses its sessions (restored from an old backup, say); Alice's next
-            // message is in a session Bob no longer has.
+            // Bob's device loses its ratchets (restored from an old backup, say); Alice's next
+            // message is in a ratchet Bob no longer has.
             try await bob.store.pool.write { db in try db.execute(sql: "DELETE FROM sessions") }
             guard case .sent(let lost) = try await alice.send(text: "second", to: "bob") else { Issue.record("not sent"); return }
             #expect(try await bob.receive().isEmpty)
             #expect(try await bob.rejected().map(\.reason.code) == ["envelope_no_session"])
             // Bob's `unreadable` notice reaches Alice: the message is undelivered, and its resend
-            // starts a new session that Bob can read.
+            // starts a new ratchet that Bob can read.
             _ = try await bob.flush()
             _ = try await alice.receive()
             #expect(try await alice.outgoing().first { $0.id == lost }?.state == .undelivered)
@@ -178,7 +178,7 @@ import Testing
     }
 
     /// A bot sends to many recipients at once, several messages to each concurrently: every
-    /// session starts once per recipient and no message key is used twice.
+    /// ratchet starts once per recipient and no message key is used twice.
     @Test func aBotSendingConcurrentlyStaysCorrect() async throws {
         try await withTestRelay { relay in
             let bot = try relay.client("bot")
@@ -198,8 +198,8 @@ import Testing
                 let texts = try await recipient.receive().compactMap(\.message.payload.text)
                 #expect(Set(texts) == Set((0..<perRecipient).map { "m\($0)" }), "user\(index)")
                 #expect(try await recipient.rejected().isEmpty)
-                #expect(try await activeSessions(bot, with: "user\(index)").count == 1)
-                // The recipient answers in the bot's session: the conversation carries on.
+                #expect(try await activeRatchets(bot, with: "user\(index)").count == 1)
+                // The recipient answers in the bot's ratchet: the conversation carries on.
                 try await recipient.send(text: "thanks", to: "bot")
             }
             #expect(try await bot.receive().count == recipients.count)
@@ -207,32 +207,32 @@ import Testing
         }
     }
 
-    /// After a contact's identity key changed and the user trusted the new one, the sessions with
-    /// the old key are gone and the next message starts a new session with the new key.
-    @Test func aTrustedNewIdentityStartsANewSession() async throws {
+    /// After a contact's identity key changed and the user trusted the new one, the ratchets with
+    /// the old key are gone and the next message starts a new ratchet with the new key.
+    @Test func aTrustedNewIdentityStartsANewRatchet() async throws {
         try await withAliceAndBob { relay, alice, bob in
             try await alice.send(text: "before", to: "bob")
             #expect(try await bob.receive().count == 1)
-            let old = try await activeSessions(alice, with: "bob")
+            let old = try await activeRatchets(alice, with: "bob")
             #expect(old.count == 1)
 
             let newBob = try relay.client("bob", profile: "bob-2")  // a reinstall: new keys
             try await newBob.signIn()
             guard case .held(_, "bob") = try await alice.send(text: "held", to: "bob") else { Issue.record("not held"); return }
             try await alice.trust("bob", safetyNumber: try await newBob.safetyNumber(with: "alice"))  // compared: the same
-            let sessions = try await alice.store.pool.read { db in
+            let ratchets = try await alice.store.pool.read { db in
                 try Row.fetchAll(db, sql: "SELECT id, peer_identity FROM sessions WHERE contact = 'bob'")
             }
             let newKey = try await newBob.identity().signing.publicKey
-            #expect(sessions.count == 1 && (sessions.first?["peer_identity"] as Data?) == Data(newKey.bytes))
-            #expect(try await activeSessions(alice, with: "bob") != old)
+            #expect(ratchets.count == 1 && (ratchets.first?["peer_identity"] as Data?) == Data(newKey.bytes))
+            #expect(try await activeRatchets(alice, with: "bob") != old)
             #expect(try await newBob.receive().map(\.message.payload.text) == ["held"])
         }
     }
 
-    /// The signed prekey rotates under an unchanged key id: a sender starting a new session long
+    /// The signed prekey rotates under an unchanged key id: a sender starting a new ratchet long
     /// after it pinned the bundle fetches it again, and does not start with an erased prekey.
-    @Test func aNewSessionUsesTheContactsCurrentSignedPrekey() async throws {
+    @Test func aNewRatchetUsesTheContactsCurrentSignedPrekey() async throws {
         try await withAliceAndBob { relay, alice, bob in
             try await alice.send(text: "first", to: "bob")
             #expect(try await bob.receive().count == 1)
@@ -241,18 +241,18 @@ import Testing
             try await bob.store.pool.write { db in try db.execute(sql: "UPDATE signed_prekeys SET created_at = 0") }
             _ = try await bob.flush()
             try await bob.store.pool.write { db in try db.execute(sql: "DELETE FROM signed_prekeys WHERE retired_at IS NOT NULL") }
-            // Alice's next session (say bob's device said it could not read her last message).
-            try await alice.store.deactivateSessions(with: "bob", except: nil)
-            try await alice.send(text: "in a new session", to: "bob")
+            // Alice's next ratchet (say bob's device said it could not read her last message).
+            try await alice.store.deactivateRatchets(with: "bob", except: nil)
+            try await alice.send(text: "in a new ratchet", to: "bob")
             #expect(try await alice.contact("bob").signedPrekey != pinned)
-            #expect(try await bob.receive().map(\.message.payload.text) == ["in a new session"])
+            #expect(try await bob.receive().map(\.message.payload.text) == ["in a new ratchet"])
             #expect(try await bob.rejected().isEmpty)
         }
     }
 
-    /// Forward secrecy on the disk: once a message is stored, the session state it replaced is in
+    /// Forward secrecy on the disk: once a message is stored, the ratchet state it replaced is in
     /// neither the database file nor its write-ahead log.
-    @Test func replacedSessionStatesDoNotStayOnTheDisk() async throws {
+    @Test func replacedRatchetStatesDoNotStayOnTheDisk() async throws {
         try await withAliceAndBob { relay, alice, bob in
             func state() async throws -> Data {
                 try #require(try await bob.store.pool.read { db in try Data.fetchOne(db, sql: "SELECT state FROM sessions") })
@@ -263,7 +263,7 @@ import Testing
             try await alice.send(text: "two", to: "bob")
             #expect(try await bob.receive().count == 1)
             #expect(try await state() != replaced)
-            // Everything after the session's id and peer key: its root and chain keys as they were.
+            // Everything after the ratchet's id and peer key: its root and chain keys as they were.
             let secretPart = replaced.dropFirst(50)
             for suffix in ["", "-wal"] {
                 let file = (try? Data(contentsOf: URL(fileURLWithPath: "\(relay.folder)/bob/client.sqlite\(suffix)"))) ?? Data()
@@ -272,9 +272,9 @@ import Testing
         }
     }
 
-    /// A contact pinned while it published a version 1 bundle moves to sessions under the same keys
+    /// A contact pinned while it published a version 1 bundle moves to ratchets under the same keys
     /// (no `stale_keys` says so): the sender learns it on its next send.
-    @Test func aContactThatStartsPublishingPrekeysGetsSessions() async throws {
+    @Test func aContactThatStartsPublishingPrekeysGetsRatchets() async throws {
         try await withAliceAndBob { relay, alice, bob in
             let keys = try await bob.identity()
             let legacy = KeyBundle(uid: "bob", identity: keys.signing, mailboxKey: keys.mailbox.publicKey)
@@ -283,13 +283,13 @@ import Testing
             #expect(try await alice.contact("bob").signedPrekey == nil, "pinned from the version 1 bundle")
             try await bob.signIn()  // publishes version 2 again, same keys
             let restarted = try relay.client("alice")  // a new run of alice's client, same store
-            try await restarted.send(text: "now in a session", to: "bob")
+            try await restarted.send(text: "now in a ratchet", to: "bob")
             for record in try await capture(relay, "bob") { #expect(try await version(of: record, for: bob) == 2) }
-            #expect(try await bob.receive().map(\.message.payload.text) == ["now in a session"])
+            #expect(try await bob.receive().map(\.message.payload.text) == ["now in a ratchet"])
         }
     }
 
-    @Test func versionOneEnvelopesOpenUntilTheContactUsesSessions() async throws {
+    @Test func versionOneEnvelopesOpenUntilTheContactUsesRatchets() async throws {
         try await withAliceAndBob { relay, alice, bob in
             // A version 1 envelope from an older client of Alice's opens.
             let me = try await alice.identity()
@@ -305,7 +305,7 @@ import Testing
             let old = try await bob.receive().map(\.message.payload.text)
             let oldRejected = try await bob.rejected()
             #expect(old == ["old client"], "\(oldRejected)")
-            // After a session message from Alice, a version 1 envelope is a downgrade.
+            // After a ratchet message from Alice, a version 1 envelope is a downgrade.
             try await alice.send(text: "new client", to: "bob")
             #expect(try await bob.receive().map(\.message.payload.text) == ["new client"])
             try await legacy("downgraded")

@@ -2,19 +2,19 @@ import Foundation
 import GRDB
 import MailslotWire
 
-// Sessions with forward secrecy on the client's SQLite (spec/sessions.md §6): this device's
-// prekeys, and the sessions with each contact. A session's state is written in the same
+// Ratchets with forward secrecy on the client's SQLite (spec/ratchet.md §6): this device's
+// prekeys, and the ratchets with each contact. A ratchet's state is written in the same
 // transaction as what it was used for — the stored message when receiving, before the ack — so a
-// crash never loses a readable message nor leaves a session behind its messages; and sealing
-// reads, advances and writes the active session in one transaction, so two sends never use one
+// crash never loses a readable message nor leaves a ratchet behind its messages; and sealing
+// reads, advances and writes the active ratchet in one transaction, so two sends never use one
 // message key.
 extension ClientStore {
     /// How long a signed prekey is the current one before it is replaced (7 days).
     static let signedPrekeyPeriod: Double = 7 * 86_400
     /// The most one-time prekey secrets kept; beyond, the oldest go (the relay holds at most 200).
     static let maxOneTimePrekeys = 1000
-    /// The most sessions kept with one contact; the least recently used inactive ones go first.
-    static let maxSessionsPerContact = 8
+    /// The most ratchets kept with one contact; the least recently used inactive ones go first.
+    static let maxRatchetsPerContact = 8
 
     // MARK: This device's prekeys
 
@@ -61,60 +61,60 @@ extension ClientStore {
         secret.flatMap { X25519KeyPair(secretKey: SecretBytes(copying: $0)) }
     }
 
-    // MARK: Sessions
+    // MARK: Ratchets
 
-    /// Whether a session with `contact`'s pinned identity is active for sending.
-    func hasActiveSession(with contact: Contact) async throws -> Bool {
+    /// Whether a ratchet with `contact`'s pinned identity is active for sending.
+    func hasActiveRatchet(with contact: Contact) async throws -> Bool {
         try await pool.read { db in
             try Bool.fetchOne(db, sql: "SELECT 1 FROM sessions WHERE contact = ? AND peer_identity = ? AND active = 1",
                               arguments: [contact.uid, Data(contact.identityKey.bytes)]) ?? false
         }
     }
 
-    /// Keeps `session`, just started with `contact`, as the active one — unless another send
+    /// Keeps `ratchet`, just started with `contact`, as the active one — unless another send
     /// started one meanwhile, which is then kept (this one was never used).
-    func startSession(_ session: Session, with contact: Contact, now: Double = Date().timeIntervalSince1970) async throws {
+    func startRatchet(_ ratchet: Ratchet, with contact: Contact, now: Double = Date().timeIntervalSince1970) async throws {
         try await pool.write { db in
             guard try !(Bool.fetchOne(db, sql: "SELECT 1 FROM sessions WHERE contact = ? AND peer_identity = ? AND active = 1",
                                       arguments: [contact.uid, Data(contact.identityKey.bytes)]) ?? false) else { return }
-            try Self.save(session, contact: contact.uid, db, now: now)
-            try Self.activate(session.id, contact: contact.uid, db, now: now)
+            try Self.save(ratchet, contact: contact.uid, db, now: now)
+            try Self.activate(ratchet.id, contact: contact.uid, db, now: now)
         }
     }
 
-    /// Seals `message` in the active session with `contact`, advancing it in the same
-    /// transaction. Nil when there is no active session.
-    func sealInActiveSession(_ message: ChatMessage, id: String, as me: Identity, to contact: Contact,
+    /// Seals `message` in the active ratchet with `contact`, advancing it in the same
+    /// transaction. Nil when there is no active ratchet.
+    func sealInActiveRatchet(_ message: ChatMessage, id: String, as me: Identity, to contact: Contact,
                              now: Double = Date().timeIntervalSince1970) async throws -> [UInt8]? {
         try await pool.write { db in
             guard let row = try Row.fetchOne(db, sql: "SELECT state FROM sessions WHERE contact = ? AND peer_identity = ? AND active = 1",
                                              arguments: [contact.uid, Data(contact.identityKey.bytes)]),
-                  var session = Self.session(row["state"]) else { return nil }
-            guard session.canSend else {  // its counter is at its end: never wrapped, a new session instead
-                try db.execute(sql: "UPDATE sessions SET active = 0 WHERE id = ?", arguments: [Data(session.id)])
+                  var ratchet = Self.ratchet(row["state"]) else { return nil }
+            guard ratchet.canSend else {  // its counter is at its end: never wrapped, a new ratchet instead
+                try db.execute(sql: "UPDATE sessions SET active = 0 WHERE id = ?", arguments: [Data(ratchet.id)])
                 return nil
             }
             let envelope = try Envelope.seal(message, id: id, from: me.uid, identity: me.signing, to: contact.uid,
-                                             mailboxKey: contact.mailboxKey, session: &session)
-            try Self.save(session, contact: contact.uid, db, now: now)
+                                             mailboxKey: contact.mailboxKey, ratchet: &ratchet)
+            try Self.save(ratchet, contact: contact.uid, db, now: now)
             return envelope
         }
     }
 
-    /// The contact said it could not read a message: no session with it stays active but
-    /// `kept` (the session the contact wrote that in, which it does hold); without one, the next
-    /// message starts a new session. The sessions stay, for receiving.
-    func deactivateSessions(with contact: String, except kept: [UInt8]?) async throws {
+    /// The contact said it could not read a message: no ratchet with it stays active but
+    /// `kept` (the ratchet the contact wrote that in, which it does hold); without one, the next
+    /// message starts a new ratchet. The ratchets stay, for receiving.
+    func deactivateRatchets(with contact: String, except kept: [UInt8]?) async throws {
         try await pool.write { db in
             try db.execute(sql: "UPDATE sessions SET active = (id IS ?) WHERE contact = ?", arguments: [kept.map { Data($0) }, contact])
         }
     }
 
-    /// Opens a version 2 message in its session — found by id, or started from the prekeys it
-    /// names — and, in the same transaction, keeps the advanced session, erases the one-time
+    /// Opens a version 2 message in its ratchet — found by id, or started from the prekeys it
+    /// names — and, in the same transaction, keeps the advanced ratchet, erases the one-time
     /// prekey it used, and stores the message unless it is a typing indicator. Throws
     /// ``EnvelopeError`` when it does not open; nothing is written then.
-    func openInSession(_ sealed: SessionEnvelope, as me: Identity, now: Double = Date().timeIntervalSince1970) async throws -> OpenedEnvelope {
+    func openInRatchet(_ sealed: RatchetEnvelope, as me: Identity, now: Double = Date().timeIntervalSince1970) async throws -> OpenedEnvelope {
         try await pool.write { db in
             let (opened, next, usedOneTimePrekey, started) = try Self.open(sealed, as: me, db, now: now)
             let contact = sealed.sender
@@ -135,24 +135,24 @@ extension ClientStore {
 
     /// Opens a version 2 message without keeping anything: for a notice under an identity key
     /// not trusted yet, which is read (it can only mark messages sent to its author) but starts
-    /// no session with that key.
-    func openWithoutKeeping(_ sealed: SessionEnvelope, as me: Identity, now: Double = Date().timeIntervalSince1970) async throws -> OpenedEnvelope {
+    /// no ratchet with that key.
+    func openWithoutKeeping(_ sealed: RatchetEnvelope, as me: Identity, now: Double = Date().timeIntervalSince1970) async throws -> OpenedEnvelope {
         try await pool.read { db in try Self.open(sealed, as: me, db, now: now).opened }
     }
 
-    /// The opening itself: the session by id, or a new one from the prekeys the start names.
-    private static func open(_ sealed: SessionEnvelope, as me: Identity, _ db: Database,
-                             now: Double) throws -> (opened: OpenedEnvelope, next: Session, usedOneTimePrekey: UInt32?, started: Bool) {
-        let session: Session
+    /// The opening itself: the ratchet by id, or a new one from the prekeys the start names.
+    private static func open(_ sealed: RatchetEnvelope, as me: Identity, _ db: Database,
+                             now: Double) throws -> (opened: OpenedEnvelope, next: Ratchet, usedOneTimePrekey: UInt32?, started: Bool) {
+        let ratchet: Ratchet
         var usedOneTimePrekey: UInt32?
         var started = false
-        if let row = try Row.fetchOne(db, sql: "SELECT contact, state FROM sessions WHERE id = ?", arguments: [Data(sealed.sessionID)]) {
-            // A session id is one session's, whoever names it: another contact's is not this one's.
-            guard (row["contact"] as String) == sealed.sender else { throw EnvelopeError.sessionMismatch }
-            guard let stored = Self.session(row["state"]) else { throw EnvelopeError.noSession }
-            session = stored
+        if let row = try Row.fetchOne(db, sql: "SELECT contact, state FROM sessions WHERE id = ?", arguments: [Data(sealed.ratchetID)]) {
+            // A ratchet id is one ratchet's, whoever names it: another contact's is not this one's.
+            guard (row["contact"] as String) == sealed.sender else { throw EnvelopeError.ratchetMismatch }
+            guard let stored = Self.ratchet(row["state"]) else { throw EnvelopeError.noRatchet }
+            ratchet = stored
         } else {
-            guard let start = sealed.start else { throw EnvelopeError.noSession }
+            guard let start = sealed.start else { throw EnvelopeError.noRatchet }
             // A replaced signed prekey still counts: messages sealed before the rotation arrive later.
             guard let signedPrekey = keyPair(try Data.fetchOne(db, sql: "SELECT secret_key FROM signed_prekeys WHERE id = ?",
                                                                arguments: [Int64(start.signedPrekeyID)])) else {
@@ -165,21 +165,21 @@ extension ClientStore {
                 oneTimePrekey = pair
                 usedOneTimePrekey = id
             }
-            session = try Session.accept(sealed, identity: me.signing, signedPrekey: signedPrekey, oneTimePrekey: oneTimePrekey)
+            ratchet = try Ratchet.accept(sealed, identity: me.signing, signedPrekey: signedPrekey, oneTimePrekey: oneTimePrekey)
             started = true
         }
-        let (opened, next) = try sealed.open(with: session, identity: me.signing.publicKey, now: Int64(now))
+        let (opened, next) = try sealed.open(with: ratchet, identity: me.signing.publicKey, now: Int64(now))
         return (opened, next, usedOneTimePrekey, started)
     }
 
-    /// Drops the skipped message keys past their lifetime from every session, also those that
-    /// receive nothing more (receiving drops them too); returns how many sessions changed.
+    /// Drops the skipped message keys past their lifetime from every ratchet, also those that
+    /// receive nothing more (receiving drops them too); returns how many ratchets changed.
     @discardableResult
     func dropExpiredSkippedKeys(now: Double = Date().timeIntervalSince1970) async throws -> Int {
         try await pool.write { db in
             var changed = 0
             for row in try Row.fetchAll(db, sql: "SELECT contact, state, used_at FROM sessions") {
-                guard let session = Self.session(row["state"]), let pruned = session.droppingExpiredSkippedKeys(now: Int64(now)) else { continue }
+                guard let ratchet = Self.ratchet(row["state"]), let pruned = ratchet.droppingExpiredSkippedKeys(now: Int64(now)) else { continue }
                 try Self.save(pruned, contact: row["contact"], db, now: row["used_at"])
                 changed += 1
             }
@@ -188,51 +188,51 @@ extension ClientStore {
     }
 
     /// Whether a version 1 envelope from `contact` is a downgrade: a version 2 message from it was
-    /// accepted before (spec/sessions.md §6).
-    func usesSessions(_ contact: String) async throws -> Bool {
+    /// accepted before (spec/ratchet.md §6).
+    func usesRatchets(_ contact: String) async throws -> Bool {
         try await pool.read { db in
             try Bool.fetchOne(db, sql: "SELECT sessions_used FROM contacts WHERE uid = ?", arguments: [contact]) ?? false
         }
     }
 
-    private static func session(_ state: Data?) -> Session? {
+    private static func ratchet(_ state: Data?) -> Ratchet? {
         guard let state else { return nil }
         var bytes = [UInt8](state)
         defer { wipe(&bytes) }
-        return Session(serialized: bytes)
+        return Ratchet(serialized: bytes)
     }
 
-    private static func save(_ session: Session, contact: String, _ db: Database, now: Double) throws {
-        var state = session.serialized()
+    private static func save(_ ratchet: Ratchet, contact: String, _ db: Database, now: Double) throws {
+        var state = ratchet.serialized()
         defer { wipe(&state) }
         try db.execute(sql: """
             INSERT INTO sessions (id, contact, peer_identity, state, active, used_at) VALUES (?, ?, ?, ?, 0, ?)
             ON CONFLICT (id) DO UPDATE SET state = excluded.state, used_at = excluded.used_at WHERE sessions.contact = excluded.contact
-            """, arguments: [Data(session.id), contact, Data(session.peerIdentity.bytes), Data(state), now])
-        guard db.changesCount == 1 else { throw EnvelopeError.sessionMismatch }
+            """, arguments: [Data(ratchet.id), contact, Data(ratchet.peerIdentity.bytes), Data(state), now])
+        guard db.changesCount == 1 else { throw EnvelopeError.ratchetMismatch }
     }
 
-    /// A session the contact started: it becomes the active one, unless this side's active
-    /// session is one this side started that the contact has not answered yet and has the
+    /// A ratchet the contact started: it becomes the active one, unless this side's active
+    /// ratchet is one this side started that the contact has not answered yet and has the
     /// smaller id — then both sides keep that one (two contacts who started at the same moment
-    /// end on one session).
-    private static func adopt(_ session: Session, contact: String, _ db: Database, now: Double) throws {
+    /// end on one ratchet).
+    private static func adopt(_ ratchet: Ratchet, contact: String, _ db: Database, now: Double) throws {
         if let row = try Row.fetchOne(db, sql: "SELECT id, state FROM sessions WHERE contact = ? AND active = 1", arguments: [contact]),
-           let current = Self.session(row["state"]), current.initiated, current.start != nil,
-           current.peerIdentity == session.peerIdentity, current.id.lexicographicallyPrecedes(session.id) {
+           let current = Self.ratchet(row["state"]), current.initiated, current.start != nil,
+           current.peerIdentity == ratchet.peerIdentity, current.id.lexicographicallyPrecedes(ratchet.id) {
             return
         }
-        try activate(session.id, contact: contact, db, now: now)
+        try activate(ratchet.id, contact: contact, db, now: now)
     }
 
-    /// Makes session `id` the active one with `contact`, and drops the sessions past the bounds:
-    /// more than ``maxSessionsPerContact``, or inactive and unused for the longest message lifetime.
+    /// Makes ratchet `id` the active one with `contact`, and drops the ratchets past the bounds:
+    /// more than ``maxRatchetsPerContact``, or inactive and unused for the longest message lifetime.
     private static func activate(_ id: [UInt8], contact: String, _ db: Database, now: Double) throws {
         try db.execute(sql: "UPDATE sessions SET active = (id = ?) WHERE contact = ?", arguments: [Data(id), contact])
         try db.execute(sql: """
             DELETE FROM sessions WHERE contact = ? AND active = 0 AND id NOT IN (
                 SELECT id FROM sessions WHERE contact = ? AND active = 0 ORDER BY used_at DESC LIMIT ?)
-            """, arguments: [contact, contact, maxSessionsPerContact - 1])
+            """, arguments: [contact, contact, maxRatchetsPerContact - 1])
         try db.execute(sql: "DELETE FROM sessions WHERE active = 0 AND used_at < ?", arguments: [now - previousKeyLifetime])
     }
 }

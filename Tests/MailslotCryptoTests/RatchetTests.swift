@@ -2,9 +2,9 @@ import Foundation
 import Testing
 @testable import MailslotCrypto
 
-/// HKDF against RFC 5869, and sessions (X3DH and the Double Ratchet) end to end: round trips,
+/// HKDF against RFC 5869, and ratchets (X3DH and the Double Ratchet) end to end: round trips,
 /// order, loss, replay, forgery, and the forward-secrecy and healing properties themselves.
-@Suite struct SessionTests {
+@Suite struct RatchetTests {
     // MARK: Primitives
 
     @Test func hkdfMatchesRFC5869() {
@@ -35,14 +35,14 @@ import Testing
 
     // MARK: A conversation
 
-    /// One side of a conversation: keys, prekeys and the sessions it holds.
+    /// One side of a conversation: keys, prekeys and the ratchets it holds.
     final class Side: @unchecked Sendable {
         let uid: String
         let identity = IdentityKeyPair()
         let mailbox = MailboxKeyPair()
         let signedPrekey = X25519KeyPair()
         var oneTimePrekeys: [UInt32: X25519KeyPair] = [:]
-        var sessions: [[UInt8]: Session] = [:]
+        var ratchets: [[UInt8]: Ratchet] = [:]
         var now: Int64 = 1_800_000_000
 
         init(_ uid: String, oneTimePrekeys count: UInt32 = 3) {
@@ -62,43 +62,43 @@ import Testing
 
         func start(with peer: Side, useOneTimePrekey: Bool = true) throws -> [UInt8] {
             let bundle = try KeyBundle.decode(peer.bundle.encoded(), for: peer.uid)
-            let session = try Session.initiate(identity: identity, peerIdentity: bundle.identityKey,
+            let ratchet = try Ratchet.initiate(identity: identity, peerIdentity: bundle.identityKey,
                                                signedPrekey: bundle.signedPrekey!, oneTimePrekey: useOneTimePrekey ? peer.claim() : nil)
-            sessions[session.id] = session
-            return session.id
+            ratchets[ratchet.id] = ratchet
+            return ratchet.id
         }
 
-        func send(_ text: String, to peer: Side, in sessionID: [UInt8], id: String = Side.newID()) throws -> (id: String, envelope: [UInt8]) {
-            var session = try #require(sessions[sessionID])
+        func send(_ text: String, to peer: Side, in ratchetID: [UInt8], id: String = Side.newID()) throws -> (id: String, envelope: [UInt8]) {
+            var ratchet = try #require(ratchets[ratchetID])
             let message = ChatMessage(type: .text, sender: Sender(id: uid), payload: Payload(text: text), timestamp: 1)
             let envelope = try Envelope.seal(message, id: id, from: uid, identity: identity, to: peer.uid,
-                                             mailboxKey: peer.mailbox.publicKey, session: &session)
-            sessions[sessionID] = session
+                                             mailboxKey: peer.mailbox.publicKey, ratchet: &ratchet)
+            ratchets[ratchetID] = ratchet
             return (id, envelope)
         }
 
-        /// Opens as a client does: unseal, find or accept the session, open, keep the new state.
+        /// Opens as a client does: unseal, find or accept the ratchet, open, keep the new state.
         @discardableResult
         func receive(_ delivery: (id: String, envelope: [UInt8])) throws(EnvelopeError) -> String {
             guard case .version2(let sealed) = try Envelope.unseal(delivery.envelope, id: delivery.id, recipient: uid, keys: mailbox) else {
                 throw .unsupportedVersion(1)
             }
-            let session: Session
+            let ratchet: Ratchet
             var acceptedPrekey: UInt32?
-            if let known = sessions[sealed.sessionID] {
-                session = known
+            if let known = ratchets[sealed.ratchetID] {
+                ratchet = known
             } else {
-                guard let start = sealed.start, start.signedPrekeyID == 7 else { throw sealed.start == nil ? .noSession : .unknownPrekey }
+                guard let start = sealed.start, start.signedPrekeyID == 7 else { throw sealed.start == nil ? .noRatchet : .unknownPrekey }
                 var oneTime: X25519KeyPair?
                 if let id = start.oneTimePrekeyID {
                     guard let pair = oneTimePrekeys[id] else { throw .unknownPrekey }
                     oneTime = pair
                     acceptedPrekey = id
                 }
-                session = try Session.accept(sealed, identity: identity, signedPrekey: signedPrekey, oneTimePrekey: oneTime)
+                ratchet = try Ratchet.accept(sealed, identity: identity, signedPrekey: signedPrekey, oneTimePrekey: oneTime)
             }
-            let (opened, next) = try sealed.open(with: session, identity: identity.publicKey, now: now)
-            sessions[next.id] = next
+            let (opened, next) = try sealed.open(with: ratchet, identity: identity.publicKey, now: now)
+            ratchets[next.id] = next
             if let acceptedPrekey { oneTimePrekeys[acceptedPrekey] = nil }  // one-time: erased once used
             return opened.message.payload.text ?? ""
         }
@@ -108,145 +108,145 @@ import Testing
 
     @Test func aConversationRoundTripsBothWays() throws {
         let alice = Side("alice"), bob = Side("bob")
-        let session = try alice.start(with: bob)
-        #expect(alice.sessions[session]!.start != nil)
-        #expect(try bob.receive(try alice.send("hello bob", to: bob, in: session)) == "hello bob")
-        #expect(try bob.receive(try alice.send("second", to: bob, in: session)) == "second")
+        let ratchet = try alice.start(with: bob)
+        #expect(alice.ratchets[ratchet]!.start != nil)
+        #expect(try bob.receive(try alice.send("hello bob", to: bob, in: ratchet)) == "hello bob")
+        #expect(try bob.receive(try alice.send("second", to: bob, in: ratchet)) == "second")
         #expect(bob.oneTimePrekeys[1] == nil, "the one-time prekey is erased once used")
-        #expect(try alice.receive(try bob.send("hi alice", to: alice, in: session)) == "hi alice")
-        #expect(alice.sessions[session]!.start == nil, "the answer ends the session start")
+        #expect(try alice.receive(try bob.send("hi alice", to: alice, in: ratchet)) == "hi alice")
+        #expect(alice.ratchets[ratchet]!.start == nil, "the answer ends the ratchet start")
         for round in 0..<5 {
-            #expect(try bob.receive(try alice.send("a\(round)", to: bob, in: session)) == "a\(round)")
-            #expect(try alice.receive(try bob.send("b\(round)", to: alice, in: session)) == "b\(round)")
+            #expect(try bob.receive(try alice.send("a\(round)", to: bob, in: ratchet)) == "a\(round)")
+            #expect(try alice.receive(try bob.send("b\(round)", to: alice, in: ratchet)) == "b\(round)")
         }
     }
 
-    @Test func aSessionStartsWithoutAOneTimePrekey() throws {
+    @Test func aRatchetStartsWithoutAOneTimePrekey() throws {
         let alice = Side("alice"), bob = Side("bob", oneTimePrekeys: 0)
-        let session = try alice.start(with: bob)
-        #expect(alice.sessions[session]!.start?.oneTimePrekeyID == nil)
-        #expect(try bob.receive(try alice.send("fallback", to: bob, in: session)) == "fallback")
+        let ratchet = try alice.start(with: bob)
+        #expect(alice.ratchets[ratchet]!.start?.oneTimePrekeyID == nil)
+        #expect(try bob.receive(try alice.send("fallback", to: bob, in: ratchet)) == "fallback")
     }
 
     @Test func lostAndReorderedMessagesOpen() throws {
         let alice = Side("alice"), bob = Side("bob")
-        let session = try alice.start(with: bob)
-        let sent = try (0..<6).map { try alice.send("m\($0)", to: bob, in: session) }
+        let ratchet = try alice.start(with: bob)
+        let sent = try (0..<6).map { try alice.send("m\($0)", to: bob, in: ratchet) }
         // The start message itself arrives last; one message never arrives.
         for index in [3, 1, 5, 0, 2] { #expect(try bob.receive(sent[index]) == "m\(index)") }
-        let reply = try bob.send("r", to: alice, in: session)
+        let reply = try bob.send("r", to: alice, in: ratchet)
         #expect(try alice.receive(reply) == "r")
         // Messages of an old chain still open after the ratchet turned.
-        let old = try alice.send("before", to: bob, in: session)
-        _ = try bob.receive(try alice.send("after", to: bob, in: session))
+        let old = try alice.send("before", to: bob, in: ratchet)
+        _ = try bob.receive(try alice.send("after", to: bob, in: ratchet))
         #expect(try bob.receive(old) == "before")
-        #expect(bob.sessions[session]!.ratchet.skipped.count == 1, "m4's key alone stays skipped")
+        #expect(bob.ratchets[ratchet]!.state.skipped.count == 1, "m4's key alone stays skipped")
     }
 
-    @Test func replaysAreRefusedAndLeaveTheSessionAlone() throws {
+    @Test func replaysAreRefusedAndLeaveTheRatchetAlone() throws {
         let alice = Side("alice"), bob = Side("bob")
-        let session = try alice.start(with: bob)
-        let first = try alice.send("once", to: bob, in: session)
+        let ratchet = try alice.start(with: bob)
+        let first = try alice.send("once", to: bob, in: ratchet)
         _ = try bob.receive(first)
-        let before = bob.sessions[session]!.serialized()
+        let before = bob.ratchets[ratchet]!.serialized()
         #expect(throws: EnvelopeError.staleMessage) { try bob.receive(first) }
-        #expect(bob.sessions[session]!.serialized() == before)
+        #expect(bob.ratchets[ratchet]!.serialized() == before)
         // A replay from a chain the ratchet has left behind is stale too.
-        _ = try alice.receive(try bob.send("turn", to: alice, in: session))
-        _ = try bob.receive(try alice.send("new chain", to: bob, in: session))
+        _ = try alice.receive(try bob.send("turn", to: alice, in: ratchet))
+        _ = try bob.receive(try alice.send("new chain", to: bob, in: ratchet))
         #expect(throws: EnvelopeError.staleMessage) { try bob.receive(first) }
     }
 
     @Test func forgedOrMisdirectedMessagesAreRefused() throws {
         let alice = Side("alice"), bob = Side("bob"), mallory = Side("mallory")
-        let session = try alice.start(with: bob)
-        _ = try bob.receive(try alice.send("hello", to: bob, in: session))
-        // Mallory's message, of a session of her own, does not open in Alice's session.
+        let ratchet = try alice.start(with: bob)
+        _ = try bob.receive(try alice.send("hello", to: bob, in: ratchet))
+        // Mallory's message, of a ratchet of her own, does not open in Alice's ratchet.
         let malloryID = try mallory.start(with: bob)
         let forged = try mallory.send("it is alice", to: bob, in: malloryID)
         guard case .version2(let sealed) = try Envelope.unseal(forged.envelope, id: forged.id, recipient: "bob", keys: bob.mailbox) else {
             Issue.record("not version 2"); return
         }
-        #expect(throws: EnvelopeError.sessionMismatch) {
-            _ = try sealed.open(with: bob.sessions[session]!, identity: bob.identity.publicKey, now: 0)
+        #expect(throws: EnvelopeError.ratchetMismatch) {
+            _ = try sealed.open(with: bob.ratchets[ratchet]!, identity: bob.identity.publicKey, now: 0)
         }
         // A record altered inside a valid outer layer (as a holder of Bob's mailbox key could) fails,
-        // whichever byte changed, and does not move the session.
-        let next = try alice.send("untouched", to: bob, in: session)
+        // whichever byte changed, and does not move the ratchet.
+        let next = try alice.send("untouched", to: bob, in: ratchet)
         for position in [-1, -20, 60] {
             let altered = try EnvelopeCrafter.reseal(next.envelope, keys: bob.mailbox) { record in
                 record[position < 0 ? record.count + position : position] ^= 1
             }
             #expect(throws: EnvelopeError.self) { try bob.receive((next.id, altered)) }
         }
-        // For another recipient identity (Bob's record read as if Carol held the session) it fails too.
+        // For another recipient identity (Bob's record read as if Carol held the ratchet) it fails too.
         guard case .version2(let intact) = try Envelope.unseal(next.envelope, id: next.id, recipient: "bob", keys: bob.mailbox) else {
             Issue.record("sealed as version 1: sealing must produce version 2"); return
         }
-        #expect(throws: EnvelopeError.sessionMismatch) {
-            _ = try intact.open(with: bob.sessions[session]!, identity: IdentityKeyPair().publicKey, now: 0)
+        #expect(throws: EnvelopeError.ratchetMismatch) {
+            _ = try intact.open(with: bob.ratchets[ratchet]!, identity: IdentityKeyPair().publicKey, now: 0)
         }
         #expect(try bob.receive(next) == "untouched")
     }
 
-    @Test func aMessageWithoutAKnownSessionOrPrekeyIsRefused() throws {
+    @Test func aMessageWithoutAKnownRatchetOrPrekeyIsRefused() throws {
         let alice = Side("alice"), bob = Side("bob")
-        let session = try alice.start(with: bob)
-        let first = try alice.send("one", to: bob, in: session)
+        let ratchet = try alice.start(with: bob)
+        let first = try alice.send("one", to: bob, in: ratchet)
         _ = try bob.receive(first)
-        _ = try alice.receive(try bob.send("ack", to: alice, in: session))
-        let normal = try alice.send("no start fields now", to: bob, in: session)
-        bob.sessions = [:]  // Bob lost his sessions
-        #expect(throws: EnvelopeError.noSession) { try bob.receive(normal) }
+        _ = try alice.receive(try bob.send("ack", to: alice, in: ratchet))
+        let normal = try alice.send("no start fields now", to: bob, in: ratchet)
+        bob.ratchets = [:]  // Bob lost his ratchets
+        #expect(throws: EnvelopeError.noRatchet) { try bob.receive(normal) }
         #expect(throws: EnvelopeError.unknownPrekey) { try bob.receive(first) }  // its one-time prekey is gone
     }
 
     @Test func tooManySkippedKeysAreRefused() throws {
         let alice = Side("alice"), bob = Side("bob")
-        let session = try alice.start(with: bob)
-        _ = try bob.receive(try alice.send("start", to: bob, in: session))
-        for _ in 0...RatchetState.maxSkip { _ = try alice.send("lost", to: bob, in: session) }
-        let far = try alice.send("far", to: bob, in: session)
+        let ratchet = try alice.start(with: bob)
+        _ = try bob.receive(try alice.send("start", to: bob, in: ratchet))
+        for _ in 0...RatchetState.maxSkip { _ = try alice.send("lost", to: bob, in: ratchet) }
+        let far = try alice.send("far", to: bob, in: ratchet)
         #expect(throws: EnvelopeError.tooManySkipped) { try bob.receive(far) }
-        #expect(bob.sessions[session]!.ratchet.skipped.isEmpty, "the refused message kept nothing")
+        #expect(bob.ratchets[ratchet]!.state.skipped.isEmpty, "the refused message kept nothing")
         // At exactly the limit the message opens and every skipped key is kept.
         let alice2 = Side("alice"), bob2 = Side("bob")
         let second = try alice2.start(with: bob2)
         _ = try bob2.receive(try alice2.send("start", to: bob2, in: second))
         for _ in 1..<RatchetState.maxSkip { _ = try alice2.send("lost", to: bob2, in: second) }
         #expect(try bob2.receive(try alice2.send("edge", to: bob2, in: second)) == "edge")
-        #expect(bob2.sessions[second]!.ratchet.skipped.count == Int(RatchetState.maxSkip) - 1)
+        #expect(bob2.ratchets[second]!.state.skipped.count == Int(RatchetState.maxSkip) - 1)
     }
 
     @Test func skippedKeysExpireWithTheLongestMessageLifetime() throws {
         let alice = Side("alice"), bob = Side("bob")
-        let session = try alice.start(with: bob)
-        let late = try alice.send("late", to: bob, in: session)
-        _ = try bob.receive(try alice.send("on time", to: bob, in: session))
+        let ratchet = try alice.start(with: bob)
+        let late = try alice.send("late", to: bob, in: ratchet)
+        _ = try bob.receive(try alice.send("on time", to: bob, in: ratchet))
         bob.now += RatchetState.skippedKeyLifetime + 1
-        _ = try bob.receive(try alice.send("much later", to: bob, in: session))
+        _ = try bob.receive(try alice.send("much later", to: bob, in: ratchet))
         #expect(throws: EnvelopeError.staleMessage) { try bob.receive(late) }  // its key is gone
-        #expect(bob.sessions[session]!.ratchet.skipped.isEmpty)
+        #expect(bob.ratchets[ratchet]!.state.skipped.isEmpty)
     }
 
-    @Test func aSessionSurvivesItsStorageForm() throws {
+    @Test func aRatchetSurvivesItsStorageForm() throws {
         let alice = Side("alice"), bob = Side("bob")
-        let session = try alice.start(with: bob)
-        let lost = try alice.send("skipped", to: bob, in: session)
-        _ = try bob.receive(try alice.send("hello", to: bob, in: session))
+        let ratchet = try alice.start(with: bob)
+        let lost = try alice.send("skipped", to: bob, in: ratchet)
+        _ = try bob.receive(try alice.send("hello", to: bob, in: ratchet))
         for side in [alice, bob] {
-            let bytes = side.sessions[session]!.serialized()
-            let restored = try #require(Session(serialized: bytes))
+            let bytes = side.ratchets[ratchet]!.serialized()
+            let restored = try #require(Ratchet(serialized: bytes))
             #expect(restored.serialized() == bytes)
-            side.sessions[session] = restored
+            side.ratchets[ratchet] = restored
         }
         #expect(try bob.receive(lost) == "skipped")
-        #expect(try alice.receive(try bob.send("back", to: alice, in: session)) == "back")
+        #expect(try alice.receive(try bob.send("back", to: alice, in: ratchet)) == "back")
         // Damaged storage is refused, not half-read.
-        var bytes = bob.sessions[session]!.serialized()
-        #expect(Session(serialized: Array(bytes.dropLast())) == nil)
+        var bytes = bob.ratchets[ratchet]!.serialized()
+        #expect(Ratchet(serialized: Array(bytes.dropLast())) == nil)
         bytes[0] = 9
-        #expect(Session(serialized: bytes) == nil)
+        #expect(Ratchet(serialized: bytes) == nil)
     }
 
     // MARK: The properties
@@ -255,33 +255,33 @@ import Testing
     /// messages cannot open those messages, however it uses what it took.
     @Test func stolenStateDoesNotOpenCapturedMessages() throws {
         let alice = Side("alice"), bob = Side("bob")
-        let session = try alice.start(with: bob)
+        let ratchet = try alice.start(with: bob)
         var captured: [(id: String, envelope: [UInt8])] = []
         for round in 0..<3 {
             for index in 0..<3 {
-                let delivery = try alice.send("secret \(round).\(index)", to: bob, in: session)
+                let delivery = try alice.send("secret \(round).\(index)", to: bob, in: ratchet)
                 captured.append(delivery)
                 _ = try bob.receive(delivery)
             }
-            _ = try alice.receive(try bob.send("ok", to: alice, in: session))
+            _ = try alice.receive(try bob.send("ok", to: alice, in: ratchet))
         }
-        // The theft: identity, mailbox key, signed prekey, remaining one-time prekeys, every session.
-        let stolen = try #require(Session(serialized: bob.sessions[session]!.serialized()))
+        // The theft: identity, mailbox key, signed prekey, remaining one-time prekeys, every ratchet.
+        let stolen = try #require(Ratchet(serialized: bob.ratchets[ratchet]!.serialized()))
         for delivery in captured {
             // The outer layer opens (the mailbox key is long-lived); the body must not.
             guard case .version2(let sealed) = try Envelope.unseal(delivery.envelope, id: delivery.id, recipient: "bob", keys: bob.mailbox) else {
                 Issue.record("not version 2"); continue
             }
-            // 1. With the stolen session as it is.
+            // 1. With the stolen ratchet as it is.
             #expect(throws: EnvelopeError.self) { _ = try sealed.open(with: stolen, identity: bob.identity.publicKey, now: bob.now) }
             // 2. With its counters wound back, as a thief ignoring the bookkeeping would.
             var rewound = stolen
-            rewound.ratchet.rewindForTesting()
+            rewound.state.rewindForTesting()
             #expect(throws: EnvelopeError.self) { _ = try sealed.open(with: rewound, identity: bob.identity.publicKey, now: bob.now) }
-            // 3. By deriving the session again from the stolen long-term keys (the one-time prekey is gone).
+            // 3. By deriving the ratchet again from the stolen long-term keys (the one-time prekey is gone).
             if sealed.start != nil {
                 for candidate in [nil] + bob.oneTimePrekeys.values.map(Optional.some) {
-                    let fresh = try? Session.accept(sealed, identity: bob.identity, signedPrekey: bob.signedPrekey, oneTimePrekey: candidate)
+                    let fresh = try? Ratchet.accept(sealed, identity: bob.identity, signedPrekey: bob.signedPrekey, oneTimePrekey: candidate)
                     if let fresh {
                         #expect(throws: EnvelopeError.self) { _ = try sealed.open(with: fresh, identity: bob.identity.publicKey, now: bob.now) }
                     }
@@ -292,14 +292,14 @@ import Testing
 
     /// Healing: after a theft, once both sides have sent after a ratchet step, new messages do not
     /// open with the stolen state — though they did before that, which shows the theft was real.
-    @Test func theSessionHealsAfterATheft() throws {
+    @Test func theRatchetHealsAfterATheft() throws {
         let alice = Side("alice"), bob = Side("bob")
-        let session = try alice.start(with: bob)
-        _ = try bob.receive(try alice.send("a1", to: bob, in: session))
-        let stolen = try #require(Session(serialized: bob.sessions[session]!.serialized()))
+        let ratchet = try alice.start(with: bob)
+        _ = try bob.receive(try alice.send("a1", to: bob, in: ratchet))
+        let stolen = try #require(Ratchet(serialized: bob.ratchets[ratchet]!.serialized()))
 
-        _ = try alice.receive(try bob.send("b1", to: alice, in: session))  // Bob's key from before the theft
-        let a2 = try alice.send("a2", to: bob, in: session)
+        _ = try alice.receive(try bob.send("b1", to: alice, in: ratchet))  // Bob's key from before the theft
+        let a2 = try alice.send("a2", to: bob, in: ratchet)
         guard case .version2(let sealedA2) = try Envelope.unseal(a2.envelope, id: a2.id, recipient: "bob", keys: bob.mailbox) else {
             Issue.record("sealed as version 1: sealing must produce version 2"); return
         }
@@ -307,13 +307,13 @@ import Testing
         #expect(readByThief.message.payload.text == "a2", "before healing the stolen state reads on")
 
         _ = try bob.receive(a2)                                            // Bob turns: a key the thief never saw
-        _ = try alice.receive(try bob.send("b2", to: alice, in: session))
+        _ = try alice.receive(try bob.send("b2", to: alice, in: ratchet))
         for text in ["a3", "a4"] {
-            let delivery = try alice.send(text, to: bob, in: session)
+            let delivery = try alice.send(text, to: bob, in: ratchet)
             guard case .version2(let sealed) = try Envelope.unseal(delivery.envelope, id: delivery.id, recipient: "bob", keys: bob.mailbox) else {
                 Issue.record("sealed as version 1: sealing must produce version 2"); return
             }
-            #expect(throws: EnvelopeError.sessionMismatch) { _ = try sealed.open(with: stolen, identity: bob.identity.publicKey, now: bob.now) }
+            #expect(throws: EnvelopeError.ratchetMismatch) { _ = try sealed.open(with: stolen, identity: bob.identity.publicKey, now: bob.now) }
             #expect(try bob.receive(delivery) == text)
         }
     }
@@ -321,30 +321,30 @@ import Testing
     @Test func lowOrderPrekeysAreRefused() throws {
         let alice = Side("alice"), bob = Side("bob")
         let zero = X25519PublicKey(bytes: [UInt8](repeating: 0, count: 32))!
-        #expect(throws: EnvelopeError.sessionMismatch) {
-            _ = try Session.initiate(identity: alice.identity, peerIdentity: bob.identity.publicKey,
+        #expect(throws: EnvelopeError.ratchetMismatch) {
+            _ = try Ratchet.initiate(identity: alice.identity, peerIdentity: bob.identity.publicKey,
                                      signedPrekey: PublishedPrekey(id: 1, key: zero), oneTimePrekey: nil)
         }
-        #expect(throws: EnvelopeError.sessionMismatch) {
-            _ = try Session.initiate(identity: alice.identity, peerIdentity: bob.identity.publicKey,
+        #expect(throws: EnvelopeError.ratchetMismatch) {
+            _ = try Ratchet.initiate(identity: alice.identity, peerIdentity: bob.identity.publicKey,
                                      signedPrekey: PublishedPrekey(id: 1, key: bob.signedPrekey.publicKey),
                                      oneTimePrekey: PublishedPrekey(id: 2, key: zero))
         }
     }
 
-    /// A stored session at the end of its counters (damaged, or 2³² messages in one chain) is
+    /// A stored ratchet at the end of its counters (damaged, or 2³² messages in one chain) is
     /// refused, never wrapped: the counters are message numbers, and a wrap would reuse keys.
     @Test func countersAtTheirEndAreRefusedNotWrapped() throws {
         let alice = Side("alice"), bob = Side("bob")
-        let session = try alice.start(with: bob)
-        alice.sessions[session]!.ratchet.sent = .max
-        #expect(throws: EnvelopeError.noSession) { _ = try alice.send("one more", to: bob, in: session) }
-        alice.sessions[session]!.ratchet.sent = 0
-        let first = try alice.send("first", to: bob, in: session)
+        let ratchet = try alice.start(with: bob)
+        alice.ratchets[ratchet]!.state.sent = .max
+        #expect(throws: EnvelopeError.noRatchet) { _ = try alice.send("one more", to: bob, in: ratchet) }
+        alice.ratchets[ratchet]!.state.sent = 0
+        let first = try alice.send("first", to: bob, in: ratchet)
         _ = try bob.receive(first)
-        let header = RatchetHeader(ratchetKey: alice.sessions[session]!.ratchet.ownRatchet.publicKey, previousChainLength: 0,
+        let header = RatchetHeader(ratchetKey: alice.ratchets[ratchet]!.state.ownRatchet.publicKey, previousChainLength: 0,
                                    messageNumber: .max)
-        var receiving = bob.sessions[session]!.ratchet
+        var receiving = bob.ratchets[ratchet]!.state
         receiving.received = .max
         #expect(throws: EnvelopeError.tooManySkipped) { _ = try receiving.receiving(header, now: 0) }
     }
@@ -354,7 +354,7 @@ import Testing
         let key = bob.signedPrekey.publicKey
         for (signed, oneTime) in [(PublishedPrekey(id: 0, key: key), nil), (PublishedPrekey(id: 7, key: key), PublishedPrekey(id: 0, key: key))] {
             #expect(throws: EnvelopeError.malformedRecord("a prekey id is 0")) {
-                _ = try Session.initiate(identity: alice.identity, peerIdentity: bob.identity.publicKey, signedPrekey: signed, oneTimePrekey: oneTime)
+                _ = try Ratchet.initiate(identity: alice.identity, peerIdentity: bob.identity.publicKey, signedPrekey: signed, oneTimePrekey: oneTime)
             }
         }
     }
