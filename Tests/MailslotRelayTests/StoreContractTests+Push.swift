@@ -342,4 +342,23 @@ extension StoreContractTests {
             #expect(left.map { [$0.0, $0.1] } == [0, 0])
         }
     }
+
+    /// Relays of the previous version call `mailslot_write_batch` without wake flags during a
+    /// rolling upgrade: that signature still works, and its creates wake nothing.
+    @Test(.enabled(if: TestDatabase.unavailable == nil, "MAILSLOT_TEST_DATABASE_URL is not set: run the tests under tools/postgres run"))
+    func postgreSQLKeepsThePreviousWriteBatchSignature() async throws {
+        try await Backend.postgresql.withStore { store in
+            let postgres = try #require(store as? PostgresStore)
+            try await Self.put(store, Self.registration(Self.regID(1)))
+            let rows = try await postgres.pool.client.query("""
+                SELECT outcome FROM mailslot_write_batch('{create}', '{bob}', '{old1}', '{alice}', '{e}', '{1}', '{""}',
+                    \([Self.now]), \([Self.now + 3_600_000]), '{10000}', '{1000000}', NULL)
+                """).collect()
+            #expect(try rows.map { try $0.decode(String.self) } == ["created"])
+            #expect(try await store.message(recipient: "bob", id: "old1", now: Self.now) != nil)
+            #expect(try await store.nextWakeupDue() == nil, "no wake-up from the old signature")
+            try await Self.create(store, id: "new1")
+            #expect(try await store.nextWakeupDue() == Self.now, "the new one queues it")
+        }
+    }
 }

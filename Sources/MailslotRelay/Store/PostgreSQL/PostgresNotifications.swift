@@ -113,10 +113,13 @@ final class PostgresNotifications: ClusterSignals {
         heartbeat.cancel()
         await heartbeat.value
         // Gone gracefully: this node's subscriptions stop counting at once, not after the window.
+        // Bounded: a database out of reach must not hold up the relay's stop.
         do {
-            try await PostgresStore.transaction(pool, logger: logger) { [node] connection, logger in
-                _ = try await connection.query("UPDATE live_subscriptions SET node = NULL WHERE node = \(node)", logger: logger)
-                _ = try await connection.query("DELETE FROM relay_nodes WHERE node = \(node)", logger: logger)
+            try await PostgresPool.within(Self.heartbeat.timeout, orThrow: { ConnectionLost() }) { [pool, node, logger] in
+                try await PostgresStore.transaction(pool, logger: logger) { connection, logger in
+                    _ = try await connection.query("UPDATE live_subscriptions SET node = NULL WHERE node = \(node)", logger: logger)
+                    _ = try await connection.query("DELETE FROM relay_nodes WHERE node = \(node)", logger: logger)
+                }
             }
         } catch {
             // By type only: the driver's messages may quote statements. The window ends it anyway.
