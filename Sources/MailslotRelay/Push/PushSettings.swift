@@ -82,10 +82,13 @@ public struct PushSettings: Sendable, Equatable {
         public init() {}
     }
 
-    /// Bounds of the numeric settings.
+    /// The wake-up intervals an operator may choose, in seconds.
     public static let wakeIntervalRange = 5...3600
+    /// The registrations per uid an operator may allow.
     public static let maxRegistrationsRange = 1...PushRegistrationList.maximumCount
+    /// The calls in flight an operator may allow.
     public static let concurrencyRange = 1...256
+    /// The call timeouts an operator may choose, in seconds.
     public static let timeoutRange = 2...60
 
     /// The providers whose settings are complete, in name order.
