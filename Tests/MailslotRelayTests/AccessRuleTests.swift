@@ -17,6 +17,16 @@ import MailslotWire
         #expect(!AccessRules.standard.allows(.claim, .message, principal: "bob", owner: "bob"), "claim is for prekeys only")
         #expect(!AccessRules.standard.allows(.update, .prekeys, principal: "bob", owner: "bob"))
         #expect(AccessRules.standard.allows(.claim, .prekeys, principal: "carol", owner: "bob"))
+        // Push registrations: the owner's alone, and no update (a PUT that replaces one is a create).
+        for operation in [AccessOperation.create, .read, .delete] {
+            #expect(AccessRules.standard.allows(operation, .pushRegistration, principal: "bob", owner: "bob"))
+            #expect(!AccessRules.standard.allows(operation, .pushRegistration, principal: "carol", owner: "bob"))
+        }
+        #expect(!AccessRules.standard.allows(.update, .pushRegistration, principal: "bob", owner: "bob"))
+        // The push service: read by anyone signed in, nothing else; no owner to be.
+        #expect(AccessRules.standard.allows(.read, .pushService, principal: "carol"))
+        #expect(!AccessRules.standard.allows(.create, .pushService, principal: "carol"))
+        #expect(!AccessRules.standard.allows(.read, .pushRegistration, principal: "bob"), "an owned resource needs its owner")
     }
 
     /// The table of spec/protocol.md §2 is `AccessRules.standard`, cell for cell: a row or a role
@@ -88,6 +98,13 @@ import MailslotWire
                 Cell(method: "GET", path: "/v1/users/bob/prekeys", body: nil, owner: 200, author: 403, other: 403),
                 Cell(method: "POST", path: "/v1/users/bob/prekeys/claim", body: nil, owner: 200, author: 200, other: 200),
                 Cell(method: "DELETE", path: "/v1/users/bob/prekeys", body: nil, owner: 204, author: 403, other: 403),
+                // Push registrations: past the rule, the owner meets what comes next (no provider
+                // is configured here: 400 push_provider_disabled; no registration: 404).
+                Cell(method: "PUT", path: "/v1/users/bob/push/\(messageID(50))", body: ["provider": "webhook"], owner: 400, author: 403, other: 403),
+                Cell(method: "GET", path: "/v1/users/bob/push", body: nil, owner: 200, author: 403, other: 403),
+                Cell(method: "GET", path: "/v1/users/bob/push/\(messageID(50))", body: nil, owner: 404, author: 403, other: 403),
+                Cell(method: "DELETE", path: "/v1/users/bob/push/\(messageID(50))", body: nil, owner: 404, author: 403, other: 403),
+                Cell(method: "GET", path: "/v1/push", body: nil, owner: 200, author: 200, other: 200),
             ]
             for cell in cells {
                 let what = "\(cell.method) \(cell.path)"

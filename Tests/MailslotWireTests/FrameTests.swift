@@ -28,6 +28,23 @@ import Testing
         #expect(client(#"{"type":"ack","id":"\#(id)","extra":"ignored"}"#) == .ack(id))
     }
 
+    /// `wake` (spec/protocol.md §8.3): a boolean or null, written only when set; the flat fast
+    /// path leaves it to JSONDecoder, so both read it the same.
+    @Test func sendFramesCarryWake() throws {
+        let quiet = ClientFrame.send(SendFrame(ref: "r1", to: "bob", id: id, envelope: "AAAA", wake: false))
+        #expect(try text(quiet) == #"{"envelope":"AAAA","id":"\#(id)","ref":"r1","to":"bob","type":"send","wake":false}"#)
+        #expect(client(try text(quiet)) == quiet)
+        #expect(client(#"{"type":"send","ref":"r1","to":"bob","id":"\#(id)","envelope":"AAAA","wake":null}"#)
+            == .send(SendFrame(ref: "r1", to: "bob", id: id, envelope: "AAAA")))
+        #expect(try text(ClientFrame.send(SendFrame(ref: "r1", to: "bob", id: id, envelope: "AAAA"))).contains("wake") == false)
+        for wrong in [#""no""#, "0", "[]"] {
+            #expect(client(#"{"type":"send","ref":"r1","to":"bob","id":"\#(id)","envelope":"AAAA","wake":\#(wrong)}"#) == nil, "\(wrong)")
+        }
+        let request = try JSONDecoder().decode(SendRequest.self, from: Data(#"{"envelope":"AAAA","wake":false}"#.utf8))
+        #expect(request.wake == false)
+        #expect(try JSONDecoder().decode(SendRequest.self, from: Data(#"{"envelope":"AAAA"}"#.utf8)).wake == nil)
+    }
+
     @Test func aMemberATypeNeedsIsRequiredAndKnownMembersKeepTheirTypes() {
         for text in [#"{"type":"ack"}"#, #"{"type":"ack","id":null}"#, #"{"type":"send","id":"x","envelope":"AAAA"}"#,
                      #"{"type":"send","to":"bob","id":"x"}"#, #"{"type":"ack","id":"x","ttl_seconds":"60"}"#,

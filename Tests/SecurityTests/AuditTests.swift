@@ -76,6 +76,8 @@ import Testing
         Hole(operation: .delete, resource: .blob, role: .recipient, caughtBy: ["rule.blob.recipient-cannot-delete"]),
         Hole(operation: .read, resource: .blobList, role: .signedIn,
              caughtBy: ["rule.blob.other-cannot-list", "rule.blob.other-cannot-list-authored"]),
+        Hole(operation: .read, resource: .pushRegistration, role: .signedIn, caughtBy: ["rule.push.other-cannot-list"]),
+        Hole(operation: .create, resource: .pushRegistration, role: .signedIn, caughtBy: ["rule.push.other-cannot-register"]),
     ]
 
     @Test(arguments: holes)

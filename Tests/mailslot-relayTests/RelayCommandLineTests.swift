@@ -59,6 +59,32 @@ import Testing
         #expect(again.stderr.contains("already exists"))
     }
 
+    /// `keygen --vapid FILE --webhook-secret FILE`: new files, mode 0600, never over an existing
+    /// one; the VAPID public key printed (65-byte uncompressed point), no secret printed.
+    @Test func keygenWritesPushKeys() async throws {
+        let folder = try temporaryFolder()
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let vapid = folder.appendingPathComponent("vapid.pem").path, webhook = folder.appendingPathComponent("webhook").path
+        let keygen = try await run("keygen", "--vapid", vapid, "--webhook-secret", webhook, "--json")
+        #expect(keygen.status == 0, "\(keygen.stderr)")
+        let printed = try #require(try JSONSerialization.jsonObject(with: Data(keygen.stdout.utf8)) as? [String: String])
+        #expect(Set(printed.keys) == ["vapid_key_file", "vapid_public_key", "webhook_secret_file"])
+        let point = try #require(Base64URL.decode(printed["vapid_public_key"] ?? ""))
+        #expect(point.count == 65 && point.first == 4)
+        for path in [vapid, webhook] {
+            #expect(try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int == 0o600, "\(path)")
+        }
+        let pem = try String(contentsOfFile: vapid, encoding: .utf8)
+        #expect(pem.hasPrefix("-----BEGIN PRIVATE KEY-----\n") && pem.hasSuffix("-----END PRIVATE KEY-----\n"), "PKCS#8 PEM")
+        let secret = try String(contentsOfFile: webhook, encoding: .utf8)
+        #expect(secret.hasPrefix("whsec_") && Data(base64Encoded: String(secret.dropFirst(6).dropLast()))?.count == 32)
+        #expect(!keygen.stdout.contains("PRIVATE") && !keygen.stdout.contains("whsec_"), "no secret printed")
+        let again = try await run("keygen", "--vapid", vapid)
+        #expect(again.status == 73 && again.stderr.contains("already exists"), "never overwrites a key")
+        #expect(try String(contentsOfFile: vapid, encoding: .utf8) == pem)
+        #expect(try await run("keygen", "--vapid", folder.appendingPathComponent("v2").path, "--secret-key-file", vapid).status == 64)
+    }
+
     @Test func mintRefusesBadArgumentsWithUsageCode() async throws {
         let folder = try temporaryFolder()
         defer { try? FileManager.default.removeItem(at: folder) }

@@ -75,7 +75,65 @@ enum RuleChecks {
         await cell("block.owner-unblocks", "DELETE", blocked, bob, 204)
 
         await prekeys(context)
+        await push(context)
         await BlobChecks.rules(context)
+    }
+
+    /// Push registrations and the push service (spec/protocol.md §4.22–§4.24): the owner's
+    /// alone — another user gets the same 403 whether the registration exists or not — and the
+    /// service is read by anyone signed in. The owner's own create needs a provider the relay has
+    /// on (`GET /v1/push`); with none but Web Push, only the refusals are checked.
+    static func push(_ context: AuditContext) async {
+        let http = context.http
+        let bob = context.bob!, mallory = context.mallory!
+        func cell(_ name: String, _ method: String, _ path: String, _ user: AuditUser?, body: Any? = nil, _ status: Int,
+                  _ code: String? = nil) async {
+            await context.check("rule.push.\(name)") {
+                context.expect("rule.push.\(name)", try await http.call(method, path, session: user?.session, body: body), status, code)
+            }
+        }
+        let list = "/v1/users/\(bob.uid)/push"
+        let missing = "\(list)/\(Base64URL.encode(randomBytes(16)))"
+        await cell("signed-in-user-reads-the-service", "GET", "/v1/push", mallory, 200)
+        await cell("anonymous-cannot-read-the-service", "GET", "/v1/push", nil, 401)
+        await cell("owner-lists", "GET", list, bob, 200)
+        await cell("other-cannot-list", "GET", list, mallory, 403, "forbidden")
+        await cell("anonymous-cannot-list", "GET", list, nil, 401)
+        await cell("other-cannot-register", "PUT", missing, mallory, body: ["provider": "webhook"], 403, "forbidden")
+        await cell("anonymous-cannot-register", "PUT", missing, nil, body: ["provider": "webhook"], 401)
+        await cell("owner-finds-none", "GET", missing, bob, 404, "not_found")
+
+        // An existing registration answers another user exactly as a missing one does.
+        await context.check("rule.push.other-learns-nothing") {
+            let providers = try await http.call("GET", "/v1/push", session: bob.session).json["providers"] as? [String] ?? []
+            let body: [String: Any]
+            if providers.contains("webhook") {
+                body = ["provider": "webhook"]
+            } else if providers.contains("fcm") {
+                body = ["provider": "fcm", "token": "audit:" + Base64URL.encode(randomBytes(16))]
+            } else if providers.contains("apns") {
+                body = ["provider": "apns", "token": randomBytes(32).map { String(format: "%02x", $0) }.joined()]
+            } else {
+                return context.record("rule.push.other-learns-nothing", true, "no provider but Web Push on: not checked")
+            }
+            let existing = "\(list)/\(Base64URL.encode(randomBytes(16)))"
+            let created = try await http.call("PUT", existing, session: bob.session, body: body)
+            guard created.status == 201 else {
+                return context.record("rule.push.other-learns-nothing", false, "the owner's registration answered \(created.summary)")
+            }
+            var failure: String?
+            for method in ["GET", "DELETE", "PUT"] where failure == nil {
+                let there = try await http.call(method, existing, session: mallory.session, body: method == "PUT" ? body : nil)
+                let absent = try await http.call(method, missing, session: mallory.session, body: method == "PUT" ? body : nil)
+                if there.status != 403 || there.body != absent.body {
+                    failure = "\(method): an existing registration answered \(there.summary), a missing one \(absent.summary)"
+                }
+            }
+            let still = try await http.call("GET", existing, session: bob.session)
+            _ = try await http.call("DELETE", existing, session: bob.session)
+            if failure == nil, still.status != 200 { failure = "after the refusals the owner's registration answered \(still.summary)" }
+            context.record("rule.push.other-learns-nothing", failure == nil, failure ?? "")
+        }
     }
 
     /// One-time prekeys (spec/protocol.md §4.14): only the owner uploads, counts and withdraws
