@@ -338,7 +338,7 @@ final class FakeS3: Sendable {
 }
 
 /// The fake endpoint's per-connection handler.
-private final class FakeS3Handler: ChannelInboundHandler {
+final class FakeS3Handler: ChannelInboundHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
