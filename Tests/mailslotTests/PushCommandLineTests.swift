@@ -70,4 +70,59 @@ import Testing
             }
         }
     }
+
+    /// The commands against the relay's push routes: add (text and --json), list, info, remove,
+    /// the refusals' exit codes, and a login that registers the kept target again.
+    @Test func addListInfoRemoveAgainstTheRelay() async throws {
+        try await withTestRelay(configure: { try PushTestCredentials.enableWebPushAndWebhook(&$0) }) { relay in
+            try await Self.login("bob", relay)
+            let add = try await relay.run(["push", "add", "webpush", "https://push.example.net/up/bob", "--p256dh", Self.p256dh,
+                                           "--auth", Self.auth, "--tag", "bob-laptop", "--profile", "bob"])
+            #expect(add.status == 0, "\(add.stderr)")
+            let id = add.stdout.trimmingCharacters(in: .newlines)
+            #expect(PushGrammar.isValidRegistrationID(id))
+            let hook = try await relay.run(["push", "add", "webhook", "--token", "device-7", "--id", "bob-webhook-0000001", "--profile", "bob", "--json"])
+            #expect(hook.status == 0, "\(hook.stderr)")
+            let hookJSON = try JSONSerialization.jsonObject(with: Data(hook.stdout.utf8)) as? [String: Any]
+            #expect(hookJSON?["id"] as? String == "bob-webhook-0000001" && hookJSON?["provider"] as? String == "webhook")
+            #expect(hookJSON?["token"] as? String == "device-7")
+
+            let list = try await relay.run(["push", "list", "--profile", "bob"])
+            #expect(list.status == 0, "\(list.stderr)")
+            let lines = list.stdout.split(separator: "\n").map { $0.split(separator: "\t").map(String.init) }
+            #expect(lines.contains([id, "webpush", "bob-laptop", "push.example.net", "-"]), "\(list.stdout)")
+            let hookLine = try #require(lines.first { $0.first == "bob-webhook-0000001" }, "\(list.stdout)")
+            #expect(hookLine.count == 5 && hookLine[1] == "webhook" && hookLine[3] == "device-7" && hookLine[4] == "-")
+            #expect(hookLine.count == 5 && hookLine[2].count == 22, "the profile's own tag")
+            let listJSON = try await relay.run(["push", "list", "--profile", "bob", "--json"]).stdout.split(separator: "\n")
+                .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            #expect(listJSON.compactMap { $0["id"] as? String } == [id, "bob-webhook-0000001"].sorted())
+            #expect(!listJSON.contains { $0["p256dh"] != nil || $0["auth"] != nil }, "the keys are never given back")
+
+            let info = try await relay.run(["push", "info", "--profile", "bob", "--json"])
+            let infoJSON = try JSONSerialization.jsonObject(with: Data(info.stdout.utf8)) as? [String: Any]
+            #expect(infoJSON?["providers"] as? [String] == ["webhook", "webpush"])
+            #expect((infoJSON?["vapid_public_key"] as? String)?.count == 87)
+            #expect(try await relay.run(["push", "info", "--profile", "bob"]).stdout.contains("providers: webhook, webpush"))
+
+            // Refusals: the provider the relay does not have (69), an endpoint it will not call (65).
+            let apns = try await relay.run(["push", "add", "apns", String(repeating: "ab", count: 32), "--profile", "bob"])
+            #expect(apns.status == 69 && apns.stderr.contains("push_provider_disabled"), "\(apns.stderr)")
+            let privateEndpoint = try await relay.run(["push", "add", "webpush", "https://10.0.0.7/x", "--p256dh", Self.p256dh,
+                                                       "--auth", Self.auth, "--profile", "bob"])
+            #expect(privateEndpoint.status == 65 && privateEndpoint.stderr.contains("push_endpoint_refused"), "\(privateEndpoint.stderr)")
+
+            // Gone from the relay (another sign-in's removal): the next login registers it again.
+            let other = try await relay.signIn("bob").session
+            #expect(try await relay.call("DELETE", "/v1/users/bob/push/\(id)", session: other).status == 204)
+            try await Self.login("bob", relay)
+            #expect(try await relay.run(["push", "list", "--profile", "bob"]).stdout.contains(id))
+
+            let removed = try await relay.run(["push", "remove", id, "--profile", "bob"])
+            #expect(removed.status == 0 && removed.stdout == "removed \(id)\n", "\(removed.stderr)")
+            #expect(try await relay.run(["push", "remove", id, "--profile", "bob"]).status == 0, "already gone: done")
+            try await Self.login("bob", relay)
+            #expect(try await !relay.run(["push", "list", "--profile", "bob"]).stdout.contains(id), "removed: not registered again")
+        }
+    }
 }
