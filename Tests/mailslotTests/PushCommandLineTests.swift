@@ -76,8 +76,8 @@ import Testing
     @Test func addListInfoRemoveAgainstTheRelay() async throws {
         try await withTestRelay(configure: { try PushTestCredentials.enableWebPushAndWebhook(&$0) }) { relay in
             try await Self.login("bob", relay)
-            let add = try await relay.run(["push", "add", "webpush", "https://push.example.net/up/bob", "--p256dh", Self.p256dh,
-                                           "--auth", Self.auth, "--tag", "bob-laptop", "--profile", "bob"])
+            let add = try await relay.run(["--profile", "bob", "push", "add", "webpush", "https://push.example.net/up/bob", "--p256dh",
+                                           Self.p256dh, "--auth", Self.auth, "--tag", "bob-laptop"])
             #expect(add.status == 0, "\(add.stderr)")
             let id = add.stdout.trimmingCharacters(in: .newlines)
             #expect(PushGrammar.isValidRegistrationID(id))
@@ -87,7 +87,7 @@ import Testing
             #expect(hookJSON?["id"] as? String == "bob-webhook-0000001" && hookJSON?["provider"] as? String == "webhook")
             #expect(hookJSON?["token"] as? String == "device-7")
 
-            let list = try await relay.run(["push", "list", "--profile", "bob"])
+            let list = try await relay.run(["--profile", "bob", "push", "list"])
             #expect(list.status == 0, "\(list.stderr)")
             let lines = list.stdout.split(separator: "\n").map { $0.split(separator: "\t").map(String.init) }
             #expect(lines.contains([id, "webpush", "bob-laptop", "push.example.net", "-"]), "\(list.stdout)")
@@ -99,7 +99,7 @@ import Testing
             #expect(listJSON.compactMap { $0["id"] as? String } == [id, "bob-webhook-0000001"].sorted())
             #expect(!listJSON.contains { $0["p256dh"] != nil || $0["auth"] != nil }, "the keys are never given back")
 
-            let info = try await relay.run(["push", "info", "--profile", "bob", "--json"])
+            let info = try await relay.run(["--profile", "bob", "--json", "push", "info"])
             let infoJSON = try JSONSerialization.jsonObject(with: Data(info.stdout.utf8)) as? [String: Any]
             #expect(infoJSON?["providers"] as? [String] == ["webhook", "webpush"])
             #expect((infoJSON?["vapid_public_key"] as? String)?.count == 87)
