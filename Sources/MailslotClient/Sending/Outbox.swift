@@ -39,7 +39,7 @@ extension MailslotClient {
 
     /// ``send(_:type:to:name:)``, saying whether the message may wake the recipient's devices
     /// through their push registrations (spec/push.md §3). Typing indicators and receipts never
-    /// wake anyone (``MessageType/wakes``); `wake: false` keeps any other message from waking them
+    /// wake anyone (`MessageType.wakes`); `wake: false` keeps any other message from waking them
     /// too — it is stored and delivered as usual, to a device that connects by itself. An
     /// identical retry keeps what the first try said.
     ///
@@ -250,7 +250,7 @@ extension MailslotClient {
     /// Seals `message` to `recipient`'s pinned keys and stores it in the outbox — or, when the
     /// recipient's identity key changed, stores it held, unsealed.
     /// `wake`: false for a message not worth waking the recipient's devices; nil leaves it to
-    /// the type (``MessageType/wakes``).
+    /// the type (`MessageType.wakes`).
     func enqueue(_ message: ChatMessage, id: String, to recipient: String, as me: Identity, wake: Bool? = nil) async throws -> Enqueued {
         let body: [UInt8]
         do {

@@ -259,7 +259,7 @@ extension ClientStore {
         let recipient: String
         let sealed: Sealed
         /// Whether its create may wake the recipient's devices (`wake`, spec/protocol.md §4.7):
-        /// not for typing indicators and receipts (``MessageType/wakes``), nor for a message
+        /// not for typing indicators and receipts (`MessageType.wakes`), nor for a message
         /// sent with `wake: false`.
         let wake: Bool
         /// Sealed again under its id: an older copy may still wait on the relay.
