@@ -31,8 +31,18 @@ struct GlobalOptions: ParsableArguments {
         }
         // Only when a subcommand follows: `mailslot --json` alone is left to the parser to refuse.
         guard !global.isEmpty, index < arguments.count, !arguments[index].hasPrefix("-") else { return arguments }
-        return [arguments[index]] + global + arguments[(index + 1)...]
+        // A group's options go after its leaf command (`push add webpush`), the one that parses them.
+        var end = index + 1
+        var path = arguments[index]
+        while Self.groups.contains(path), end < arguments.count, !arguments[end].hasPrefix("-") {
+            path += " " + arguments[end]
+            end += 1
+        }
+        return Array(arguments[index..<end]) + global + arguments[end...]
     }
+
+    /// Commands whose subcommands, not themselves, take the global options.
+    static let groups: Set<String> = ["push", "push add"]
 }
 
 /// A profile's folder: `client.sqlite` (keys, contacts, messages) and `profile.json` (relay URL, uid).

@@ -90,11 +90,14 @@ import Testing
                 "fingerprint": ["safety_number", "key_changed", "previous_safety_number", "fingerprint", "key_id", "trust"],
                 "trust": ["uid", "trust", "key_id"], "resend": ["id", "to", "state"], "rotate-key": ["state"], "unsend": ["id", "state"],
                 "block": ["uid", "state"], "unblock": ["uid", "state"], "flush": ["queued"], "logout": ["profile", "state"],
+                "push add": ["id", "provider", "tag", "created_at", "updated_at", "endpoint", "token", "sandbox", "mode"],
+                "push list": ["id", "provider", "tag", "created_at", "updated_at", "woken_at", "endpoint", "token"],
+                "push remove": ["id", "state"], "push info": ["providers", "vapid_public_key", "wake_interval_seconds", "max_registrations"],
             ]
             // The README's table says the same: a row naming each command, with each field in backticks.
             let table = try MarkdownTable(in: "README.md", header: ["command", "fields"])
             for (command, names) in fields {
-                let help = try await relay.run([command, "--help"]).stdout.replacingOccurrences(of: "\n", with: " ")
+                let help = try await relay.run(command.split(separator: " ").map(String.init) + ["--help"]).stdout.replacingOccurrences(of: "\n", with: " ")
                     .split(whereSeparator: \.isWhitespace).joined(separator: " ")
                 #expect(help.contains("--json prints"), "\(command): \(help)")
                 for name in names { #expect(help.contains(name), "\(command) --help lacks \(name)") }
