@@ -50,7 +50,7 @@ struct PushStandinTests {
                 #expect(first[0].signedBy == [0, 1], "every secret of the file signs (rotation)")
             }
 
-            // While bob listens: no wake-up, even after the interval.
+            // While bob listens: no wake-up, even once the row is due (woken_at + 5 s, about 2 s from now).
             let socket = try await RelaySocket.subscribed(relay, "bob", session: bob)
             try await relay.sendMessage(alice, to: "bob")
             try await Task.sleep(for: .seconds(6))
