@@ -197,9 +197,25 @@ def test_web_push():
         fail("a hanging stand-in answered")
     except (socket.timeout, TimeoutError, http.client.HTTPException, ConnectionError):
         pass
-    expect(state("webpush")["hanging"] == 1 and state("webpush")["max_hanging"] >= 1, "the hang is not counted: %s" % state("webpush"))
+    time.sleep(0.5)
+    expect(state("webpush")["hanging"] == 0 and state("webpush")["max_hanging"] == 1,
+           "a hung request whose client left is still counted, or never was: %s" % state("webpush"))
+    # A client that stays: counted until the hang is released.
+    connection = http.client.HTTPConnection("127.0.0.1", PORTS["webpush"], timeout=10)
+    url = urllib.parse.urlsplit(sub["endpoint"])
+    connection.request("POST", url.path, body=web_push_body("abc", sub["p256dh"], sub["auth"]), headers={
+        "TTL": "60", "Content-Encoding": "aes128gcm", "Authorization": vapid_header("http://%s" % url.netloc)})
+    deadline = time.time() + 5
+    while state("webpush")["hanging"] != 1 and time.time() < deadline:
+        time.sleep(0.05)
+    expect(state("webpush")["hanging"] == 1, "a hung request is not counted: %s" % state("webpush"))
     control("webpush", {"hang": False})
-    time.sleep(0.2)
+    try:
+        connection.getresponse()
+    except (http.client.HTTPException, ConnectionError, socket.timeout):
+        pass  # released: the connection is closed without an answer
+    connection.close()
+    time.sleep(0.3)
     expect(state("webpush")["hanging"] == 0, "released hang still counted")
     status, _, body = request(PORTS["control"], "POST", "/webpush/_control", json.dumps({"nope": 1}).encode())
     expect(status == 400 and b"unknown" in body, "an unknown control member was not refused")

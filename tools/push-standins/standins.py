@@ -44,6 +44,7 @@ import json
 import os
 import re
 import secrets
+import select
 import signal
 import socket
 import socketserver
@@ -298,13 +299,17 @@ class StandIn:
         with self.lock:
             self.in_flight -= 1
 
-    def hold(self, released):
-        """Holds a request that is to hang until released, reset or HANG_LIMIT."""
+    def hold(self, released, gone=lambda: False):
+        """Holds a request that is to hang until released, reset, HANG_LIMIT or the client's leaving
+        (`gone`: it gave up, e.g. its call timed out), so that `hanging` counts the calls the client
+        still has open — what its concurrency bounds are about."""
         with self.lock:
             self.hanging += 1
             self.max_hanging = max(self.max_hanging, self.hanging)
         try:
-            released.wait(HANG_LIMIT)
+            deadline = time.time() + HANG_LIMIT
+            while not released.wait(0.1) and time.time() < deadline and not gone():
+                pass
         finally:
             with self.lock:
                 self.hanging -= 1
@@ -809,7 +814,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             fields["ok"] = True
             fields["status"] = None
             state.record(fields)
-            state.hold(released)
+            state.hold(released, gone=lambda: client_gone(self.connection))
             self.close_connection = True
             try:
                 self.connection.shutdown(socket.SHUT_RDWR)
@@ -927,6 +932,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.finish_request(state, fields, status, {"reason": decision.get("reason", "scripted %d" % status)}, extra=extra)
         finally:
             state.leave()
+
+
+def client_gone(sock):
+    """Whether the client of a hung HTTP/1.1 request closed its connection: nothing more is sent on
+    it while the answer is awaited, so readable means EOF (or a TLS close_notify)."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    if not readable:
+        return False
+    if isinstance(sock, ssl.SSLSocket):
+        return True
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 def fcm_error(status, code, message):
