@@ -322,6 +322,23 @@ def test_apns():
     expect(status == 429 and json.loads(answer)["reason"] == "TooManyRequests", "next 429: %s" % status)
     status, _ = H2Client(PORTS["apns_sandbox"]).post("/3/device/" + device, *apns_request(token))
     expect(status == 200 and log("apns")[-1]["sandbox"], "the sandbox listener does not log sandbox")
+    # A hang: counted while the client keeps the connection, not after it closed it.
+    control("apns", {"hang": True})
+    hung = H2Client(PORTS["apns"])
+    headers, body = apns_request(apns_token())
+    stream = hung.connection.get_next_available_stream_id()
+    hung.connection.send_headers(stream, [(":method", "POST"), (":scheme", "https"), (":authority", "127.0.0.1"),
+                                          (":path", "/3/device/" + device)] + list(headers.items()))
+    hung.connection.send_data(stream, body, end_stream=True)
+    hung.sock.sendall(hung.connection.data_to_send())
+    deadline = time.time() + 5
+    while state("apns")["hanging"] != 1 and time.time() < deadline:
+        time.sleep(0.05)
+    expect(state("apns")["hanging"] == 1, "a hung APNs request is not counted: %s" % state("apns"))
+    hung.sock.close()
+    time.sleep(0.5)
+    expect(state("apns")["hanging"] == 0, "a hung APNs request whose client left is still counted")
+    control("apns", {"hang": False})
 
 
 # ------------------------------------------------------------------------------------------- FCM

@@ -1015,6 +1015,8 @@ class APNsServer(threading.Thread):
         lock = threading.Lock()
         per_connection = {}
         streams = {}
+        abandoned = set()       # streams the client reset (its call timed out)
+        closed = []             # non-empty once the connection is gone
 
         def send():
             with lock:
@@ -1051,7 +1053,7 @@ class APNsServer(threading.Thread):
                 if decision == "hang":
                     fields.update({"hung": True, "status": None})
                     state.record(fields)
-                    state.hold(released)
+                    state.hold(released, gone=lambda: stream_id in abandoned or bool(closed))
                     return  # never answered; the stream stays open until the client gives up
                 if decision is None:
                     fields["status"] = 200
@@ -1096,12 +1098,15 @@ class APNsServer(threading.Thread):
                         if event.stream_id in streams:
                             headers, body = streams.pop(event.stream_id)
                             threading.Thread(target=handle, args=(event.stream_id, headers, body), daemon=True).start()
+                    elif isinstance(event, h2.events.StreamReset):
+                        abandoned.add(event.stream_id)
                     elif isinstance(event, h2.events.ConnectionTerminated):
                         return
                 send()
         except (OSError, ssl.SSLError, h2.exceptions.ProtocolError):
             pass
         finally:
+            closed.append(True)
             try:
                 conn_sock.close()
             except OSError:
