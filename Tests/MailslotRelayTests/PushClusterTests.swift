@@ -2,6 +2,7 @@ import Foundation
 import MailslotAudit
 import MailslotTestSupport
 import MailslotWire
+import Synchronization
 import Testing
 @testable import MailslotRelay
 
@@ -93,6 +94,7 @@ final class SpawnedRelay: Sendable {
     let pid: pid_t
     let port: Int
     let folder: String
+    private let killed = Mutex(false)
     var url: URL { URL(string: "http://127.0.0.1:\(port)")! }
 
     init(databaseURL: String, issuer: String, audience: String, arguments: [String]) throws {
@@ -148,6 +150,7 @@ final class SpawnedRelay: Sendable {
 
     /// SIGKILL, then reaps it and removes its folder. Killing twice kills once.
     func kill() {
+        guard killed.withLock({ killed in defer { killed = true }; return !killed }) else { return }
         if Glibc.kill(pid, SIGKILL) == 0 {
             var status: Int32 = 0
             while waitpid(pid, &status, 0) == -1 && errno == EINTR {}

@@ -49,6 +49,9 @@ struct PushStandinTests {
             if kind == .webhook {
                 #expect(first[0].signedBy == [0, 1], "every secret of the file signs (rotation)")
             }
+            if kind == .apns {
+                #expect(try await standins.state("apns")["distinct_ids"] == 1, "one provider token per node (Apple: ≥ 20 min apart)")
+            }
 
             // While bob listens: no wake-up, even once the row is due (woken_at + 5 s, about 2 s from now).
             let socket = try await RelaySocket.subscribed(relay, "bob", session: bob)

@@ -312,6 +312,7 @@ def test_apns():
     for name, (headers, body), want, reason in refusals:
         status, answer = H2Client(PORTS["apns"]).post("/3/device/" + device, headers, body)
         expect(status == want and json.loads(answer)["reason"] == reason and json.loads(answer)["why"], "%s: %s %s" % (name, status, answer))
+    expect(state("apns")["distinct_ids"] >= 1, "distinct provider tokens are not counted")
     # Apple: a provider token changed within 20 minutes on one connection.
     status, answer = client.post("/3/device/" + device, *apns_request(apns_token(iat=int(time.time()) - 1)))
     expect(status == 429 and b"TooManyProviderTokenUpdates" in answer, "a new token on the connection at once: %s %s" % (status, answer))

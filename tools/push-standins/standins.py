@@ -325,6 +325,9 @@ class StandIn:
                 "in_flight": self.in_flight,
                 "max_in_flight": self.max_in_flight,
                 "queued": len(self.queue),
+                # APNs: distinct provider tokens seen (Apple: renew no more than every 20 minutes);
+                # webhook: distinct webhook-ids.
+                "distinct_ids": len(self.seen_ids),
             }
 
     def log_lines(self):
