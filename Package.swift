@@ -159,6 +159,9 @@ let package = Package(
             dependencies: [
                 "MailslotRelay", "MailslotTestSupport", "MailslotAudit",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                // The push tests' own opener and verifiers (Web Push decryption, ES256/RS256 checks).
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),
                 // A fake S3 endpoint, and servers that refuse or never answer (S3ClientAnswerTests).
                 .product(name: "NIOPosix", package: "swift-nio"),

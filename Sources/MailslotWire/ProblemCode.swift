@@ -33,6 +33,16 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
     case partDigestMismatch = "part_digest_mismatch"
     /// A `Range` header the relay does not serve: several ranges, or none within the blob.
     case invalidRange = "invalid_range"
+    /// A push registration id outside its grammar (16–64 of `A-Z a-z 0-9 _ -`).
+    case invalidRegistrationID = "invalid_registration_id"
+    /// A push registration body without its provider's members, or with one outside its grammar;
+    /// `detail` names the member (spec/push.md §2).
+    case invalidPushRegistration = "invalid_push_registration"
+    /// A Web Push endpoint the relay will not call: not https, with userinfo, a refused port, or a
+    /// host that is a loopback, private or special address or name (spec/push.md §4.1).
+    case pushEndpointRefused = "push_endpoint_refused"
+    /// The operator did not configure the provider the registration names; `detail` names it.
+    case pushProviderDisabled = "push_provider_disabled"
     // 401: who is asking is unknown.
     case unauthenticated = "unauthenticated"
     case sessionExpired = "session_expired"
@@ -53,6 +63,8 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
     case prekeyConflict = "prekey_conflict"
     /// A prekey upload would leave more prekeys stored than the relay keeps for one owner.
     case tooManyPrekeys = "too_many_prekeys"
+    /// The uid holds the most push registrations allowed; a new id is refused (a count, not a rate).
+    case tooManyRegistrations = "too_many_registrations"
     /// The part is stored already with another digest.
     case partConflict = "part_conflict"
     /// The blob is complete: its parts no longer change.
@@ -103,11 +115,11 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
         case .badRequest, .invalidJSON, .invalidUID, .invalidMessageID, .invalidEnvelope, .invalidTTL,
              .invalidCursor, .invalidKeyBundle, .invalidDocument, .invalidLease, .invalidKeyID, .invalidPrekey,
              .invalidBlobID, .invalidBlobSize, .invalidRecipients, .invalidPart, .invalidPartLength, .invalidDigest,
-             .partDigestMismatch: 400
+             .partDigestMismatch, .invalidRegistrationID, .invalidPushRegistration, .pushEndpointRefused, .pushProviderDisabled: 400
         case .unauthenticated, .sessionExpired, .invalidToken, .refreshInvalid, .refreshReused: 401
         case .forbidden, .blocked: 403
         case .notFound: 404
-        case .conflict, .blockListFull, .staleKeys, .prekeyConflict, .tooManyPrekeys, .partConflict, .blobComplete, .blobIncomplete: 409
+        case .conflict, .blockListFull, .staleKeys, .prekeyConflict, .tooManyPrekeys, .tooManyRegistrations, .partConflict, .blobComplete, .blobIncomplete: 409
         case .uploadExpired, .uploadLost: 410
         case .lengthRequired: 411
         case .bodyTooLarge, .envelopeTooLarge, .blobTooLarge: 413
