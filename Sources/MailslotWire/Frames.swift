@@ -3,16 +3,18 @@
 public enum ClientFrame: Sendable, Equatable {
     /// `{"type":"ack","id":…}`: the owner has stored message `id`; the relay erases it.
     case ack(String)
-    /// `{"type":"send","ref":…,"to":…,"id":…,"envelope":…,"ttl_seconds"?:…,"key_id"?:…}`: the same
+    /// `{"type":"send","ref":…,"to":…,"id":…,"envelope":…,"ttl_seconds"?:…,"key_id"?:…,"wake"?:…}`: the same
     /// as `PUT /v1/users/{to}/messages/{id}`; answered with a `sent` or `error` frame with the same `ref`.
     case send(SendFrame)
     /// A type this version does not know: the relay answers it with an `error` frame.
     case unknown(type: String)
 
     /// A send of `envelope` to `to` under message id `id`, sealed to the keys `keyID` names.
+    /// `wake: false` stores and delivers it as any other but wakes none of the recipient's devices
+    /// (typing, receipts; spec/push.md §3).
     public static func send(ref: String, to: String, id: String, envelope: [UInt8], ttlSeconds: Int64? = nil,
-                            keyID: String? = nil) -> ClientFrame {
-        .send(SendFrame(ref: ref, to: to, id: id, envelope: Base64URL.encode(envelope), ttlSeconds: ttlSeconds, keyID: keyID))
+                            keyID: String? = nil, wake: Bool? = nil) -> ClientFrame {
+        .send(SendFrame(ref: ref, to: to, id: id, envelope: Base64URL.encode(envelope), ttlSeconds: ttlSeconds, keyID: keyID, wake: wake))
     }
 }
 
@@ -31,15 +33,19 @@ public struct SendFrame: Sendable, Equatable {
     public var ttlSeconds: Int64?
     /// The key id the envelope was sealed to (as in ``SendRequest/keyID``).
     public var keyID: String?
+    /// Whether the message may wake the recipient's devices (as in ``SendRequest/wake``); nil: true.
+    public var wake: Bool?
 
     /// A send with all its members.
-    public init(ref: String?, to: String, id: String, envelope: String, ttlSeconds: Int64? = nil, keyID: String? = nil) {
+    public init(ref: String?, to: String, id: String, envelope: String, ttlSeconds: Int64? = nil, keyID: String? = nil,
+                wake: Bool? = nil) {
         self.ref = ref
         self.to = to
         self.id = id
         self.envelope = envelope
         self.ttlSeconds = ttlSeconds
         self.keyID = keyID
+        self.wake = wake
     }
 }
 
@@ -48,6 +54,7 @@ extension ClientFrame: Codable {
         case type, id, ref, to, envelope
         case ttlSeconds = "ttl_seconds"
         case keyID = "key_id"
+        case wake
     }
 
     /// Decodes a frame. Every known member is read with its type whatever the frame's type (as the
@@ -62,21 +69,23 @@ extension ClientFrame: Codable {
         let envelope = try container.decodeIfPresent(String.self, forKey: .envelope)
         let ttlSeconds = try container.decodeIfPresent(Int64.self, forKey: .ttlSeconds)
         let keyID = try container.decodeIfPresent(String.self, forKey: .keyID)
-        guard let frame = Self(type: type, id: id, ref: ref, to: to, envelope: envelope, ttlSeconds: ttlSeconds, keyID: keyID) else {
+        let wake = try container.decodeIfPresent(Bool.self, forKey: .wake)
+        guard let frame = Self(type: type, id: id, ref: ref, to: to, envelope: envelope, ttlSeconds: ttlSeconds, keyID: keyID,
+                               wake: wake) else {
             throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "a \(type) frame lacks a member it needs"))
         }
         self = frame
     }
 
     /// The frame of `type` with these members, or nil when one it requires is missing.
-    init?(type: String, id: String?, ref: String?, to: String?, envelope: String?, ttlSeconds: Int64?, keyID: String?) {
+    init?(type: String, id: String?, ref: String?, to: String?, envelope: String?, ttlSeconds: Int64?, keyID: String?, wake: Bool?) {
         switch type {
         case "ack":
             guard let id else { return nil }
             self = .ack(id)
         case "send":
             guard let to, let id, let envelope else { return nil }
-            self = .send(SendFrame(ref: ref, to: to, id: id, envelope: envelope, ttlSeconds: ttlSeconds, keyID: keyID))
+            self = .send(SendFrame(ref: ref, to: to, id: id, envelope: envelope, ttlSeconds: ttlSeconds, keyID: keyID, wake: wake))
         default:
             self = .unknown(type: type)
         }
@@ -97,14 +106,15 @@ extension ClientFrame: Codable {
             try container.encode(send.envelope, forKey: .envelope)
             try container.encodeIfPresent(send.ttlSeconds, forKey: .ttlSeconds)
             try container.encodeIfPresent(send.keyID, forKey: .keyID)
+            try container.encodeIfPresent(send.wake, forKey: .wake)
         case .unknown(let type):
             try container.encode(type, forKey: .type)
         }
     }
 
     /// The frame a flat object of string (or null) members decodes to — what JSONDecoder would
-    /// give — or nil when only JSONDecoder can say (no type, a ttl_seconds to interpret, a member
-    /// missing: JSONDecoder refuses those).
+    /// give — or nil when only JSONDecoder can say (no type, a ttl_seconds or wake to interpret, a
+    /// member missing: JSONDecoder refuses those).
     init?(flatMembers members: [(name: String, value: String?)]) {
         var type, id, ref, to, envelope, keyID: String?
         for (name, value) in members {
@@ -115,12 +125,12 @@ extension ClientFrame: Codable {
             case CodingKeys.to.rawValue: to = value
             case CodingKeys.envelope.rawValue: envelope = value
             case CodingKeys.keyID.rawValue: keyID = value
-            case CodingKeys.ttlSeconds.rawValue: return nil
+            case CodingKeys.ttlSeconds.rawValue, CodingKeys.wake.rawValue: return nil
             default: continue  // unknown members are ignored, as by JSONDecoder
             }
         }
         guard let type else { return nil }
-        self.init(type: type, id: id, ref: ref, to: to, envelope: envelope, ttlSeconds: nil, keyID: keyID)
+        self.init(type: type, id: id, ref: ref, to: to, envelope: envelope, ttlSeconds: nil, keyID: keyID, wake: nil)
     }
 }
 

@@ -7,16 +7,21 @@ public struct SendRequest: Sendable, Equatable, Codable {
     /// The key id (``KeyBundle/keyID``) of the recipient's bundle the envelope was sealed to.
     /// When present and no longer the recipient's, the relay answers `409 stale_keys`.
     public let keyID: String?
+    /// Whether the message may wake the recipient's devices through their push registrations
+    /// (spec/push.md §3); nil means true. `false` for what no one should be woken for: typing,
+    /// receipts. An identical retry ignores it.
+    public let wake: Bool?
 
     /// A request carrying `envelope` (raw bytes, encoded here), sealed to the keys `keyID` names.
-    public init(envelope: [UInt8], ttlSeconds: Int64? = nil, keyID: String? = nil) {
+    public init(envelope: [UInt8], ttlSeconds: Int64? = nil, keyID: String? = nil, wake: Bool? = nil) {
         self.envelope = Base64URL.encode(envelope)
         self.ttlSeconds = ttlSeconds
         self.keyID = keyID
+        self.wake = wake
     }
 
     enum CodingKeys: String, CodingKey {
-        case envelope
+        case envelope, wake
         case ttlSeconds = "ttl_seconds"
         case keyID = "key_id"
     }

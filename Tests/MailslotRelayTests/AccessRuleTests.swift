@@ -17,6 +17,16 @@ import MailslotWire
         #expect(!AccessRules.standard.allows(.claim, .message, principal: "bob", owner: "bob"), "claim is for prekeys only")
         #expect(!AccessRules.standard.allows(.update, .prekeys, principal: "bob", owner: "bob"))
         #expect(AccessRules.standard.allows(.claim, .prekeys, principal: "carol", owner: "bob"))
+        // Push registrations: the owner's alone, and no update (a PUT that replaces one is a create).
+        for operation in [AccessOperation.create, .read, .delete] {
+            #expect(AccessRules.standard.allows(operation, .pushRegistration, principal: "bob", owner: "bob"))
+            #expect(!AccessRules.standard.allows(operation, .pushRegistration, principal: "carol", owner: "bob"))
+        }
+        #expect(!AccessRules.standard.allows(.update, .pushRegistration, principal: "bob", owner: "bob"))
+        // The push service: read by anyone signed in, nothing else; no owner to be.
+        #expect(AccessRules.standard.allows(.read, .pushService, principal: "carol"))
+        #expect(!AccessRules.standard.allows(.create, .pushService, principal: "carol"))
+        #expect(!AccessRules.standard.allows(.read, .pushRegistration, principal: "bob"), "an owned resource needs its owner")
     }
 
     /// The table of spec/protocol.md §2 is `AccessRules.standard`, cell for cell: a row or a role

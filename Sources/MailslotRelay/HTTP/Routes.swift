@@ -80,7 +80,7 @@ struct Routes: Sendable {
                                                  maxDepth: configuration.maxJSONDepth)
             let (record, created) = try await mailboxes.send(principal, to: try context.uid(), id: try context.messageID(),
                                                              envelope: body.envelope, ttlSeconds: body.ttlSeconds, keyID: body.keyID,
-                                                             now: configuration.clock.now()).value
+                                                             wake: body.wake ?? true, now: configuration.clock.now()).value
             return JSONBody.response(record, status: created ? .created : .ok)
         }
         router.get("/v1/users/:uid/messages") { request, context in

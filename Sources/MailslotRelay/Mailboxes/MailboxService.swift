@@ -24,9 +24,11 @@ struct MailboxService: Sendable {
     ///
     /// Everything that can be decided without waiting is decided now, and the write is queued now
     /// — so sends started one after another are stored in that order, and can share a commit. The
-    /// pending answer waits for the commit; `created` is false for an identical retry.
+    /// pending answer waits for the commit; `created` is false for an identical retry. `wake`
+    /// false stores a message that queues no wake-up for the recipient's push registrations
+    /// (spec/push.md §3); an identical retry queues none whatever it says.
     func send(_ principal: Principal, to recipient: String, id: String, envelope base64: String, ttlSeconds: Int64?,
-              keyID: String? = nil, now: Int64) -> Pending<(record: MessageRecord, created: Bool)> {
+              keyID: String? = nil, wake: Bool = true, now: Int64) -> Pending<(record: MessageRecord, created: Bool)> {
         let forOwner: Bool
         let ticket: CommitTicket<CreateOutcome>
         do {
@@ -49,7 +51,8 @@ struct MailboxService: Sendable {
             ticket = store.createMessage(recipient: recipient, id: id, author: principal.uid, envelope: base64, size: checked.size,
                                          keyID: keyID, now: now, expiresAt: now + checked.ttl * 1000,
                                          limits: CreateLimits(maxPending: configuration.maxPendingPerMailbox,
-                                                              maxAuthorBytes: configuration.maxAuthorBytes))
+                                                              maxAuthorBytes: configuration.maxAuthorBytes),
+                                         wake: wake)
         } catch {
             let refusal = rejected(error)
             return Pending { throw refusal }

@@ -113,12 +113,12 @@ struct AddressPolicy: Sendable, Equatable {
             }
         }
 
-        guard port == 443 || port >= Self.lowestPort else {
-            throw .refused("a Web Push endpoint's port must be 443 or from \(Self.lowestPort) to 65535")
-        }
         let loopback = literal?.isLoopback ?? Self.isLoopbackName(host)
         if scheme == "http" {
             guard allowPrivateAddresses, loopback else { throw .refused("a Web Push endpoint must be an https:// URL") }
+        }
+        guard port == 443 || port >= Self.lowestPort else {
+            throw .refused("a Web Push endpoint's port must be 443 or from \(Self.lowestPort) to 65535")
         }
         if !allowPrivateAddresses {
             if let literal {

@@ -14,6 +14,9 @@ import MailslotWire
 // | /users/{uid}/prekeys          | owner     | owner             | —      | owner         | signed-in | —           |
 // | /blobs/{id}                   | signed-in | author, recipient | author | author        | —         | recipient   |
 // | /users/{uid}/blobs (list)     | —         | owner             | —      | —             | —         | —           |
+// | /users/{uid}/push/{id} (and   | owner     | owner             | —      | owner         | —         | —           |
+// |   the list /users/{uid}/push) |           |                   |        |               |           |             |
+// | /push                         | —         | signed-in         | —      | —             | —         | —           |
 //
 // A blob has no owner in its path: its parties are its author and its recipients, and anyone
 // else is answered as if it did not exist (404, spec/protocol.md §2).
@@ -38,6 +41,12 @@ public enum AccessResource: String, Sendable, CaseIterable {
     case blob
     /// The blobs a uid uploaded or may read, `/users/{uid}/blobs`.
     case blobList
+    /// One push registration of the owner's devices, `/users/{uid}/push/{id}`, and their list,
+    /// `/users/{uid}/push` (spec/push.md §2). A `PUT` that replaces one is a create, as a block
+    /// entry's.
+    case pushRegistration
+    /// What the relay does with wake-ups (its providers, the VAPID key), `/push`: no owner.
+    case pushService
 }
 
 /// What is done to a resource.
@@ -77,6 +86,8 @@ public struct AccessRules: Sendable {
         .blob: [.create: [.signedIn], .read: [.author, .recipient], .update: [.author], .delete: [.author],
                 .acknowledge: [.recipient]],
         .blobList: [.read: [.owner]],
+        .pushRegistration: [.create: [.owner], .read: [.owner], .delete: [.owner]],
+        .pushService: [.read: [.signedIn]],
     ])
 
     /// The roles `principal` holds toward a resource of `owner` (nil for a blob: no one owns
@@ -100,6 +111,12 @@ public struct AccessRules: Sendable {
     /// `recipients` (those that have not acknowledged it) may read.
     public func allows(_ operation: AccessOperation, blobOf author: String, recipients: Set<String>, principal: String) -> Bool {
         allows(operation, .blob, roles: Self.roles(principal: principal, owner: nil, author: author, recipients: recipients))
+    }
+
+    /// Whether the signed-in `principal` may perform `operation` on a resource no one owns
+    /// (``AccessResource/pushService``): only what the table gives every signed-in user.
+    public func allows(_ operation: AccessOperation, _ resource: AccessResource, principal: String) -> Bool {
+        allows(operation, resource, roles: Self.roles(principal: principal, owner: nil, author: nil, recipients: []))
     }
 
     /// Whether `principal` may know that a blob exists: those who may read it. Everyone else

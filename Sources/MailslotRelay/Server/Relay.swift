@@ -24,6 +24,8 @@ public struct Relay: Sendable {
     /// Blobs: the service of their routes, and the eraser of their bytes.
     let blobs: BlobService
     let blobEraser: BlobEraser
+    /// Push registrations: the service of their routes.
+    let push: PushService
     /// The object store's connections, run (and shut down) with the application; nil for files.
     let blobStorageService: (any Service)?
     let logger: Logger
@@ -84,6 +86,20 @@ public struct Relay: Sendable {
         blobs = BlobService(records: store, storage: storage, configuration: configuration, rateLimiter: mailboxes.rateLimiter,
                             transfers: TransferLimiter(limit: configuration.maxTransfersPerUID), eraser: blobEraser, metrics: metrics,
                             logger: logger)
+        push = PushService(store: store, settings: configuration.push, rules: configuration.rules,
+                           vapidPublicKey: try Self.vapidPublicKey(configuration.push))
+    }
+
+    /// The VAPID public key `GET /v1/push` gives, read from the key file when Web Push is on
+    /// (refused, naming the setting and never the contents, when the file cannot be used).
+    private static func vapidPublicKey(_ settings: PushSettings) throws -> String? {
+        guard settings.isEnabled(.webpush), let path = settings.webPush.keyFile else { return nil }
+        do {
+            let key = try VAPID.key(pem: try PushKeyFiles.read(path, setting: "vapid-key"))
+            return Base64URL.encode(key.publicKey.x963Representation)
+        } catch {
+            throw RelayConfigurationError("Web Push is configured but its key cannot be used: \(error)")
+        }
     }
 
     /// The blob storage the configuration names: files under the data folder, or an
@@ -158,6 +174,7 @@ public struct Relay: Sendable {
         router.add(middleware: ProblemMiddleware())
         Routes(sessions: sessions, mailboxes: mailboxes, configuration: configuration).add(to: router)
         BlobRoutes(sessions: sessions, blobs: blobs, configuration: configuration).add(to: router)
+        PushRoutes(sessions: sessions, push: push, configuration: configuration).add(to: router)
         OperationsRoutes(store: store, metrics: metrics, configuration: configuration).add(to: router)
         return router
     }

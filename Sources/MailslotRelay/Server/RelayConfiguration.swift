@@ -147,6 +147,9 @@ public struct RelayConfiguration: Sendable {
         max(Int(blobPartBytes), maxBodyBytes, maxDocumentBytes, 4096 + 132 * maxBlobRecipients, 16 * 1024)
     }
 
+    /// Wake-ups: the interval, limits and each provider's settings (docs/design/wakeups.md §6).
+    public var push = PushSettings()
+
     /// The bearer token Prometheus sends to scrape /metrics. Without one, /metrics answers only
     /// when the relay listens on a loopback address.
     public var metricsToken: String?
@@ -236,6 +239,7 @@ public struct RelayConfiguration: Sendable {
                 "the recipients per blob must be from 1 to \(Self.maxBlobRecipientsLimit), not \(maxBlobRecipients).")
         require(maxTransfersPerUID >= 1, "the transfers per uid must be at least 1.")
         require(minFreeBytes >= 0 && reserveBytes >= 0, "the free-space watermark and the disk reserve must not be negative.")
+        problems += push.problems
         return problems
     }
 

@@ -126,8 +126,8 @@ struct StoredSession: Sendable, Equatable {
 
 /// A relay's store. Every write is atomic; a refusal (``StoreRefusal``) changes nothing, and a
 /// failure for lack of space is ``StoreFailure/storageFull``. It keeps the blobs' metadata too
-/// (``BlobRecords``).
-protocol RelayStore: BlobRecords {
+/// (``BlobRecords``) and the push registrations with their pending wake-ups (``PushRecords``).
+protocol RelayStore: BlobRecords, PushRecords {
     /// The data folder's free space, when the store is on a local disk it watches; nil otherwise.
     var diskSpace: DiskSpace? { get }
 
@@ -158,9 +158,11 @@ protocol RelayStore: BlobRecords {
     /// id is taken by another author or envelope, the author is blocked, `keyID` is not the
     /// recipient's published keys', space is short, or `limits` are reached. Creates queued one
     /// after another are stored in that order. Each created message is published to ``commits``
-    /// once committed, in commit order, before the ticket is answered.
+    /// once committed, in commit order, before the ticket is answered. A created message with
+    /// `wake` queues a wake-up for each of the recipient's push registrations in its own
+    /// transaction (docs/design/wakeups.md §2.2); an identical retry queues none, whatever its `wake`.
     func createMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String?, now: Int64,
-                       expiresAt: Int64, limits: CreateLimits) -> CommitTicket<CreateOutcome>
+                       expiresAt: Int64, limits: CreateLimits, wake: Bool) -> CommitTicket<CreateOutcome>
 
     /// Queues the erasure of message `id` (only if `author` wrote it, when given); the ticket says
     /// whether an unexpired message was erased. An erasure is published to ``commits``.
@@ -241,7 +243,8 @@ protocol RelayStore: BlobRecords {
     /// Spends a refresh token and stores its successor pair atomically; a spent one revokes its family.
     func rotateRefresh(hash: Data, now: Int64, accessHash: Data, accessExpiresAt: Int64,
                        refreshHash: Data, refreshExpiresAt: Int64) async throws -> RefreshOutcome
-    /// Revokes every session of `family` (sign-out).
+    /// Revokes every session of `family` (sign-out), and deletes the push registrations it wrote
+    /// (with their pending wake-ups) in the same transaction.
     func revokeFamily(_ family: Data) async throws
 }
 
@@ -254,6 +257,14 @@ extension RelayStore {
 
     /// Nothing to release beyond what deinitialization does.
     func close() async {}
+
+    /// A waking create (``createMessage(recipient:id:author:envelope:size:keyID:now:expiresAt:limits:wake:)``
+    /// with `wake` true): what every message is unless its sender said otherwise.
+    func createMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String?, now: Int64,
+                       expiresAt: Int64, limits: CreateLimits) -> CommitTicket<CreateOutcome> {
+        createMessage(recipient: recipient, id: id, author: author, envelope: envelope, size: size, keyID: keyID, now: now,
+                      expiresAt: expiresAt, limits: limits, wake: true)
+    }
 
     /// ``sweepExpired(now:batch:batchBytes:)`` in batches of at most 512 KiB of envelopes.
     func sweepExpired(now: Int64, batch: Int = 256) async throws -> Int {

@@ -96,7 +96,7 @@ final class Subscriptions: Sendable {
                 return { error }
             }
             let stored = mailboxes.send(principal, to: send.to, id: send.id, envelope: send.envelope,
-                                             ttlSeconds: send.ttlSeconds, keyID: send.keyID, now: clock.now())
+                                             ttlSeconds: send.ttlSeconds, keyID: send.keyID, wake: send.wake ?? true, now: clock.now())
             return {
                 do {
                     let (record, created) = try await stored.value

@@ -40,14 +40,15 @@ final class PostgresGroupCommit: Sendable {
 
     private let batches: WriteBatches<Step>
 
-    /// `node` is this relay's notification id (``ClusterNotification``); `notified` counts the
-    /// notifications sent (a metric).
-    init(pool: PostgresPool, node: String, logger: Logger, notified: @escaping @Sendable () -> Void) {
+    /// `node` is this relay's notification id (``ClusterNotification``); `wakeInterval` the least
+    /// time between two wake-ups of one registration (ms); `notified` counts the notifications
+    /// sent (a metric).
+    init(pool: PostgresPool, node: String, wakeInterval: Int64, logger: Logger, notified: @escaping @Sendable () -> Void) {
         @Sendable func apply(_ steps: [Step]) async throws {
             let notifications = try await PostgresStore.transaction(pool, logger: logger, attempts: Self.attempts) { connection, logger in
                 var notifications = 0
                 for chunk in Self.chunks(steps) {
-                    let (rows, announced) = try await Self.run(chunk.map(\.write), node: node, on: connection, logger: logger)
+                    let (rows, announced) = try await Self.run(chunk.map(\.write), node: node, wakeInterval: wakeInterval, on: connection, logger: logger)
                     for (step, row) in zip(chunk, rows) { step.answer(.success(row)) }
                     if announced { notifications += 1 }
                 }
@@ -89,14 +90,14 @@ final class PostgresGroupCommit: Sendable {
 
     /// Runs `writes` as one `mailslot_write_batch` statement; their rows, in the writes' order, and
     /// whether the statement sent a notification.
-    private static func run(_ writes: [PostgresWrite], node: String, on connection: PostgresConnection,
+    private static func run(_ writes: [PostgresWrite], node: String, wakeInterval: Int64, on connection: PostgresConnection,
                             logger: Logger) async throws -> (rows: [Row], announced: Bool) {
         var announced: [String] = []
         var seen = Set<String>()
         for write in writes where write.announced && seen.insert(write.recipient).inserted { announced.append(write.recipient) }
         let notify = announced.isEmpty ? nil : ClusterNotification(node: node, event: .changed(mailboxes: announced)).payload
         var rows = [Row?](repeating: nil, count: writes.count)
-        for try await row in try await connection.execute(WriteBatchStatement(writes: writes, notify: notify), logger: logger) {
+        for try await row in try await connection.execute(WriteBatchStatement(writes: writes, notify: notify, wakeInterval: wakeInterval), logger: logger) {
             guard row.ord >= 1, row.ord <= writes.count, rows[Int(row.ord) - 1] == nil else {
                 throw PostgresSchema.Refusal(description: "mailslot_write_batch answered an unexpected row")
             }

@@ -606,6 +606,135 @@ enum PostgresSchema {
                 autovacuum_vacuum_cost_delay = 0)
             """
         }),
+        // SQLite's v9: wake-ups (issue 29, docs/design/wakeups.md §1.4–§2.4). Push registrations
+        // and at most one pending wake-up per registration, as on SQLite; uids, ids and routes in
+        // byte order (collation "C"). Which node holds each mailbox's live subscription
+        // (`live_subscriptions.node`) and which nodes are alive (`relay_nodes`, a heartbeat every
+        // 10 s), so that a claim on any node can tell whether the owner is connected anywhere.
+        Migration(version: 6, name: "push registrations and wake-ups", sql: [
+            """
+            CREATE TABLE push_registrations (
+                uid TEXT COLLATE "C" NOT NULL,
+                id TEXT COLLATE "C" NOT NULL,
+                family BYTEA NOT NULL,
+                provider SMALLINT NOT NULL CHECK (provider IN (1, 2, 3, 4)),
+                target TEXT NOT NULL,
+                route TEXT COLLATE "C" NOT NULL,
+                tag TEXT NOT NULL DEFAULT '',
+                version BIGINT NOT NULL,
+                created_at BIGINT NOT NULL,
+                updated_at BIGINT NOT NULL,
+                woken_at BIGINT NOT NULL DEFAULT 0,
+                failures INTEGER NOT NULL DEFAULT 0,
+                PRIMARY KEY (uid, id)
+            )
+            """,
+            "CREATE INDEX push_registrations_by_family ON push_registrations (family)",
+            // event: the webhook id every attempt of one wake-up shares, drawn at its first claim.
+            """
+            CREATE TABLE push_wakeups (
+                uid TEXT COLLATE "C" NOT NULL,
+                id TEXT COLLATE "C" NOT NULL,
+                provider SMALLINT NOT NULL,
+                route TEXT COLLATE "C" NOT NULL,
+                first_seq BIGINT NOT NULL,
+                due_at BIGINT NOT NULL,
+                attempt INTEGER NOT NULL DEFAULT 0,
+                event TEXT,
+                PRIMARY KEY (uid, id)
+            )
+            """,
+            "CREATE INDEX push_wakeups_by_due ON push_wakeups (due_at)",
+            // Its rows live seconds: vacuumed like messages.
+            """
+            ALTER TABLE push_wakeups SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 500,
+                autovacuum_vacuum_cost_delay = 0, autovacuum_vacuum_insert_scale_factor = 0,
+                autovacuum_vacuum_insert_threshold = 5000)
+            """,
+            "ALTER TABLE push_registrations SET (autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 50, autovacuum_vacuum_cost_delay = 0)",
+            // The node holding the mailbox's newest subscription; NULL once it ended there.
+            "ALTER TABLE live_subscriptions ADD COLUMN node TEXT",
+            "CREATE TABLE relay_nodes (node TEXT PRIMARY KEY, seen_at BIGINT NOT NULL)",
+            // mailslot_write_batch with wake-ups (design §2.2): the writes as the migration-4
+            // function applies them (that signature stays, for relays of the previous version
+            // during a rolling upgrade: their creates wake nothing), then one set-wise insert of a
+            // wake-up per registration of each created, waking write's recipient — the first such
+            // message of the batch per registration; a registration with a pending wake-up keeps
+            // it. Due at once, or an interval after the registration's last wake-up. Nothing here
+            // can refuse a message: no foreign key, no constraint but the one ON CONFLICT handles.
+            """
+            CREATE FUNCTION mailslot_write_batch(p_kinds TEXT[], p_recipients TEXT[], p_ids TEXT[], p_authors TEXT[],
+                p_envelopes TEXT[], p_sizes BIGINT[], p_key_ids TEXT[], p_now BIGINT[], p_expires_at BIGINT[],
+                p_max_pending BIGINT[], p_max_author_bytes BIGINT[], p_notify TEXT, p_wake BOOLEAN[], p_wake_interval BIGINT)
+            RETURNS TABLE (ord BIGINT, outcome TEXT, seq BIGINT, created_at BIGINT, expires_at BIGINT, lease_until BIGINT,
+                lease_holder TEXT, erased_expired BOOLEAN)
+            LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+            BEGIN
+                IF cardinality(p_wake) <> cardinality(p_kinds) OR array_position(p_wake, NULL) IS NOT NULL OR p_wake_interval IS NULL THEN
+                    RAISE EXCEPTION 'mailslot_write_batch: wake flags of another length, a null flag or no interval';
+                END IF;
+                RETURN QUERY
+                WITH written AS MATERIALIZED (
+                        SELECT * FROM mailslot_write_batch(p_kinds, p_recipients, p_ids, p_authors, p_envelopes, p_sizes, p_key_ids,
+                                                           p_now, p_expires_at, p_max_pending, p_max_author_bytes, p_notify)),
+                     queued AS (
+                        INSERT INTO push_wakeups (uid, id, provider, route, first_seq, due_at, attempt)
+                        SELECT DISTINCT ON (r.uid, r.id) r.uid, r.id, r.provider, r.route, w.seq,
+                               greatest(w.created_at, r.woken_at + p_wake_interval), 0
+                        FROM written w JOIN push_registrations r ON r.uid = p_recipients[w.ord]
+                        WHERE w.outcome = 'created' AND p_wake[w.ord]
+                        ORDER BY r.uid, r.id, w.seq
+                        ON CONFLICT DO NOTHING)
+                SELECT w.ord, w.outcome, w.seq, w.created_at, w.expires_at, w.lease_until, w.lease_holder, w.erased_expired
+                FROM written w;
+            END $$
+            """,
+            // The claim (design §2.4): up to p_limit due wake-ups, none of an excluded route or
+            // provider, locked with SKIP LOCKED (two nodes never take one row) and deleted before
+            // anything is sent. Each is then dropped when its mailbox holds no unexpired message
+            // from first_seq on (the owner received them), put back an interval later when a
+            // subscription to the mailbox is live on a node seen within p_presence ms, or else
+            // returned with its registration as it is now, whose woken_at becomes p_now.
+            """
+            CREATE FUNCTION mailslot_claim_wakeups(p_now BIGINT, p_limit INTEGER, p_routes TEXT[], p_providers SMALLINT[],
+                p_interval BIGINT, p_presence BIGINT)
+            RETURNS TABLE (w_uid TEXT, w_id TEXT, w_provider SMALLINT, w_target TEXT, w_route TEXT, w_tag TEXT, w_version BIGINT,
+                w_first_seq BIGINT, w_attempt INTEGER, w_event TEXT)
+            LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+            DECLARE
+                t push_wakeups%ROWTYPE;
+                v_registration RECORD;
+            BEGIN
+                FOR t IN
+                    WITH due AS (SELECT d.uid, d.id FROM push_wakeups d
+                                 WHERE d.due_at <= p_now AND NOT (d.route = ANY (p_routes)) AND NOT (d.provider = ANY (p_providers))
+                                 ORDER BY d.due_at LIMIT p_limit FOR UPDATE SKIP LOCKED)
+                    DELETE FROM push_wakeups w USING due WHERE w.uid = due.uid AND w.id = due.id
+                    RETURNING w.uid, w.id, w.provider, w.route, w.first_seq, w.due_at, w.attempt, w.event
+                LOOP
+                    IF NOT EXISTS (SELECT 1 FROM messages m WHERE m.recipient = t.uid AND m.seq >= t.first_seq AND m.expires_at > p_now) THEN
+                        CONTINUE;
+                    END IF;
+                    IF EXISTS (SELECT 1 FROM live_subscriptions l JOIN relay_nodes n ON n.node = l.node
+                               WHERE l.uid = t.uid AND n.seen_at > p_now - p_presence) THEN
+                        INSERT INTO push_wakeups AS p (uid, id, provider, route, first_seq, due_at, attempt, event)
+                            VALUES (t.uid, t.id, t.provider, t.route, t.first_seq, p_now + p_interval, t.attempt, t.event)
+                            ON CONFLICT (uid, id) DO UPDATE SET first_seq = least(p.first_seq, excluded.first_seq);
+                        CONTINUE;
+                    END IF;
+                    UPDATE push_registrations r SET woken_at = p_now WHERE r.uid = t.uid AND r.id = t.id
+                        RETURNING r.provider, r.target, r.route, r.tag, r.version INTO v_registration;
+                    IF NOT FOUND THEN
+                        CONTINUE;
+                    END IF;
+                    w_uid := t.uid; w_id := t.id; w_provider := v_registration.provider; w_target := v_registration.target;
+                    w_route := v_registration.route; w_tag := v_registration.tag; w_version := v_registration.version;
+                    w_first_seq := t.first_seq; w_attempt := t.attempt; w_event := t.event;
+                    RETURN NEXT;
+                END LOOP;
+            END $$
+            """,
+        ]),
     ]
 
     /// Attempts of a migration that gave up waiting for a lock on its tables (`lock_timeout`).

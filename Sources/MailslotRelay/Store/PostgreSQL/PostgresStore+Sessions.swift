@@ -21,6 +21,7 @@ extension PostgresStore {
             for try await family in rows.decode(Data.self) { evicted.append(family) }
             for family in evicted {
                 try await connection.query("DELETE FROM sessions WHERE family = \(family)", logger: logger)
+                try await Self.deleteRegistrations(connection, logger, family: family)
             }
             try await Self.insertPair(connection, logger, uid: uid, family: family, accessHash: accessHash, accessExpiresAt: accessExpiresAt,
                                       refreshHash: refreshHash, refreshExpiresAt: refreshExpiresAt)
@@ -62,6 +63,7 @@ extension PostgresStore {
             if spent != 0 {
                 // A spent refresh token came back: someone holds a copy. Revoke the whole sign-in.
                 try await connection.query("DELETE FROM sessions WHERE family = \(family)", logger: logger)
+                try await Self.deleteRegistrations(connection, logger, family: family)
                 return .reused
             }
             guard expiresAt > now else { return .invalid }
@@ -82,10 +84,12 @@ extension PostgresStore {
         }
     }
 
-    /// Revokes every session of `family` (sign-out).
+    /// Revokes every session of `family` (sign-out) and, in the same transaction, the push
+    /// registrations it wrote: the device that signs out stops being woken at once.
     func revokeFamily(_ family: Data) async throws {
         try await write("revoke_family") { connection, logger in
             _ = try await connection.query("DELETE FROM sessions WHERE family = \(family)", logger: logger)
+            try await Self.deleteRegistrations(connection, logger, family: family)
         }
     }
 }

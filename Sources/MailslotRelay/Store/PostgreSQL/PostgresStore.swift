@@ -26,10 +26,15 @@ final class PostgresStore: RelayStore {
     /// What this relay tells the others sharing the database, and hears from them.
     let notifications: PostgresNotifications
     var cluster: (any ClusterSignals)? { notifications }
+    /// Told after a commit that may have queued wake-ups (``PushRecords``).
+    let wakeupsQueued = WakeupNudges()
+    /// The least time between two wake-ups of one registration, in ms (`--push-wake-interval`).
+    let wakeInterval: Int64
 
     /// A store on the database at `url` (``PostgresURL``); nothing is connected until it is used.
     /// Throws a ``RelayConfigurationError`` (without the password) for a URL it cannot read.
-    init(url: String, metrics: RelayMetrics? = nil, logger: Logger) throws {
+    /// `wakeInterval`: the least time between two wake-ups of one registration (design §2.1).
+    init(url: String, metrics: RelayMetrics? = nil, logger: Logger, wakeInterval: Duration = .seconds(30)) throws {
         let configuration = try PostgresURL.configuration(url)
         var logger = logger
         // The driver logs statements and their bound values below `info`: envelopes and session
@@ -42,15 +47,18 @@ final class PostgresStore: RelayStore {
         location = PostgresURL.redacted(url)
         let node = ClusterNotification.newNode()
         notifications = PostgresNotifications(node: node, pool: pool, configuration: configuration, metrics: metrics, logger: logger)
-        group = PostgresGroupCommit(pool: pool, node: node, logger: logger) { metrics?.clusterNotificationsSent.increment() }
+        self.wakeInterval = wakeInterval.wholeMilliseconds
+        group = PostgresGroupCommit(pool: pool, node: node, wakeInterval: self.wakeInterval, logger: logger) {
+            metrics?.clusterNotificationsSent.increment()
+        }
     }
 
     /// Connections each relay opens to the database at most (besides its listening one).
     static let poolSize = 16
 
     /// A store on `url`, migrated and ready.
-    static func open(url: String, metrics: RelayMetrics? = nil, logger: Logger) async throws -> PostgresStore {
-        let store = try PostgresStore(url: url, metrics: metrics, logger: logger)
+    static func open(url: String, metrics: RelayMetrics? = nil, logger: Logger, wakeInterval: Duration = .seconds(30)) async throws -> PostgresStore {
+        let store = try PostgresStore(url: url, metrics: metrics, logger: logger, wakeInterval: wakeInterval)
         do { try await store.prepare() } catch {
             await store.close()
             throw error
@@ -195,11 +203,12 @@ final class PostgresStore: RelayStore {
     /// is answered as a duplicate before any limit; then conflict, blocked, stale keys, the
     /// pending limit, the author quota. Queued at once (``groupSubmit(_:_:decode:committed:)``):
     /// `mailslot_write_batch` decides every refusal before it writes anything, under the write
-    /// lock, so creates on all nodes commit one after another, in `seq` order.
+    /// lock, so creates on all nodes commit one after another, in `seq` order. A created message
+    /// with `wake` queues its wake-ups in the same statement (design §2.2).
     func createMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String?, now: Int64,
-                       expiresAt: Int64, limits: CreateLimits) -> CommitTicket<CreateOutcome> {
+                       expiresAt: Int64, limits: CreateLimits, wake: Bool) -> CommitTicket<CreateOutcome> {
         let write = PostgresWrite(kind: .create, recipient: recipient, id: id, author: author, envelope: envelope, size: Int64(size),
-                                  keyID: keyID ?? "", now: now, expiresAt: expiresAt, limits: limits)
+                                  keyID: keyID ?? "", now: now, expiresAt: expiresAt, limits: limits, wake: wake)
         return groupSubmit("create_message", write, decode: { row in
             func stored() throws -> StoredMessage {
                 guard let seq = row.seq, let createdAt = row.createdAt, let storedExpiresAt = row.expiresAt else {
@@ -219,8 +228,13 @@ final class PostgresStore: RelayStore {
             case .authorQuota: throw StoreRefusal.authorQuota
             case .erased, .absent: throw PostgresSchema.Refusal(description: "mailslot_write_batch answered an erasure's outcome for a create")
             }
-        }, committed: { [commits] outcome in
-            if case .created(let message, _) = outcome { commits.publish(.created(message)) }
+        }, committed: { [commits, wakeupsQueued] outcome in
+            if case .created(let message, _) = outcome {
+                commits.publish(.created(message))
+                // Whether the recipient has registrations is the database's to know: the
+                // dispatcher's claim finds out (it is rate-limited, and finds nothing cheaply).
+                if wake { wakeupsQueued.nudge() }
+            }
         })
     }
 
@@ -309,7 +323,8 @@ final class PostgresStore: RelayStore {
         }
     }
 
-    /// Erases every expired message and session, in transactions of at most `batch` rows and
+    /// Erases every expired message and session, and the push registrations of sign-ins that
+    /// ended, in transactions of at most `batch` rows and
     /// about `batchBytes` of envelopes each, so that no write waits long behind a sweep. Safe to
     /// run beside another sweep: a row already erased is simply not erased again. The number of
     /// messages erased.
@@ -346,6 +361,13 @@ final class PostgresStore: RelayStore {
                 SELECT count(*) FROM erased
                 """, logger)?.decode(Int64.self) ?? 0
         }) == sessionBatch, !Task.isCancelled {}
+        // Push registrations whose sign-in ended without a sign-out (design §1.5), and nodes
+        // not seen for an hour (their subscriptions stopped counting long ago).
+        while try await sweepPushRegistrations(now: now, batch: PushRegistrationRow.sweepBatch) == PushRegistrationRow.sweepBatch,
+              !Task.isCancelled {}
+        try await write("sweep_relay_nodes") { connection, logger in
+            _ = try await connection.query("DELETE FROM relay_nodes WHERE seen_at < \(now - 3600 * 1000)", logger: logger)
+        }
         return erased
     }
 
@@ -485,6 +507,8 @@ final class PostgresStore: RelayStore {
         case blobAuthor = 4
         /// A blob's completion, while the storage completes it (PostgresStore+Blobs.swift).
         case blobCompletion = 5
+        /// A uid's push registrations, while they are counted (PostgresStore+Push.swift).
+        case pushRegistrations = 6
     }
 
     /// Takes the advisory lock on `key` in `space` until the transaction ends.

@@ -24,6 +24,9 @@ struct PostgresWrite: Sendable {
     var now: Int64 = 0
     var expiresAt: Int64 = 0
     var limits = CreateLimits(maxPending: 0, maxAuthorBytes: 0)
+    /// Whether a create, if it creates, queues wake-ups for the recipient's push registrations
+    /// (docs/design/wakeups.md §2.2); false for an erasure.
+    var wake = false
 
     /// Whether the other relays must hear of the mailbox when this write changes it: an
     /// acknowledgement concerns only the subscription that read the message.
@@ -41,26 +44,30 @@ enum WriteBatchOutcome: String, Sendable {
     case erased, absent
 }
 
-/// A batch of writes in one statement: `mailslot_write_batch`, one row per write.
+/// A batch of writes in one statement: `mailslot_write_batch` (the overload of migration 6, which
+/// also queues the created messages' wake-ups), one row per write.
 struct WriteBatchStatement: PostgresPreparedStatement {
     /// One write's answer; `ord` is its position in the batch, from 1.
     typealias Row = (ord: Int64, outcome: WriteBatchOutcome, seq: Int64?, createdAt: Int64?, expiresAt: Int64?, leaseUntil: Int64?,
                      leaseHolder: String?, erasedExpired: Bool)
 
-    static let name = "mailslot_write_batch_v1"
+    static let name = "mailslot_write_batch_v2"
     static let sql = """
         SELECT ord, outcome, seq, created_at, expires_at, lease_until, lease_holder, erased_expired
-        FROM mailslot_write_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+        FROM mailslot_write_batch($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
         """
     static let bindingDataTypes: [PostgresDataType] = [.textArray, .textArray, .textArray, .textArray, .textArray, .int8Array,
-                                                       .textArray, .int8Array, .int8Array, .int8Array, .int8Array, .text]
+                                                       .textArray, .int8Array, .int8Array, .int8Array, .int8Array, .text,
+                                                       .boolArray, .int8]
 
     let writes: [PostgresWrite]
     /// The `NOTIFY` payload, sent if a create or an unsend of the batch changed something.
     let notify: String?
+    /// The least time between two wake-ups of one registration, in ms.
+    let wakeInterval: Int64
 
     func makeBindings() throws -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 12)
+        var bindings = PostgresBindings(capacity: 14)
         bindings.append(writes.map(\.kind.rawValue))
         bindings.append(writes.map(\.recipient))
         bindings.append(writes.map(\.id))
@@ -73,6 +80,8 @@ struct WriteBatchStatement: PostgresPreparedStatement {
         bindings.append(writes.map { Int64($0.limits.maxPending) })
         bindings.append(writes.map(\.limits.maxAuthorBytes))
         bindings.append(notify)
+        bindings.append(writes.map(\.wake))
+        bindings.append(wakeInterval)
         return bindings
     }
 

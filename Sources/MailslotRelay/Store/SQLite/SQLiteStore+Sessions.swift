@@ -14,7 +14,10 @@ extension SQLiteStore {
                 SELECT family FROM sessions WHERE uid = ? AND kind = 1 GROUP BY family ORDER BY max(expires_at) DESC LIMIT -1 OFFSET ?
                 """), arguments: [uid, max(0, maxFamilies - 1)])
             let revoke = try db.cachedStatement(sql: "DELETE FROM sessions WHERE family = ?")
-            for family in evicted { try revoke.execute(arguments: [family]) }
+            for family in evicted {
+                try revoke.execute(arguments: [family])
+                try Self.deleteRegistrations(db, family: family)
+            }
             try Self.insertPair(db, uid: uid, family: family, accessHash: accessHash, accessExpiresAt: accessExpiresAt,
                                 refreshHash: refreshHash, refreshExpiresAt: refreshExpiresAt)
             return evicted.count
@@ -51,6 +54,7 @@ extension SQLiteStore {
             if row["spent"] != 0 {
                 // A spent refresh token came back: someone holds a copy. Revoke the whole sign-in.
                 try db.cachedStatement(sql: "DELETE FROM sessions WHERE family = ?").execute(arguments: [family])
+                try Self.deleteRegistrations(db, family: family)
                 return .reused
             }
             guard (row["expires_at"] as Int64) > now else { return .invalid }
@@ -74,10 +78,12 @@ extension SQLiteStore {
     /// Spent refresh tokens kept per family, to recognise their reuse (every backend's bound).
     static var spentRefreshTokensKept: Int { StoredSession.spentRefreshTokensKept }
 
-    /// Revokes every session of `family` (sign-out).
+    /// Revokes every session of `family` (sign-out) and, in the same transaction, the push
+    /// registrations it wrote: the device that signs out stops being woken at once.
     func revokeFamily(_ family: Data) async throws {
         try await write("revoke_family") { db in
             try db.cachedStatement(sql: "DELETE FROM sessions WHERE family = ?").execute(arguments: [family])
+            try Self.deleteRegistrations(db, family: family)
         }
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import MailslotWire
+import Synchronization
 
 /// The relay's embedded store (``RelayStore``), on SQLite through GRDB: WAL journal,
 /// `secure_delete` on every connection so that erased rows are overwritten with zeros, and
@@ -16,9 +17,19 @@ final class SQLiteStore: RelayStore {
     /// The hot writes (creates, acks) share transactions under load.
     private let group: GroupCommit
     let commits = CommitObservers()
+    /// Told after a commit that may have queued wake-ups (``PushRecords``).
+    let wakeupsQueued = WakeupNudges()
+    /// The least time between two wake-ups of one registration, in ms (`--push-wake-interval`).
+    let wakeInterval: Int64
+    /// The uids that have (or had, since start) push registrations: a create to anyone else
+    /// skips the wake-up statement. One process owns an SQLite store, so this misses no one; a
+    /// uid left here after its last registration went costs one empty statement per create.
+    let wakeUIDs: Mutex<Set<String>>
 
     /// Opens (creating when needed) the database at `path` and runs pending migrations.
-    init(path: String, durability: RelayConfiguration.Durability = .normal, metrics: RelayMetrics? = nil, diskSpace: DiskSpace? = nil) throws {
+    /// `wakeInterval`: the least time between two wake-ups of one registration (design §2.1).
+    init(path: String, durability: RelayConfiguration.Durability = .normal, metrics: RelayMetrics? = nil, diskSpace: DiskSpace? = nil,
+         wakeInterval: Duration = .seconds(30)) throws {
         var configuration = Configuration()
         configuration.prepareDatabase { db in
             // Overwrite deleted content with zeros, in the main file and in WAL frames written after.
@@ -36,6 +47,8 @@ final class SQLiteStore: RelayStore {
             try db.execute(sql: "PRAGMA synchronous = \(durability == .full ? "FULL" : "NORMAL")")
         }
         try Schema.migrator.migrate(pool)
+        self.wakeInterval = wakeInterval.wholeMilliseconds
+        wakeUIDs = Mutex(Set(try pool.read { db in try String.fetchAll(db, sql: "SELECT DISTINCT uid FROM push_registrations") }))
     }
 
     /// A write transaction, timed as `operation` (a fixed name, never data).
@@ -94,9 +107,15 @@ final class SQLiteStore: RelayStore {
     /// even then. Each message created is published (``commits``) once committed, in commit
     /// (`seq`) order. `envelope` is its base64url text, `size` the number of bytes that text
     /// stands for. Queued at once (``groupSubmit(_:_:committed:)``).
+    ///
+    /// A created message with `wake` inserts a wake-up row per registration of the recipient, in
+    /// the same transaction (design §2.2); an identical retry inserts none.
     func createMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String? = nil, now: Int64,
-                       expiresAt: Int64, limits: CreateLimits) -> CommitTicket<CreateOutcome> {
-        groupSubmit("create_message", { [diskSpace] db in
+                       expiresAt: Int64, limits: CreateLimits, wake: Bool = true) -> CommitTicket<CreateOutcome> {
+        // Read once, outside the transaction: a registration committed after this create was
+        // queued wakes for the next message only, as it would had the create committed first.
+        let waking = wake && wakeUIDs.withLock { $0.contains(recipient) }
+        return groupSubmit("create_message", { [diskSpace, wakeInterval] db in
             // Every create runs these statements: they go through DirectStatement's binding.
             var erasedExpired = false
             if let existing = try db.cachedStatement(sql: "SELECT seq, expires_at FROM messages WHERE recipient = ? AND id = ?")
@@ -137,11 +156,16 @@ final class SQLiteStore: RelayStore {
                 VALUES (?, ?, ?, ?, ?, ?, ?)
                 """).run(.text(recipient), .text(id), .text(author), .integer(now), .integer(expiresAt),
                           .integer(Int64(size)), .text(envelope))
-            let stored = StoredMessage(seq: db.lastInsertedRowID, recipient: recipient, id: id, author: author, createdAt: now,
+            let seq = db.lastInsertedRowID
+            if waking { try Self.queueWakeups(db, recipient: recipient, seq: seq, now: now, interval: wakeInterval) }
+            let stored = StoredMessage(seq: seq, recipient: recipient, id: id, author: author, createdAt: now,
                                        expiresAt: expiresAt, envelope: envelope, size: size)
             return .created(stored, erasedExpired: erasedExpired)
-        }, committed: { [commits] outcome in
-            if case .created(let message, _) = outcome { commits.publish(.created(message)) }
+        }, committed: { [commits, wakeupsQueued] outcome in
+            if case .created(let message, _) = outcome {
+                commits.publish(.created(message))
+                if waking { wakeupsQueued.nudge() }
+            }
         })
     }
 
@@ -226,7 +250,8 @@ final class SQLiteStore: RelayStore {
         }
     }
 
-    /// Erases every expired message and session, in transactions of at most `batch` rows and
+    /// Erases every expired message and session, and the push registrations of sign-ins that
+    /// ended, in transactions of at most `batch` rows and
     /// about `batchBytes` of envelopes each, so that no other write waits long behind a sweep
     /// (erasing overwrites every page of an envelope). The number of messages erased.
     func sweepExpired(now: Int64, batch: Int = 256, batchBytes: Int = 512 * 1024) async throws -> Int {
@@ -256,6 +281,9 @@ final class SQLiteStore: RelayStore {
                 """).execute(arguments: [now - 24 * 3600 * 1000, batch * 4])
             return db.changesCount
         }) == batch * 4 {}
+        // Push registrations whose sign-in ended without a sign-out (design §1.5).
+        while try await sweepPushRegistrations(now: now, batch: PushRegistrationRow.sweepBatch) == PushRegistrationRow.sweepBatch,
+              !Task.isCancelled {}
         return erased
     }
 

@@ -267,6 +267,46 @@ enum Schema {
                 CREATE INDEX blob_erasures_by_age ON blob_erasures (queued_at, storage_key);
                 """)
         }
+        // Wake-ups (issue 29, docs/design/wakeups.md §1.4, spec/push.md): each mailbox owner's push
+        // registrations, and at most one pending wake-up per registration (the primary key: a
+        // message while one is pending adds nothing). A registration remembers the sign-in family
+        // that wrote it, so that signing out deletes it; `version` grows with each replacement, so
+        // that a provider's verdict on an older body never removes a newer one. A created message
+        // inserts its wake-up rows in its own transaction; a claim deletes them before anything is
+        // sent. Provider codes are PushProviderKind.storeCode (never reused).
+        migrator.registerMigration("v9: push registrations and wake-ups") { db in
+            try db.execute(sql: """
+                CREATE TABLE push_registrations (
+                    uid TEXT NOT NULL,
+                    id TEXT NOT NULL,
+                    family BLOB NOT NULL,
+                    provider INTEGER NOT NULL CHECK (provider IN (1, 2, 3, 4)),
+                    target TEXT NOT NULL,
+                    route TEXT NOT NULL,
+                    tag TEXT NOT NULL DEFAULT '',
+                    version INTEGER NOT NULL,
+                    created_at INTEGER NOT NULL,
+                    updated_at INTEGER NOT NULL,
+                    woken_at INTEGER NOT NULL DEFAULT 0,
+                    failures INTEGER NOT NULL DEFAULT 0,
+                    PRIMARY KEY (uid, id)
+                ) WITHOUT ROWID;
+                CREATE INDEX push_registrations_by_family ON push_registrations (family);
+
+                CREATE TABLE push_wakeups (
+                    uid TEXT NOT NULL,
+                    id TEXT NOT NULL,
+                    provider INTEGER NOT NULL,
+                    route TEXT NOT NULL,
+                    first_seq INTEGER NOT NULL,
+                    due_at INTEGER NOT NULL,
+                    attempt INTEGER NOT NULL DEFAULT 0,
+                    event TEXT,
+                    PRIMARY KEY (uid, id)
+                ) WITHOUT ROWID;
+                CREATE INDEX push_wakeups_by_due ON push_wakeups (due_at);
+                """)
+        }
         return migrator
     }
 }
