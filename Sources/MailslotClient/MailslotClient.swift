@@ -64,7 +64,8 @@ public actor MailslotClient {
 
     // MARK: Signing in
 
-    /// Signs in with a fresh token, creates identity keys on first use and publishes them.
+    /// Signs in with a fresh token, creates identity keys on first use and publishes them, and
+    /// registers again the push targets this client keeps (``registerPush(_:id:tag:)``).
     ///
     /// Calling it once at start is enough: afterwards the client refreshes its session by itself
     /// and signs in again (with a new token from the provider) when the session cannot be refreshed.
@@ -94,6 +95,8 @@ public actor MailslotClient {
         try await api.putKeys(try await currentBundle(of: identity), session: grant.session)
         try await store.markPublished(identity)
         await replenishPrekeys()
+        // The relay removes registrations with the sign-in that wrote them: this one writes them again.
+        await registerKeptPushTargets(owner: grant.uid, session: grant.session)
         return grant.uid
     }
 

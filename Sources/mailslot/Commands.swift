@@ -37,7 +37,8 @@ struct Send: AsyncParsableCommand {
             --json). If the relay cannot be reached, or the send is interrupted (Ctrl-C), it stays queued (exit 75): \
             `mailslot flush` finishes it, sending only the parts the relay does not have. A file larger than the relay takes \
             is refused (exit 65). Without TEXT, --file or --location, the text is read from stdin. If the relay cannot be \
-            reached the message is queued (exit 75): `mailslot flush` sends it later.
+            reached the message is queued (exit 75): `mailslot flush` sends it later. With --no-wake the message wakes none \
+            of the recipient's devices (`mailslot push`): it waits until they connect.
 
             --json prints one object: \(Output.outcomeFieldsHelp)
             """)
@@ -48,11 +49,14 @@ struct Send: AsyncParsableCommand {
     @Option(name: .customLong("media-type"), help: ArgumentHelp("The file's media type (default: from its extension).", valueName: "TYPE"))
     var mediaType: String?
     @Option(help: ArgumentHelp("Send a location.", valueName: "LAT,LON")) var location: String?
+    @Flag(name: .customLong("no-wake"), help: "Do not wake the recipient's devices for this message (it is delivered when they connect).")
+    var noWake = false
 
     func run() async throws {
         try await reporting {
             guard Identifier.isValidUID(uid) else { throw ValidationError("'\(uid)' is not a valid uid") }
             if let file {
+                if noWake { throw CLIError.usage("--no-wake is for text and location messages, not with --file") }
                 try await sendFile(file, caption: text, mediaType: mediaType)
                 return
             }
@@ -84,7 +88,7 @@ struct Send: AsyncParsableCommand {
     private func send(_ payload: Payload, type: MessageType) async throws {
         let client = try Profile(options).client()
         // A held message (the recipient's key changed) is an outcome: said, with exit 65.
-        try Output(json: options.json).outcome(try await client.send(payload, type: type, to: uid), to: uid)
+        try Output(json: options.json).outcome(try await client.send(payload, type: type, to: uid, wake: noWake ? false : nil), to: uid)
     }
 }
 

@@ -102,6 +102,15 @@ struct Output {
         fflush(nil)  // all output streams: lines reach a pipe as they are printed
     }
 
+    /// `value` as one JSON line (its own encoding, keys sorted) with --json, `text` otherwise.
+    func emit(encoding value: some Encodable, text: String) throws {
+        guard json else { return emit([:], text: text) }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        print(String(decoding: try encoder.encode(value), as: UTF8.self))
+        fflush(nil)
+    }
+
     /// A received message.
     func message(_ received: ReceivedMessage) {
         var fields: [String: Any] = ["id": received.id, "from": received.sender]

@@ -430,7 +430,8 @@ extension MailslotClient {
         try await store.finishUpload(upload.messageID, sealed: sealed)
         await eraseOldCopies()
         guard let sealed else { return .held(id: upload.messageID, recipient: upload.recipient) }
-        let outcome = try outcome(of: await deliver(.init(id: upload.messageID, recipient: upload.recipient, sealed: sealed)))
+        let queued = ClientStore.Queued(id: upload.messageID, recipient: upload.recipient, sealed: sealed, wake: try await store.wakes(upload.messageID))
+        let outcome = try outcome(of: await deliver(queued))
         progress.report(.sending, 1, 1, force: true)
         return outcome
     }

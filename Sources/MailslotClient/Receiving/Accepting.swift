@@ -263,7 +263,7 @@ extension MailslotClient {
         guard try await store.enqueueNotice(notice, noticeID: id, for: record.id, to: record.author, body: body, sealed: sealed) else {
             return nil
         }
-        return sealed.map { ClientStore.Queued(id: id, recipient: record.author, sealed: $0) }
+        return sealed.map { ClientStore.Queued(id: id, recipient: record.author, sealed: $0, wake: notice.type.wakes) }
     }
 
     /// Releases a notice once the message it speaks of was acknowledged, and sends it.

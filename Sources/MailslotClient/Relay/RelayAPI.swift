@@ -42,6 +42,14 @@ public enum ClientError: Error, Equatable, Sendable {
     case safetyNumberMismatch(uid: String)
     /// The file at `path` cannot be read, or is not a regular file (a folder, a device, a pipe).
     case unreadableFile(path: String)
+    /// A push target the client can tell is wrong without asking the relay (a key of the wrong
+    /// length, a token outside its grammar); `reason` says what, for people. Nothing was registered.
+    case invalidPushTarget(reason: String)
+    /// The relay does not send wake-ups through `provider` (`400 push_provider_disabled`): its
+    /// operator did not configure it. Nothing was registered; an app may say "this server does not
+    /// support wake-ups on this platform". ``MailslotClient/MailslotClient/pushConfiguration()``
+    /// tells which providers it has.
+    case pushProviderDisabled(provider: PushProviderKind)
 
     /// The reason stored with a message held because its recipient's identity key changed.
     static let keyChangedCode = "key_changed"
@@ -79,9 +87,11 @@ struct RelayAPI: Sendable {
         try await call("GET", "/v1/users/\(uid)/keys", session: session)
     }
 
-    func send(to recipient: String, id: String, envelope: [UInt8], keyID: String?, session: String) async throws -> MessageRecord {
+    /// Creates message `id` in `recipient`'s mailbox. `wake: false` is sent as such (the default,
+    /// true, is left out, so that a relay that predates wake-ups reads the same request).
+    func send(to recipient: String, id: String, envelope: [UInt8], keyID: String?, wake: Bool = true, session: String) async throws -> MessageRecord {
         try decode(MessageRecord.self, try await call("PUT", "/v1/users/\(recipient)/messages/\(id)", session: session,
-                                                      body: JSONEncoder().encode(SendRequest(envelope: envelope, keyID: keyID))))
+                                                      body: JSONEncoder().encode(SendRequest(envelope: envelope, keyID: keyID, wake: wake ? nil : false))))
     }
 
     func list(_ uid: String, after: String?, session: String) async throws -> MessagePage {

@@ -34,12 +34,36 @@ extension MailslotClient {
     ///   (the recipient has no keys), or the relay's refusal to serve the recipient's keys.
     @discardableResult
     public func send(_ payload: Payload, type: MessageType = .text, to recipient: String, name: String? = nil) async throws -> SendOutcome {
+        try await send(payload, type: type, to: recipient, name: name, wake: nil)
+    }
+
+    /// ``send(_:type:to:name:)``, saying whether the message may wake the recipient's devices
+    /// through their push registrations (spec/push.md §3). Typing indicators and receipts never
+    /// wake anyone (``MessageType/wakes``); `wake: false` keeps any other message from waking them
+    /// too — it is stored and delivered as usual, to a device that connects by itself. An
+    /// identical retry keeps what the first try said.
+    ///
+    /// ```swift
+    /// try await client.send(Payload(text: "synced"), to: "bob", wake: false)   // not worth a wake-up
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - payload: What the message carries.
+    ///   - type: The message type (spec/envelope.md §3).
+    ///   - recipient: The recipient's uid.
+    ///   - name: A display name for the sender, sent inside the message.
+    ///   - wake: False: no wake-up for this message. True or nil: as its type says.
+    /// - Returns: What happened, as ``send(_:type:to:name:)``.
+    /// - Throws: As ``send(_:type:to:name:)``.
+    @discardableResult
+    public func send(_ payload: Payload, type: MessageType = .text, to recipient: String, name: String? = nil,
+                     wake: Bool?) async throws -> SendOutcome {
         guard Identifier.isValidUID(recipient) else { throw ClientError.invalidUID(text: recipient) }
         let me = try await identity()
         let message = ChatMessage(type: type, sender: Sender(id: me.uid, name: name), payload: payload,
                                   timestamp: Int64(Date().timeIntervalSince1970 * 1000))
         let id = MessageID.generate()
-        switch try await enqueue(message, id: id, to: recipient, as: me) {
+        switch try await enqueue(message, id: id, to: recipient, as: me, wake: wake == false ? false : nil) {
         case .queued(let queued): return try await outcome(of: deliver(queued))
         case .held: return .held(id: id, recipient: recipient)
         }
@@ -123,7 +147,8 @@ extension MailslotClient {
         }
         try await store.requeue(id, sealed: sealed)
         await eraseOldCopies()
-        return try outcome(of: await deliver(.init(id: id, recipient: stored.recipient, sealed: sealed, resealed: true), sealing: true))
+        let queued = ClientStore.Queued(id: id, recipient: stored.recipient, sealed: sealed, wake: try await store.wakes(id), resealed: true)
+        return try outcome(of: await deliver(queued, sealing: true))
     }
 
     /// Publishes this device's keys if the relay may not have them (a mailbox key rotation whose
@@ -224,7 +249,9 @@ extension MailslotClient {
 
     /// Seals `message` to `recipient`'s pinned keys and stores it in the outbox — or, when the
     /// recipient's identity key changed, stores it held, unsealed.
-    func enqueue(_ message: ChatMessage, id: String, to recipient: String, as me: Identity) async throws -> Enqueued {
+    /// `wake`: false for a message not worth waking the recipient's devices; nil leaves it to
+    /// the type (``MessageType/wakes``).
+    func enqueue(_ message: ChatMessage, id: String, to recipient: String, as me: Identity, wake: Bool? = nil) async throws -> Enqueued {
         let body: [UInt8]
         do {
             try message.validate()  // a held message must be sealable once the key is trusted
@@ -232,17 +259,17 @@ extension MailslotClient {
         } catch { throw ClientError.cannotSeal(code: error.code) }
         let contact: Contact
         do { contact = try await self.contact(recipient) } catch ClientError.keyChanged {
-            try await store.enqueue(id: id, recipient: recipient, message: message, body: body, sealed: nil)
+            try await store.enqueue(id: id, recipient: recipient, message: message, body: body, sealed: nil, wake: wake)
             return .held
         }
         let sealed: ClientStore.Sealed
         do { sealed = try await seal(message, id: id, as: me, to: contact) } catch ClientError.keyChanged {
-            try await store.enqueue(id: id, recipient: recipient, message: message, body: body, sealed: nil)
+            try await store.enqueue(id: id, recipient: recipient, message: message, body: body, sealed: nil, wake: wake)
             return .held
         }
-        try await store.enqueue(id: id, recipient: recipient, message: message, body: body, sealed: sealed)
+        try await store.enqueue(id: id, recipient: recipient, message: message, body: body, sealed: sealed, wake: wake)
         await eraseOldCopies()
-        return .queued(.init(id: id, recipient: recipient, sealed: sealed))
+        return .queued(.init(id: id, recipient: recipient, sealed: sealed, wake: (wake ?? true) && message.type.wakes))
     }
 
     /// Seals `message` for `contact`: in the active session with it when its bundle has a signed
@@ -321,7 +348,7 @@ extension MailslotClient {
         do {
             _ = try await authorized {
                 try await api.send(to: queued.recipient, id: queued.id, envelope: queued.sealed.envelope,
-                                   keyID: queued.sealed.keyID, session: $0)
+                                   keyID: queued.sealed.keyID, wake: queued.wake, session: $0)
             }
             try await store.markSent(queued.id)
             return .done(.sent(id: queued.id))
@@ -354,8 +381,8 @@ extension MailslotClient {
             try await store.requeue(queued.id, sealed: sealed)
             await eraseOldCopies()
             logger.info("the recipient's keys changed; sealed again", metadata: ["id": "\(queued.id)"])
-            return await deliver(.init(id: queued.id, recipient: queued.recipient, sealed: sealed, resealed: true), reseals: reseals,
-                                 sealing: true)
+            return await deliver(.init(id: queued.id, recipient: queued.recipient, sealed: sealed, wake: queued.wake, resealed: true),
+                                 reseals: reseals, sealing: true)
         } catch ClientError.keyChanged {
             try? await store.markHeld(queued.id, error: ClientError.keyChangedCode)
             return .held(id: queued.id, recipient: queued.recipient)

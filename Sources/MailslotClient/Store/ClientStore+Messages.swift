@@ -258,34 +258,53 @@ extension ClientStore {
         let id: String
         let recipient: String
         let sealed: Sealed
+        /// Whether its create may wake the recipient's devices (`wake`, spec/protocol.md §4.7):
+        /// not for typing indicators and receipts (``MessageType/wakes``), nor for a message
+        /// sent with `wake: false`.
+        let wake: Bool
         /// Sealed again under its id: an older copy may still wait on the relay.
         var resealed = false
     }
 
     /// Puts a message in the outbox: queued with its envelope, or held (no envelope) while the
     /// recipient's changed keys wait for the user's trust.
-    func enqueue(id: String, recipient: String, message: ChatMessage, body: [UInt8], sealed: Sealed?) async throws {
+    /// `wake`: false keeps even a message of a waking type from waking anyone; nil leaves it to
+    /// the type.
+    func enqueue(id: String, recipient: String, message: ChatMessage, body: [UInt8], sealed: Sealed?, wake: Bool? = nil) async throws {
         try await pool.write { db in
             try db.execute(sql: """
-                INSERT INTO sent (id, recipient, type, body, envelope, key_id, state, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO sent (id, recipient, type, body, envelope, key_id, state, created_at, wake) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, arguments: [id, recipient, message.type.rawValue, Data(body), sealed.map { Data($0.envelope) }, sealed?.keyID,
                                  sealed == nil ? OutgoingMessage.State.held.rawValue : OutgoingMessage.State.queued.rawValue,
-                                 Date().timeIntervalSince1970])
+                                 Date().timeIntervalSince1970, wake])
         }
+    }
+
+    /// Whether sent message `id`'s create may wake its recipient: its `wake` column, else its type.
+    func wakes(_ id: String) async throws -> Bool {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT type, wake FROM sent WHERE id = ?", arguments: [id]).map(Self.wakes(from:)) ?? true
+        }
+    }
+
+    private static func wakes(from row: Row) -> Bool {
+        let explicit: Bool? = row["wake"]
+        return explicit ?? MessageType(rawValue: row["type"]).wakes
     }
 
     /// Queued messages due for a try at `now`, oldest first.
     func due(now: Double) async throws -> [Queued] {
         try await pool.read { db in
             try Row.fetchAll(db, sql: """
-                SELECT id, recipient, envelope, key_id, resealed FROM sent WHERE state = 'queued' AND next_attempt_at <= ? ORDER BY id
+                SELECT id, recipient, envelope, key_id, resealed, type, wake FROM sent WHERE state = 'queued' AND next_attempt_at <= ? ORDER BY id
                 """, arguments: [now]).map(Self.queued(from:))
         }
     }
 
     private static func queued(from row: Row) -> Queued {
         Queued(id: row["id"], recipient: row["recipient"],
-               sealed: Sealed(envelope: Array((row["envelope"] as Data?) ?? Data()), keyID: row["key_id"]), resealed: row["resealed"])
+               sealed: Sealed(envelope: Array((row["envelope"] as Data?) ?? Data()), keyID: row["key_id"]), wake: wakes(from: row),
+               resealed: row["resealed"])
     }
 
     /// The signed body of sent message `id`, its recipient, where it stands and why, to seal it again.

@@ -216,6 +216,29 @@ final class ClientStore: Sendable {
                 CREATE INDEX inbox_unhandled ON inbox (received_at, id) WHERE handled = 0;
                 """)
         }
+        // v9: wake-ups (docs/design/wakeups.md §7.1, spec/push.md). `push_targets`: each push
+        // target this device registered, as the provider members of its `PUT` body (JSON, without
+        // the tag), so that every sign-in registers them again — the relay drops a registration
+        // with the sign-in that wrote it. `tag` is the one given at registration, NULL for the
+        // account's own tag. `push_account`: that tag, random, made once per store (one store,
+        // one account). `sent.wake`: a create that is not worth waking a phone (NULL: decided by
+        // the message's type, as for every row written before this column).
+        migrator.registerMigration("v9: push_targets, push_account, sent.wake") { db in
+            try db.execute(sql: """
+                CREATE TABLE push_targets (
+                    id TEXT PRIMARY KEY,
+                    provider TEXT NOT NULL,
+                    target TEXT NOT NULL,
+                    tag TEXT,
+                    updated_at REAL NOT NULL
+                ) WITHOUT ROWID;
+                CREATE TABLE push_account (
+                    id INTEGER PRIMARY KEY CHECK (id = 1),
+                    tag TEXT NOT NULL
+                );
+                ALTER TABLE sent ADD COLUMN wake INTEGER;
+                """)
+        }
         return migrator
     }
 }
