@@ -43,10 +43,42 @@ struct PushStandins: Sendable {
                    without: Set<String> = []) throws {
         let settings = Dictionary(uniqueKeysWithValues: RelayConfiguration.settings.map { ($0.flag, $0) })
         for (flag, value) in arguments.filter({ !without.contains($0.flag) }) + extra.sorted(by: { $0.key < $1.key }).map({ ($0.key, $0.value) }) {
-            guard let setting = settings[flag] else {
-                throw TestRelayError("the relay has no setting --\(flag) (docs/design/wakeups.md §6)")
+            if let setting = settings[flag] {
+                try setting.apply(&configuration, value)
+            } else {
+                try Self.set(flag, value, in: &configuration.push)
             }
-            try setting.apply(&configuration, value)
+        }
+    }
+
+    /// The design §6 settings straight into ``PushSettings``, for a build whose settings table
+    /// does not have them (yet): the same values `serve` would set.
+    static func set(_ flag: String, _ value: String, in push: inout PushSettings) throws {
+        func number(_ text: String) throws -> Int {
+            guard let number = Int(text) else { throw TestRelayError("--\(flag) takes a number: \(text)") }
+            return number
+        }
+        switch flag {
+        case "push-wake-interval": push.wakeInterval = try number(value)
+        case "max-push-registrations": push.maxRegistrations = try number(value)
+        case "push-concurrency": push.concurrency = try number(value)
+        case "push-timeout": push.timeout = try number(value)
+        case "push-allow-private-addresses": push.allowPrivateAddresses = value == "true"
+        case "push-ca-file": push.caFile = value
+        case "vapid-key": push.webPush.keyFile = value
+        case "vapid-subject": push.webPush.subject = value
+        case "apns-key": push.apns.keyFile = value
+        case "apns-key-id": push.apns.keyID = value
+        case "apns-team-id": push.apns.teamID = value
+        case "apns-topic": push.apns.topic = value
+        case "apns-url": push.apns.url = value
+        case "apns-sandbox-url": push.apns.sandboxURL = value
+        case "fcm-service-account": push.fcm.serviceAccountFile = value
+        case "fcm-url": push.fcm.url = value
+        case "fcm-token-url": push.fcm.tokenURL = value
+        case "webhook-url": push.webhook.url = value
+        case "webhook-secret-file": push.webhook.secretFile = value
+        default: throw TestRelayError("the relay has no setting --\(flag) (docs/design/wakeups.md §6)")
         }
     }
 
