@@ -222,7 +222,7 @@ extension TestRelay {
     /// Creates a message for `recipient`, with `wake` when given (absent: the default, true).
     @discardableResult
     func sendMessage(_ session: String, to recipient: String, wake: Bool? = nil) async throws -> Answer {
-        var body: [String: Any] = ["envelope": Base64URL.encode(randomBytes(256))]
+        var body: [String: Any] = ["envelope": Base64URL.encode(randomBytes(512))]
         if let wake { body["wake"] = wake }
         let answer = try await call("PUT", "/v1/users/\(recipient)/messages/\(MessageID.generate())", session: session, body: body)
         guard answer.status == 201 else { throw TestRelayError("send to \(recipient): \(answer.summary) \(answer.text)") }

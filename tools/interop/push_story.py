@@ -7,7 +7,7 @@ verifies and whose claims hold (RFC 8292); while bob listens, no wake-up; when t
 410, `mailslot push list` shows the registration gone. Written from spec/push.md and
 spec/protocol.md; the relay is a second one, started with a VAPID key py_vapid made.
 """
-import base64, http.server, json, os, re, socketserver, threading, time
+import base64, http.server, json, os, re, socketserver, subprocess, threading, time
 
 import http_ece
 import py_vapid
@@ -124,6 +124,10 @@ def scenario_wakeups_with_cli(c, ok, note, Relay, Cli, User, request, sign_in, W
     rc, _, _ = cli.run("push", "--help")
     if rc != 0:
         note("wake-up story skipped: this CLI has no `mailslot push` command")
+        return
+    serve_help = subprocess.run([c.relay.binary, "serve", "--help"], capture_output=True, text=True, timeout=30)
+    if "--vapid-key" not in serve_help.stdout + serve_help.stderr:
+        note("wake-up story skipped: this relay's serve has no --vapid-key")
         return
     vapid = py_vapid.Vapid02()
     vapid.generate_keys()
