@@ -1,5 +1,7 @@
 import Foundation
+import MailslotTestSupport
 import MailslotWire
+import PostgresNIO
 import Testing
 @testable import MailslotRelay
 
@@ -246,6 +248,98 @@ extension StoreContractTests {
             try await Self.put(store, Self.registration(Self.regID(6)), family: "gone")
             _ = try await store.sweepExpired(now: Self.now + 2_000)
             #expect(try await store.registrations(uid: "bob").isEmpty)
+        }
+    }
+
+    /// Creates submitted together (sharing a batch when the writer is busy, set-wise on
+    /// PostgreSQL from three writes on) queue what the same creates one by one would: one row per
+    /// registration, for the first waking message of each mailbox, none for `wake: false`.
+    @Test(arguments: Backend.available)
+    func createsSubmittedTogetherQueueTheirWakeups(_ backend: Backend) async throws {
+        try await backend.withStore { store in
+            for uid in ["bob", "carol", "dave"] { try await Self.put(store, Self.registration(Self.regID(1), uid: uid)) }
+            func submit(_ recipient: String, _ id: String, wake: Bool = true) -> CommitTicket<CreateOutcome> {
+                store.createMessage(recipient: recipient, id: id, author: "alice", envelope: "e-\(id)", size: 1, keyID: nil, now: Self.now,
+                                    expiresAt: Self.now + 3_600_000, limits: Self.roomy, wake: wake)
+            }
+            let tickets = [submit("carol", "c1", wake: false), submit("bob", "b1"), submit("bob", "b2"), submit("dave", "d1", wake: false),
+                           submit("dave", "d2"), submit("erin", "e1")]
+            var seqs: [String: Int64] = [:]
+            for (ticket, id) in zip(tickets, ["c1", "b1", "b2", "d1", "d2", "e1"]) { seqs[id] = try await ticket.value.message.seq }
+            let claimed = try await Self.claim(store)
+            #expect(Dictionary(uniqueKeysWithValues: claimed.map { ($0.uid, $0.firstSeq) }) == ["bob": seqs["b1"], "dave": seqs["d2"]])
+        }
+    }
+
+    /// Two relays claiming at once never take the same wake-up (`FOR UPDATE SKIP LOCKED`, and
+    /// the rows deleted in the claim's transaction), and together they take every one.
+    @Test(.enabled(if: TestDatabase.unavailable == nil, "MAILSLOT_TEST_DATABASE_URL is not set: run the tests under tools/postgres run"))
+    func postgreSQLConcurrentClaimersNeverShareAWakeup() async throws {
+        try await Backend.postgresql.withStores(2) { stores in
+            for n in 0..<100 {
+                try await Self.put(stores[n % 2], Self.registration(Self.regID(n), uid: "u\(n)"))
+                try await Self.create(stores[(n + 1) % 2], to: "u\(n)", id: "m")
+            }
+            let taken = try await withThrowingTaskGroup(of: [ClaimedWakeup].self) { group in
+                for claimer in 0..<2 {
+                    group.addTask {
+                        var mine: [ClaimedWakeup] = []
+                        // Bounded: 100 rows, at least one taken per round by one of the two.
+                        for _ in 0..<100 {
+                            let batch = try await Self.claim(stores[claimer], limit: 7)
+                            if batch.isEmpty, try await stores[claimer].nextWakeupDue() == nil { break }
+                            mine += batch
+                        }
+                        return mine
+                    }
+                }
+                var all: [[ClaimedWakeup]] = []
+                for try await mine in group { all.append(mine) }
+                return all
+            }
+            let all = taken.flatMap { $0 }
+            #expect(all.count == 100, "every wake-up taken once")
+            #expect(Set(all.map(\.uid)).count == 100, "no two claims share one")
+            #expect(taken.allSatisfy { !$0.isEmpty }, "both relays took some (they ran at once)")
+        }
+    }
+
+    /// On PostgreSQL, a subscription on any live node postpones a wake-up; one that ended there,
+    /// or whose node stopped renewing its presence, no longer does; a node that stops
+    /// gracefully withdraws its presence at once.
+    @Test(.enabled(if: TestDatabase.unavailable == nil, "MAILSLOT_TEST_DATABASE_URL is not set: run the tests under tools/postgres run"))
+    func postgreSQLPostponesForASubscriptionOnAnyLiveNode() async throws {
+        try await Backend.postgresql.withStores(2) { stores in
+            let here = try #require(stores[0] as? PostgresStore), there = try #require(stores[1] as? PostgresStore)
+            try await Self.put(here, Self.registration(Self.regID(1)))
+            try await Self.create(here, id: "m1")
+            let generation = try await there.notifications.announceSubscription(to: "bob")
+            try await there.heartbeat(node: there.notifications.node, now: Self.now)
+            #expect(try await Self.claim(here).isEmpty, "bob is connected to the other relay")
+            #expect(try await here.nextWakeupDue() == Self.now + Self.interval, "postponed by the interval")
+            try await there.notifications.subscriptionEnded(mailbox: "bob", generation: generation)
+            #expect(try await Self.claim(here, now: Self.now + Self.interval).count == 1, "sent once the subscription ended")
+            // Subscribed again on a node that then stopped renewing its presence (killed).
+            _ = try await there.notifications.announceSubscription(to: "bob")
+            try await Self.create(here, id: "m2", now: Self.now + Self.interval + 1)
+            #expect(try await Self.claim(here, now: Self.now + 2 * Self.interval).count == 1,
+                    "a node not seen within the presence window holds no live subscription")
+            // A graceful stop withdraws the node and its subscriptions at once.
+            try await there.pool.client.query("DELETE FROM relay_nodes")
+            there.notifications.start { _ in }
+            var present = false
+            for _ in 0..<100 where !present {
+                present = try await there.pool.client.query("SELECT 1 FROM relay_nodes WHERE node = \(there.notifications.node)")
+                    .collect().count == 1
+                if !present { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(present, "the heartbeat renewed the node's presence")
+            await there.notifications.stop()
+            let left = try await there.pool.client.query("""
+                SELECT (SELECT count(*) FROM relay_nodes WHERE node = \(there.notifications.node)),
+                       (SELECT count(*) FROM live_subscriptions WHERE node = \(there.notifications.node))
+                """).collect().first?.decode((Int64, Int64).self)
+            #expect(left.map { [$0.0, $0.1] } == [0, 0])
         }
     }
 }

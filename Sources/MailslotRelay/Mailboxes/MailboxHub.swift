@@ -166,6 +166,12 @@ final class MailboxHub: CommitObserver {
         state.withLock { $0.subscriptions[uid] }?.erased(id)
     }
 
+    /// Whether `uid`'s mailbox has a live subscription here: a wake-up for it would wake a device
+    /// that is already connected (docs/design/wakeups.md §2.2, §2.4).
+    func isSubscribed(_ uid: String) -> Bool {
+        state.withLock { $0.subscriptions[uid] != nil }
+    }
+
     /// The mailboxes with a subscription here.
     var mailboxes: [String] { state.withLock { Array($0.subscriptions.keys) } }
 

@@ -28,10 +28,15 @@ protocol ClusterSignals: Sendable {
     /// on any node, and tells the other nodes (their older subscriptions to it end).
     func announceSubscription(to mailbox: String) async throws -> Int64
 
+    /// A subscription to `mailbox` of `generation` ended on this node: unless a newer one took
+    /// over, the mailbox no longer counts as connected here, and its wake-ups go out again
+    /// (docs/design/wakeups.md §2.3).
+    func subscriptionEnded(mailbox: String, generation: Int64) async throws
+
     /// The newest generation announced for each of `mailboxes` (those ever subscribed to): what
     /// a node compares its own subscriptions with after a gap in listening.
     func newestGenerations(of mailboxes: [String]) async throws -> [String: Int64]
 
-    /// Stops listening.
+    /// Stops listening; this node's subscriptions no longer count as connected anywhere.
     func stop() async
 }

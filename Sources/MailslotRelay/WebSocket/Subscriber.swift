@@ -315,7 +315,15 @@ final class Subscriber: MailboxListener {
             return
         }
         tick?.cancel()
-        if let subscription { subscriptions.hub.unsubscribe(owner, subscription) }
+        if let subscription {
+            subscriptions.hub.unsubscribe(owner, subscription)
+            // Other relays' wake-up claims count the mailbox as connected until told (PostgreSQL).
+            if let cluster = subscriptions.mailboxes.store.cluster {
+                subscriptions.tasks.spawn { [owner, generation = subscription.generation] in
+                    try? await cluster.subscriptionEnded(mailbox: owner, generation: generation)
+                }
+            }
+        }
         // What was in flight waits for the next subscription.
         if unacknowledged > 0 { subscriptions.metrics.messagesUnacked.decrement(by: Double(unacknowledged)) }
         answers.close()

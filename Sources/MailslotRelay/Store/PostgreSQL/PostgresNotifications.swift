@@ -14,6 +14,12 @@ import Synchronization
 /// — the server restarted, failed over, or a heartbeat went unanswered — the node connects
 /// again, listens again and then re-reads every live subscription (``ClusterEvent/recheckAll``):
 /// whatever was notified meanwhile is found in the store.
+///
+/// Presence, for wake-ups (docs/design/wakeups.md §2.3): each subscription's row in
+/// `live_subscriptions` names the node holding it until it ends there, and the node proves it is
+/// alive with a row in `relay_nodes`, renewed every ``presenceInterval`` on the pool; a node that
+/// stops deletes that row and clears its subscriptions. A killed node's stop counting once its
+/// row is older than the claims' presence window.
 final class PostgresNotifications: ClusterSignals {
     /// This process's id in the payloads; its own notifications come back to it and are ignored.
     let node: String
@@ -22,6 +28,7 @@ final class PostgresNotifications: ClusterSignals {
     private let metrics: RelayMetrics?
     private let logger: Logger
     private let listening = Mutex<Task<Void, Never>?>(nil)
+    private let beating = Mutex<Task<Void, Never>?>(nil)
     /// Whether the node listened before (then a new LISTEN re-reads everything), and whether it
     /// did since it last connected (then the next wait starts short again).
     private let listened = Atomic<Bool>(false)
@@ -35,6 +42,9 @@ final class PostgresNotifications: ClusterSignals {
 
     /// How often the listening connection is checked with a query, and how long the answer may take.
     static let heartbeat = (interval: Duration.seconds(10), timeout: Duration.seconds(5))
+
+    /// How often the node renews its `relay_nodes` row.
+    static let presenceInterval = Duration.seconds(10)
 
     init(node: String, pool: PostgresPool, configuration: PostgresClient.Configuration, metrics: RelayMetrics?, logger: Logger) {
         self.node = node
@@ -56,14 +66,24 @@ final class PostgresNotifications: ClusterSignals {
             // The mailbox's row keeps the highest generation drawn, whichever commits last.
             guard let generation = try await PostgresStore.first(connection, """
                 WITH drawn AS (SELECT nextval('subscription_generations') AS generation),
-                kept AS (INSERT INTO live_subscriptions AS l (uid, generation) SELECT \(mailbox), generation FROM drawn
-                         ON CONFLICT (uid) DO UPDATE SET generation = greatest(l.generation, excluded.generation))
+                kept AS (INSERT INTO live_subscriptions AS l (uid, generation, node) SELECT \(mailbox), generation, \(node) FROM drawn
+                         ON CONFLICT (uid) DO UPDATE SET generation = greatest(l.generation, excluded.generation),
+                             node = CASE WHEN excluded.generation > l.generation THEN excluded.node ELSE l.node END)
                 SELECT generation FROM drawn
                 """, logger)?.decode(Int64.self) else { throw PostgresSchema.Refusal(description: "nextval returned no row") }
             try await notify(.subscribed(mailbox: mailbox, generation: generation), on: connection, logger: logger)
             return generation
         }
         return generation
+    }
+
+    func subscriptionEnded(mailbox: String, generation: Int64) async throws {
+        try await pool.withConnection { [node, logger] connection in
+            // A newer generation's row (another node's, or a newer one here) is left as it is.
+            _ = try await connection.query("""
+                UPDATE live_subscriptions SET node = NULL WHERE uid = \(mailbox) AND generation = \(generation) AND node = \(node)
+                """, logger: logger)
+        }
     }
 
     func newestGenerations(of mailboxes: [String]) async throws -> [String: Int64] {
@@ -80,6 +100,8 @@ final class PostgresNotifications: ClusterSignals {
     func start(_ handler: @escaping @Sendable (ClusterEvent) -> Void) {
         let task = Task { await listen(handler) }
         listening.withLock { $0 = task }
+        let heartbeat = Task { await beat() }
+        beating.withLock { $0 = heartbeat }
     }
 
     func stop() async {
@@ -87,6 +109,35 @@ final class PostgresNotifications: ClusterSignals {
         task?.cancel()
         await task?.value
         await listener.close()
+        guard let heartbeat = beating.withLock({ task in defer { task = nil }; return task }) else { return }
+        heartbeat.cancel()
+        await heartbeat.value
+        // Gone gracefully: this node's subscriptions stop counting at once, not after the window.
+        do {
+            try await PostgresStore.transaction(pool, logger: logger) { [node] connection, logger in
+                _ = try await connection.query("UPDATE live_subscriptions SET node = NULL WHERE node = \(node)", logger: logger)
+                _ = try await connection.query("DELETE FROM relay_nodes WHERE node = \(node)", logger: logger)
+            }
+        } catch {
+            // By type only: the driver's messages may quote statements. The window ends it anyway.
+            logger.warning("could not withdraw this relay's presence", metadata: ["error.type": "\(type(of: error))"])
+        }
+    }
+
+    /// Renews this node's `relay_nodes` row at once and every ``presenceInterval`` until
+    /// cancelled; a failed renewal is tried again at the next one.
+    private func beat() async {
+        while !Task.isCancelled {
+            do {
+                try await pool.withConnection { [node, logger] connection in
+                    try await PostgresStore.heartbeat(connection, logger, node: node, now: EpochMilliseconds.now())
+                }
+            } catch {
+                if Task.isCancelled { break }
+                logger.warning("could not renew this relay's presence", metadata: ["error.type": "\(type(of: error))"])
+            }
+            guard (try? await Task.sleep(for: Self.presenceInterval)) != nil else { break }
+        }
     }
 
     /// Listens until cancelled, connecting again after every failure (waits growing to 2 s).
