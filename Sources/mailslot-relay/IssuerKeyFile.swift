@@ -33,13 +33,19 @@ enum IssuerKeyFile {
 
     /// Creates `path` with the key's PASERK, mode 0600, refusing to overwrite an existing file.
     static func create(_ path: String, key: IdentityKeyPair) throws(CLIFailure) {
+        try createSecretFile(path, text: key.paserk + "\n")
+    }
+
+    /// Creates `path` holding `text`, mode 0600 from the start (`O_CREAT | O_EXCL`: never over an
+    /// existing file, never readable by others for an instant), and syncs it.
+    static func createSecretFile(_ path: String, text: String) throws(CLIFailure) {
         let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
             let reason = errno == EEXIST ? "it already exists; remove it first or choose another path" : String(cString: strerror(errno))
             throw .cannotCreate("cannot create '\(path)': \(reason)")
         }
         defer { close(descriptor) }
-        var line = Array((key.paserk + "\n").utf8)
+        var line = Array(text.utf8)
         defer { wipe(&line) }
         let written = line.withUnsafeBytes { write(descriptor, $0.baseAddress, $0.count) }
         guard written == line.count, fsync(descriptor) == 0 else {

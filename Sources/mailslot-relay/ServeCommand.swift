@@ -94,6 +94,44 @@ struct ServeCommand: AsyncParsableCommand {
     var blobStore: String?
     @Option(help: ArgumentHelp("Bearer token for scraping /metrics, 16+ characters [MAILSLOT_METRICS_TOKEN]; prefer the variable. Without one, /metrics answers only on a loopback address.", valueName: "TOKEN"))
     var metricsToken: String?
+    @Option(help: ArgumentHelp("At most one wake-up per push registration per this many seconds, 5 to 3600 [MAILSLOT_PUSH_WAKE_INTERVAL] (default 30).", valueName: "SECONDS"))
+    var pushWakeInterval: String?
+    @Option(help: ArgumentHelp("Most push registrations per user, 1 to 100 [MAILSLOT_MAX_PUSH_REGISTRATIONS] (default 10).", valueName: "N"))
+    var maxPushRegistrations: String?
+    @Option(help: ArgumentHelp("Wake-up calls in flight on this relay, 1 to 256 [MAILSLOT_PUSH_CONCURRENCY] (default 16).", valueName: "N"))
+    var pushConcurrency: String?
+    @Option(help: ArgumentHelp("Seconds one wake-up call may take, 2 to 60 [MAILSLOT_PUSH_TIMEOUT] (default 10).", valueName: "SECONDS"))
+    var pushTimeout: String?
+    @Flag(help: ArgumentHelp("Let Web Push endpoints be loopback, private or special addresses, and http:// on loopback (tests, a private distributor) [MAILSLOT_PUSH_ALLOW_PRIVATE_ADDRESSES=true]."))
+    var pushAllowPrivateAddresses = false
+    @Option(help: ArgumentHelp("PEM certificates trusted besides the system's for push provider connections [MAILSLOT_PUSH_CA_FILE].", valueName: "FILE"))
+    var pushCaFile: String?
+    @Option(help: ArgumentHelp("VAPID P-256 private key, PEM, mode 0600 (`mailslot-relay keygen --vapid FILE` makes one); turns Web Push on with --vapid-subject [MAILSLOT_VAPID_KEY].", valueName: "FILE"))
+    var vapidKey: String?
+    @Option(help: ArgumentHelp("The operator's contact in VAPID tokens, mailto: or https: [MAILSLOT_VAPID_SUBJECT].", valueName: "URI"))
+    var vapidSubject: String?
+    @Option(help: ArgumentHelp("APNs token signing key (.p8); APNs needs it with --apns-key-id, --apns-team-id and --apns-topic [MAILSLOT_APNS_KEY].", valueName: "FILE"))
+    var apnsKey: String?
+    @Option(help: ArgumentHelp("The APNs key's 10-character id [MAILSLOT_APNS_KEY_ID].", valueName: "ID"))
+    var apnsKeyID: String?
+    @Option(help: ArgumentHelp("The Apple team's 10-character id [MAILSLOT_APNS_TEAM_ID].", valueName: "ID"))
+    var apnsTeamID: String?
+    @Option(help: ArgumentHelp("The app's bundle id, apns-topic [MAILSLOT_APNS_TOPIC].", valueName: "TOPIC"))
+    var apnsTopic: String?
+    @Option(help: ArgumentHelp("APNs production URL [MAILSLOT_APNS_URL] (default https://api.push.apple.com).", valueName: "URL"))
+    var apnsURL: String?
+    @Option(help: ArgumentHelp("APNs development URL [MAILSLOT_APNS_SANDBOX_URL] (default https://api.sandbox.push.apple.com).", valueName: "URL"))
+    var apnsSandboxURL: String?
+    @Option(help: ArgumentHelp("FCM service account JSON from Google; turns FCM on [MAILSLOT_FCM_SERVICE_ACCOUNT].", valueName: "FILE"))
+    var fcmServiceAccount: String?
+    @Option(help: ArgumentHelp("FCM URL [MAILSLOT_FCM_URL] (default https://fcm.googleapis.com).", valueName: "URL"))
+    var fcmURL: String?
+    @Option(help: ArgumentHelp("OAuth token URL for FCM [MAILSLOT_FCM_TOKEN_URL] (default: the service account's token_uri).", valueName: "URL"))
+    var fcmTokenURL: String?
+    @Option(help: ArgumentHelp("The operator's webhook for wake-ups; needs --webhook-secret-file [MAILSLOT_WEBHOOK_URL].", valueName: "URL"))
+    var webhookURL: String?
+    @Option(help: ArgumentHelp("whsec_… secrets, one per line, each signing (`mailslot-relay keygen --webhook-secret FILE` makes one) [MAILSLOT_WEBHOOK_SECRET_FILE].", valueName: "FILE"))
+    var webhookSecretFile: String?
     @Option(help: ArgumentHelp("trace, debug, info, notice, warning, error or critical [MAILSLOT_LOG_LEVEL] (default info).", valueName: "LEVEL"))
     var logLevel: String?
 
@@ -114,6 +152,12 @@ struct ServeCommand: AsyncParsableCommand {
             ("max-file-bytes", maxFileBytes), ("max-author-blob-bytes", maxAuthorBlobBytes), ("max-uploads-per-author", maxUploadsPerAuthor),
             ("blob-part-bytes", blobPartBytes), ("blob-upload-ttl", blobUploadTTL), ("max-blob-recipients", maxBlobRecipients),
             ("blob-store", blobStore), ("metrics-token", metricsToken),
+            ("push-wake-interval", pushWakeInterval), ("max-push-registrations", maxPushRegistrations), ("push-concurrency", pushConcurrency),
+            ("push-timeout", pushTimeout), ("push-allow-private-addresses", pushAllowPrivateAddresses ? "true" : nil),
+            ("push-ca-file", pushCaFile), ("vapid-key", vapidKey), ("vapid-subject", vapidSubject), ("apns-key", apnsKey),
+            ("apns-key-id", apnsKeyID), ("apns-team-id", apnsTeamID), ("apns-topic", apnsTopic), ("apns-url", apnsURL),
+            ("apns-sandbox-url", apnsSandboxURL), ("fcm-service-account", fcmServiceAccount), ("fcm-url", fcmURL),
+            ("fcm-token-url", fcmTokenURL), ("webhook-url", webhookURL), ("webhook-secret-file", webhookSecretFile),
         ]
         return Dictionary(uniqueKeysWithValues: given.compactMap { flag, value in value.map { (flag, $0) } })
     }

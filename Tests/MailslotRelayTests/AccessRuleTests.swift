@@ -98,6 +98,13 @@ import MailslotWire
                 Cell(method: "GET", path: "/v1/users/bob/prekeys", body: nil, owner: 200, author: 403, other: 403),
                 Cell(method: "POST", path: "/v1/users/bob/prekeys/claim", body: nil, owner: 200, author: 200, other: 200),
                 Cell(method: "DELETE", path: "/v1/users/bob/prekeys", body: nil, owner: 204, author: 403, other: 403),
+                // Push registrations: past the rule, the owner meets what comes next (no provider
+                // is configured here: 400 push_provider_disabled; no registration: 404).
+                Cell(method: "PUT", path: "/v1/users/bob/push/\(messageID(50))", body: ["provider": "webhook"], owner: 400, author: 403, other: 403),
+                Cell(method: "GET", path: "/v1/users/bob/push", body: nil, owner: 200, author: 403, other: 403),
+                Cell(method: "GET", path: "/v1/users/bob/push/\(messageID(50))", body: nil, owner: 404, author: 403, other: 403),
+                Cell(method: "DELETE", path: "/v1/users/bob/push/\(messageID(50))", body: nil, owner: 404, author: 403, other: 403),
+                Cell(method: "GET", path: "/v1/push", body: nil, owner: 200, author: 200, other: 200),
             ]
             for cell in cells {
                 let what = "\(cell.method) \(cell.path)"

@@ -92,7 +92,13 @@ import Testing
             default: arguments += ["--message-ttl", "7200", "--max-message-ttl", "3600"]
             }
             if setting.flag == "listen" { arguments.removeSubrange(1...2) }
-            let result = try await ProcessRunner.run(ProcessRunner.builtProduct("mailslot-relay"), arguments)
+            // A switch takes no text: its variable carries the wrong value instead.
+            var environment: [String: String]?
+            if setting.flag == "push-allow-private-addresses" {
+                arguments.removeAll { $0 == "--\(setting.flag)" || $0 == text }
+                environment = ProcessInfo.processInfo.environment.merging([setting.variable: text]) { $1 }
+            }
+            let result = try await ProcessRunner.run(ProcessRunner.builtProduct("mailslot-relay"), arguments, environment: environment)
             #expect(result.status == 64, "--\(setting.flag) \(text): \(result.stderr)")
             #expect(result.stderr.contains(says), "--\(setting.flag) \(text): \(result.stderr)")
         }

@@ -104,35 +104,46 @@ public struct PushSettings: Sendable, Equatable {
     /// The connect timeout: at most 5 s, and never more than the whole call's.
     public var connectTimeout: Int { min(5, timeout) }
 
-    /// Every setting that is out of range or half given, as a sentence for the operator.
+    /// Every setting that is out of range or half given, and every key file that is not there,
+    /// as a sentence for the operator naming the flag and its variable. (Whether a file holds a
+    /// usable key is checked when its provider starts.)
     public var problems: [String] {
         var problems: [String] = []
         func require(_ condition: Bool, _ problem: @autoclosure () -> String) { if !condition { problems.append(problem()) } }
-        require(Self.wakeIntervalRange.contains(wakeInterval), "the wake-up interval must be from 5 to 3600 s, not \(wakeInterval).")
+        func named(_ flag: String) -> String { "--\(flag) (MAILSLOT_\(flag.uppercased().replacingOccurrences(of: "-", with: "_")))" }
+        require(Self.wakeIntervalRange.contains(wakeInterval), "\(named("push-wake-interval")) must be from 5 to 3600 s, not \(wakeInterval).")
         require(Self.maxRegistrationsRange.contains(maxRegistrations),
-                "the push registrations per user must be from 1 to \(PushRegistrationList.maximumCount), not \(maxRegistrations).")
-        require(Self.concurrencyRange.contains(concurrency), "the push concurrency must be from 1 to 256, not \(concurrency).")
-        require(Self.timeoutRange.contains(timeout), "the push timeout must be from 2 to 60 s, not \(timeout).")
+                "\(named("max-push-registrations")) must be from 1 to \(PushRegistrationList.maximumCount), not \(maxRegistrations).")
+        require(Self.concurrencyRange.contains(concurrency), "\(named("push-concurrency")) must be from 1 to 256, not \(concurrency).")
+        require(Self.timeoutRange.contains(timeout), "\(named("push-timeout")) must be from 2 to 60 s, not \(timeout).")
         require((webPush.keyFile == nil) == (webPush.subject == nil),
-                "Web Push needs both --vapid-key and --vapid-subject, or neither.")
+                "Web Push needs both \(named("vapid-key")) and \(named("vapid-subject")), or neither.")
         if let subject = webPush.subject {
-            require(Self.isVAPIDSubject(subject), "--vapid-subject must be a mailto: or https: URI, not '\(subject)'.")
+            require(Self.isVAPIDSubject(subject), "\(named("vapid-subject")) must be a mailto: or https: URI, not '\(subject)'.")
         }
-        let apnsSet = [apns.keyFile, apns.keyID, apns.teamID, apns.topic].filter { $0 != nil }.count
-        require(apnsSet == 0 || apnsSet == 4, "APNs needs all of --apns-key, --apns-key-id, --apns-team-id and --apns-topic, or none.")
-        for (flag, id) in [("--apns-key-id", apns.keyID), ("--apns-team-id", apns.teamID)] {
+        let apnsSettings = [("apns-key", apns.keyFile), ("apns-key-id", apns.keyID), ("apns-team-id", apns.teamID), ("apns-topic", apns.topic)]
+        let apnsSet = apnsSettings.filter { $0.1 != nil }.count
+        require(apnsSet == 0 || apnsSet == 4, "APNs needs all of \(apnsSettings.map { named($0.0) }.joined(separator: ", ")), or none.")
+        for (flag, id) in [("apns-key-id", apns.keyID), ("apns-team-id", apns.teamID)] {
             if let id {
                 require(id.utf8.count == 10 && id.utf8.allSatisfy { (48...57).contains($0) || (65...90).contains($0) },
-                        "\(flag) must be Apple's 10 characters (A-Z, 0-9), not '\(id)'.")
+                        "\(named(flag)) must be Apple's 10 characters (A-Z, 0-9), not '\(id)'.")
             }
         }
         require((webhook.url == nil) == (webhook.secretFile == nil),
-                "the webhook needs both --webhook-url and --webhook-secret-file, or neither.")
-        var urls = [("--apns-url", apns.url), ("--apns-sandbox-url", apns.sandboxURL), ("--fcm-url", fcm.url)]
-        if let token = fcm.tokenURL { urls.append(("--fcm-token-url", token)) }
-        if let url = webhook.url { urls.append(("--webhook-url", url)) }
+                "the webhook needs both \(named("webhook-url")) and \(named("webhook-secret-file")), or neither.")
+        var urls = [("apns-url", apns.url), ("apns-sandbox-url", apns.sandboxURL), ("fcm-url", fcm.url)]
+        if let token = fcm.tokenURL { urls.append(("fcm-token-url", token)) }
+        if let url = webhook.url { urls.append(("webhook-url", url)) }
         for (flag, url) in urls {
-            if let problem = Self.providerURLProblem(url) { problems.append("\(flag) \(problem).") }
+            if let problem = Self.providerURLProblem(url) { problems.append("\(named(flag)) \(problem).") }
+        }
+        for (flag, path) in [("push-ca-file", caFile), ("vapid-key", webPush.keyFile), ("apns-key", apns.keyFile),
+                             ("fcm-service-account", fcm.serviceAccountFile), ("webhook-secret-file", webhook.secretFile)] {
+            guard let path else { continue }
+            var isDirectory: ObjCBool = false
+            require(FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) && !isDirectory.boolValue,
+                    "\(named(flag)) names no file: '\(path)'.")
         }
         return problems
     }

@@ -23,19 +23,26 @@ enum PushTarget: Sendable, Equatable {
         let reason: String
     }
 
-    /// Checks a registration body's values (its shape was checked in decoding), in member order:
-    /// `endpoint` (grammar, then the address policy), `p256dh`, `auth`, `token`, `tag`.
+    /// Checks a registration body's values (its shape was checked in decoding): every member
+    /// first (`endpoint`'s grammar, `p256dh`, `auth`, `token`, `tag`), then the endpoint's
+    /// address rules (spec/protocol.md §9: members, then endpoint checks).
     /// - Throws: ``InvalidMember``, or ``AddressPolicy/Refusal/refused(_:)`` for an endpoint the
     ///   relay will not call (`push_endpoint_refused`).
     static func validated(_ request: PushRegistrationRequest, policy: AddressPolicy) throws -> (target: PushTarget, tag: String) {
+        func checkTag() throws {
+            guard PushGrammar.isValidTag(request.tag ?? "") else {
+                throw InvalidMember(member: "tag", reason: "not 0 to 48 characters of A-Z a-z 0-9 _ -")
+            }
+        }
         let target: PushTarget
+        var refusal: AddressPolicy.Refusal?
         switch request.provider {
         case .webpush:
-            let endpoint: AddressPolicy.Endpoint
+            var endpoint: AddressPolicy.Endpoint?
             do { endpoint = try policy.endpoint(request.endpoint ?? "") } catch {
                 switch error {
                 case .invalid(let reason): throw InvalidMember(member: "endpoint", reason: reason)
-                case .refused: throw error
+                case .refused: refusal = error  // told after the other members are checked
                 }
             }
             guard let key = Base64URL.decode(request.p256dh ?? ""), key.count == 65, key.first == 4,
@@ -44,6 +51,10 @@ enum PushTarget: Sendable, Equatable {
             }
             guard let auth = Base64URL.decode(request.auth ?? ""), auth.count == 16 else {
                 throw InvalidMember(member: "auth", reason: "not unpadded base64url of 16 bytes")
+            }
+            guard let endpoint else {
+                try checkTag()
+                throw refusal ?? AddressPolicy.Refusal.refused("a Web Push endpoint the relay will not call")
             }
             target = .webPush(endpoint: endpoint, p256dh: key, auth: auth)
         case .apns:
@@ -64,9 +75,8 @@ enum PushTarget: Sendable, Equatable {
             }
             target = .webhook(token: request.token)
         }
-        let tag = request.tag ?? ""
-        guard PushGrammar.isValidTag(tag) else { throw InvalidMember(member: "tag", reason: "not 0 to 48 characters of A-Z a-z 0-9 _ -") }
-        return (target, tag)
+        try checkTag()
+        return (target, request.tag ?? "")
     }
 
     /// The provider the target belongs to.

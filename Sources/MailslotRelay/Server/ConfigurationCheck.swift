@@ -56,6 +56,12 @@ public enum ConfigurationCheck {
         default:
             break
         }
+        if configuration.push.allowPrivateAddresses {
+            warnings.append("""
+                --push-allow-private-addresses is on: a user's Web Push endpoint may make this relay call loopback, \
+                private and special addresses (the operator's own network). Use it for tests and private deployments only.
+                """)
+        }
         return warnings
     }
 }

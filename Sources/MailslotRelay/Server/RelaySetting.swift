@@ -42,6 +42,12 @@ public struct RelaySetting: Sendable {
         }
     }
 
+    /// Optional text kept in `keyPath` as given (a path, a URL, an id); ``RelayConfiguration/problems``
+    /// checks it with the settings it goes with.
+    static func text(_ flag: String, _ variable: String, _ keyPath: WritableKeyPath<RelayConfiguration, String?> & Sendable) -> RelaySetting {
+        RelaySetting(flag, variable, value: { $0[keyPath: keyPath] }) { $0[keyPath: keyPath] = $1 }
+    }
+
     /// `100` for 100.0: numbers as an operator types them.
     static func written<T: LosslessStringConvertible>(_ value: T) -> String {
         if let double = value as? Double, double == double.rounded(), abs(double) < 1e15 { return String(Int64(double)) }
@@ -146,6 +152,36 @@ extension RelayConfiguration {
             configuration.blobStore = .s3(text)
         },
         RelaySetting("metrics-token", "MAILSLOT_METRICS_TOKEN", value: { $0.metricsToken }) { $0.metricsToken = $1 },
+        // Wake-ups (spec/push.md, docs/operations.md "Wake-ups"): key files are paths, never contents.
+        .number("push-wake-interval", "MAILSLOT_PUSH_WAKE_INTERVAL", \.push.wakeInterval, atLeast: PushSettings.wakeIntervalRange.lowerBound,
+                atMost: PushSettings.wakeIntervalRange.upperBound),
+        .number("max-push-registrations", "MAILSLOT_MAX_PUSH_REGISTRATIONS", \.push.maxRegistrations,
+                atLeast: PushSettings.maxRegistrationsRange.lowerBound, atMost: PushSettings.maxRegistrationsRange.upperBound),
+        .number("push-concurrency", "MAILSLOT_PUSH_CONCURRENCY", \.push.concurrency, atLeast: PushSettings.concurrencyRange.lowerBound,
+                atMost: PushSettings.concurrencyRange.upperBound),
+        .number("push-timeout", "MAILSLOT_PUSH_TIMEOUT", \.push.timeout, atLeast: PushSettings.timeoutRange.lowerBound,
+                atMost: PushSettings.timeoutRange.upperBound),
+        RelaySetting("push-allow-private-addresses", "MAILSLOT_PUSH_ALLOW_PRIVATE_ADDRESSES",
+                     value: { $0.push.allowPrivateAddresses ? "true" : "false" }) { configuration, text in
+            guard let value = Bool(text) else {
+                throw RelayConfigurationError("--push-allow-private-addresses (MAILSLOT_PUSH_ALLOW_PRIVATE_ADDRESSES) is true or false, not '\(text)'")
+            }
+            configuration.push.allowPrivateAddresses = value
+        },
+        .text("push-ca-file", "MAILSLOT_PUSH_CA_FILE", \.push.caFile),
+        .text("vapid-key", "MAILSLOT_VAPID_KEY", \.push.webPush.keyFile),
+        .text("vapid-subject", "MAILSLOT_VAPID_SUBJECT", \.push.webPush.subject),
+        .text("apns-key", "MAILSLOT_APNS_KEY", \.push.apns.keyFile),
+        .text("apns-key-id", "MAILSLOT_APNS_KEY_ID", \.push.apns.keyID),
+        .text("apns-team-id", "MAILSLOT_APNS_TEAM_ID", \.push.apns.teamID),
+        .text("apns-topic", "MAILSLOT_APNS_TOPIC", \.push.apns.topic),
+        RelaySetting("apns-url", "MAILSLOT_APNS_URL", value: { $0.push.apns.url }) { $0.push.apns.url = $1 },
+        RelaySetting("apns-sandbox-url", "MAILSLOT_APNS_SANDBOX_URL", value: { $0.push.apns.sandboxURL }) { $0.push.apns.sandboxURL = $1 },
+        .text("fcm-service-account", "MAILSLOT_FCM_SERVICE_ACCOUNT", \.push.fcm.serviceAccountFile),
+        RelaySetting("fcm-url", "MAILSLOT_FCM_URL", value: { $0.push.fcm.url }) { $0.push.fcm.url = $1 },
+        .text("fcm-token-url", "MAILSLOT_FCM_TOKEN_URL", \.push.fcm.tokenURL),
+        .text("webhook-url", "MAILSLOT_WEBHOOK_URL", \.push.webhook.url),
+        .text("webhook-secret-file", "MAILSLOT_WEBHOOK_SECRET_FILE", \.push.webhook.secretFile),
     ]
 
     /// The configuration an operator asked for: each setting from its flag's text in `flags` (keyed
