@@ -33,6 +33,9 @@ let package = Package(
         // VAPID, APNs' ES256), AES-128-GCM (RFC 8291) and RSA (FCM's RS256). Already in the build
         // through postgres-nio. Messages, sessions and files stay on libsodium.
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3" ..< "5.0.0"),
+        // The push providers' extra trust roots (--push-ca-file); already in the build through
+        // async-http-client.
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.27.0"),
         // `swift package generate-documentation`: builds the DocC catalogs of MailslotClient,
         // MailslotRelay and MailslotCrypto (Sources/*/*.docc); tools/test fails on any warning.
         // A command plugin only: nothing of it is linked into a product.
@@ -77,6 +80,7 @@ let package = Package(
                 // Push/: Web Push encryption and VAPID, APNs and FCM tokens (spec/push.md).
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
         .target(

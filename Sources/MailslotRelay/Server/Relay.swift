@@ -26,6 +26,10 @@ public struct Relay: Sendable {
     let blobEraser: BlobEraser
     /// Push registrations: the service of their routes.
     let push: PushService
+    /// The wake-up sender and the providers' connections, run with the application; nil when no
+    /// provider is configured.
+    let wakeDispatcher: WakeDispatcher?
+    let pushHTTP: OutboundHTTP?
     /// The object store's connections, run (and shut down) with the application; nil for files.
     let blobStorageService: (any Service)?
     let logger: Logger
@@ -88,6 +92,29 @@ public struct Relay: Sendable {
                             logger: logger)
         push = PushService(store: store, settings: configuration.push, rules: configuration.rules,
                            vapidPublicKey: try Self.vapidPublicKey(configuration.push))
+        (wakeDispatcher, pushHTTP) = try Self.makeWakeDispatcher(configuration: configuration, store: store, hub: mailboxes.hub,
+                                                                 metrics: metrics, logger: logger)
+        // Commits that stored a message for a mailbox with registrations nudge the dispatcher.
+        if let wakeDispatcher { store.commits.add(wakeDispatcher) }
+    }
+
+    /// The wake-up dispatcher and the providers' HTTP client when a provider is configured: every
+    /// key file read and checked now, before the relay listens (docs/design/wakeups.md §6).
+    private static func makeWakeDispatcher(configuration: RelayConfiguration, store: any RelayStore, hub: MailboxHub,
+                                           metrics: RelayMetrics, logger: Logger) throws -> (WakeDispatcher?, OutboundHTTP?) {
+        let made: PushProviders?
+        do { made = try PushProviders.make(settings: configuration.push, clock: configuration.clock, logger: logger) } catch {
+            throw RelayConfigurationError("wake-ups are configured but cannot be sent: \(error)")
+        }
+        guard let made else { return (nil, nil) }
+        let sqlite = store as? SQLiteStore
+        let dispatcher = WakeDispatcher(
+            store: store, providers: made.providers, clock: configuration.clock, interval: Int64(configuration.push.wakeInterval) * 1000,
+            concurrency: configuration.push.concurrency, pollInterval: configuration.storeBackend.isShared ? .seconds(1) : nil,
+            isLiveHere: { hub.isSubscribed($0) },
+            mayWake: { uid in sqlite.map { $0.wakeUIDs.withLock { $0.contains(uid) } } ?? true },
+            metrics: PushMetrics(registry: metrics.registry), logger: logger)
+        return (dispatcher, made.http)
     }
 
     /// The VAPID public key `GET /v1/push` gives, read from the key file when Web Push is on
@@ -162,7 +189,8 @@ public struct Relay: Sendable {
             services: [Sweeper(store: store, erasure: erasure, metrics: metrics, interval: configuration.sweepInterval,
                                batch: configuration.sweepBatch, clock: configuration.clock, logger: logger),
                        ErasureService(erasure: erasure, logger: logger), BlobEraserService(eraser: blobEraser, logger: logger),
-                       SubscriberShutdown(tasks: subscriberTasks)] + (blobStorageService.map { [$0] } ?? []),
+                       SubscriberShutdown(tasks: subscriberTasks)] + (blobStorageService.map { [$0] } ?? [])
+                + ([wakeDispatcher, pushHTTP] as [(any Service)?]).compactMap { $0 },
             onServerRunning: { channel in await onServerRunning(channel.localAddress?.port ?? 0) },
             logger: logger)
     }

@@ -1,0 +1,57 @@
+import MailslotWire
+import Metrics
+import Prometheus
+
+// The wake-up metrics of spec/push.md §4.3 and docs/design/wakeups.md §5. Labels are only the
+// provider and a reason from a fixed list: never a uid, token, host, endpoint or tag.
+
+/// Counts what the wake-up dispatcher does.
+struct PushMetrics: Sendable {
+    private let factory: PrometheusMetricsFactory
+    private let inFlightGauge: CoreMetrics.Gauge
+
+    /// Metrics in the relay's registry (`GET /metrics`).
+    init(registry: PrometheusCollectorRegistry) {
+        var factory = PrometheusMetricsFactory(registry: registry)
+        factory.durationHistogramBuckets["mailslot_push_call_duration_seconds"] = [
+            .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100), .milliseconds(250),
+            .milliseconds(500), .seconds(1), .seconds(2), .seconds(5), .seconds(10),
+        ]
+        self.factory = factory
+        inFlightGauge = CoreMetrics.Gauge(label: "mailslot_push_in_flight", factory: factory)
+        inFlightGauge.record(0)
+    }
+
+    /// A call ended: sent, or failed for `reason`; and how long it took.
+    func called(_ provider: PushProviderKind, outcome: PushOutcome, duration: Duration) {
+        if let reason = outcome.reason {
+            CoreMetrics.Counter(label: "mailslot_push_failed_total", dimensions: [("provider", provider.rawValue), ("reason", reason.rawValue)],
+                                factory: factory).increment()
+        } else {
+            CoreMetrics.Counter(label: "mailslot_push_sent_total", dimensions: [("provider", provider.rawValue)], factory: factory).increment()
+        }
+        CoreMetrics.Timer(label: "mailslot_push_call_duration_seconds", dimensions: [("provider", provider.rawValue)], factory: factory)
+            .recordNanoseconds(duration.milliseconds * 1_000_000)
+    }
+
+    /// A registration was removed: `dead` or `failing`.
+    func removed(_ provider: PushProviderKind, reason: String) {
+        CoreMetrics.Counter(label: "mailslot_push_registrations_removed_total",
+                            dimensions: [("provider", provider.rawValue), ("reason", reason)], factory: factory).increment()
+    }
+
+    /// A wake-up was given up after its last attempt.
+    func dropped(_ provider: PushProviderKind) {
+        CoreMetrics.Counter(label: "mailslot_push_dropped_total", dimensions: [("provider", provider.rawValue), ("reason", "retries")],
+                            factory: factory).increment()
+    }
+
+    /// Whether a provider is paused for a configuration error.
+    func paused(_ provider: PushProviderKind, _ isPaused: Bool) {
+        CoreMetrics.Gauge(label: "mailslot_push_paused", dimensions: [("provider", provider.rawValue)], factory: factory)
+            .record(isPaused ? 1 : 0)
+    }
+
+    /// Calls in flight now.
+    func inFlight(_ count: Int) { inFlightGauge.record(count) }
+}
