@@ -21,7 +21,6 @@ struct PushStandinCrossTests {
 
     @Test(arguments: ["", "aB3_-x", String(repeating: "Z", count: 48)])
     func aWebPushWakeUpBuiltByTheRelaysPiecesPassesHttpEceAndPyVapid(_ tag: String) async throws {
-        try await standins.reset()
         let subscription = try await standins.subscribe()
         let vapid = try VAPID(key: try VAPID.key(pem: try file("vapid.pem")), subject: "mailto:push-tests@mailslot.invalid")
         let cipher = try WebPushCipher(p256dh: try #require(Base64URL.decode(subscription.p256dh)),
@@ -42,7 +41,6 @@ struct PushStandinCrossTests {
     }
 
     @Test func theWebhookSignatureOfTheRelayIsTheStandardWebhooksOne() async throws {
-        try await standins.reset()
         let secrets = try WebhookSignature.secrets(file: try file("webhook-secrets"))
         #expect(secrets.count == 2)
         let signature = WebhookSignature(secrets: secrets)
