@@ -83,9 +83,14 @@ struct PushStandins: Sendable {
     }
 
     /// The same settings as `serve` arguments, for a relay process.
+    /// `--push-allow-private-addresses` is a switch on `serve`'s command line (its variable takes
+    /// `true`/`false`): given alone when on.
     func serveArguments(extra: [String: String] = ["push-wake-interval": "5"]) -> [String] {
         (arguments.map { ($0.flag, $0.value) } + extra.sorted(by: { $0.key < $1.key }).map { ($0.key, $0.value) })
-            .flatMap { ["--\($0.0)", $0.1] }
+            .flatMap { flag, value -> [String] in
+                if flag == "push-allow-private-addresses" { return value == "true" ? ["--\(flag)"] : [] }
+                return ["--\(flag)", value]
+            }
     }
 
     /// Sends a control command to stand-in `name` (webpush, apns, oauth, fcm, webhook).

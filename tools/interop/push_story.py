@@ -136,7 +136,7 @@ def scenario_wakeups_with_cli(c, ok, note, Relay, Cli, User, request, sign_in, W
     os.chmod(key_path, 0o600)
     vapid_public = b64e(vapid.public_key.public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint))
     relay = Relay(c.relay.binary, tmp, c.issuer.public,
-                  extra=["--vapid-key", key_path, "--vapid-subject", SUBJECT, "--push-allow-private-addresses", "true",
+                  extra=["--vapid-key", key_path, "--vapid-subject", SUBJECT, "--push-allow-private-addresses",
                          "--push-wake-interval", str(INTERVAL)])
     receiver = Receiver(vapid_public)
     sockets = []
