@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Independent implementation of Mailslot's formats, written from spec/ alone.
 
-Reads only spec/tokens.md, spec/envelope.md, spec/ratchet.md, spec/attachments.md and spec/vectors/*.json (no Swift source), with
+Reads only spec/tokens.md, spec/envelope.md, spec/ratchet.md, spec/attachments.md, spec/push.md and spec/vectors/*.json (no Swift source), with
 PyNaCl (libsodium) and pyseto (PASETO). It checks the project's vectors, cross-checks the
 `mailslot-relay` binary (tokens minted by each side, verified by the other), and with
 --write-independent writes spec/vectors/independent/{envelopes,tokens,sessions}.json from this code.
@@ -2341,6 +2341,13 @@ def main():
     check_session_vectors(os.path.join(VECTORS, "sessions.json"))
     check_file_vectors(os.path.join(VECTORS, "files.json"))
     check_openapi_bundles()
+    # Wake-ups (spec/push.md §7): the Web Push payloads decrypted with Mozilla's http_ece, VAPID
+    # verified with py_vapid, the JWTs and webhook signatures recomputed (push_vectors.py).
+    if os.path.exists(os.path.join(VECTORS, "push.json")):
+        from push_vectors import check_push_vectors
+        check_push_vectors(os.path.join(VECTORS, "push.json"), check)
+    else:
+        print("note: spec/vectors/push.json is absent: no push vectors checked")
     if os.path.exists(os.path.join(ind, "tokens.json")):
         check_token_vectors(os.path.join(ind, "tokens.json"), "independent tokens")
     if os.path.exists(os.path.join(ind, "envelopes.json")):

@@ -59,6 +59,7 @@ import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check as fmt  # noqa: E402  (check.py: tokens.md / envelope.md formats)
+import push_story  # noqa: E402  (issue 29's wake-up story with the CLI)
 
 import nacl.public, nacl.signing  # noqa: E402
 import pyseto  # noqa: E402
@@ -86,8 +87,9 @@ def ok(name, cond, why=""):
 # ---------------------------------------------------------------- the relay process
 
 class Relay:
-    def __init__(self, binary, tmp, issuer_public):
+    def __init__(self, binary, tmp, issuer_public, extra=()):
         self.binary, self.tmp, self.issuer_public = binary, tmp, issuer_public
+        self.extra = list(extra)                       # more `serve` flags (the wake-up story's VAPID key)
         self.data = os.path.join(tmp, "data")          # does not exist yet: the relay creates it
         self.log_path = os.path.join(tmp, "relay.log")
         self.proc = None
@@ -107,7 +109,7 @@ class Relay:
                  # a throwaway relay: no disk reserve, no free-space watermark (the Swift tests cover them)
                  "--min-free-bytes", "0", "--disk-reserve-bytes", "0",
                  # parts of 1 MiB (the least), so that a file of a few MB has several
-                 "--blob-part-bytes", str(BLOB_PART)],
+                 "--blob-part-bytes", str(BLOB_PART), *self.extra],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
             log.close()
             deadline = time.monotonic() + 15
@@ -2295,6 +2297,8 @@ SCENARIOS = [("start", scenario_start, None), ("sign in", scenario_sign_in, None
              ("socket sessions", scenario_socket_sessions, "sign in"), ("prekeys", scenario_prekeys, None),
              ("sessions with the Swift CLI", scenario_sessions_with_swift, None), ("blobs", scenario_blobs, "keys"),
              ("files with the Swift CLI", scenario_files_with_swift, None),
+             ("wake-ups with the Swift CLI", lambda c: push_story.scenario_wakeups_with_cli(
+                 c, ok, NOTES.append, Relay, Cli, User, request, sign_in, WS, rand_envelope, new_id), None),
              ("erasure", scenario_erasure, None)]
 
 

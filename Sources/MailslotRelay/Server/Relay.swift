@@ -154,13 +154,16 @@ public struct Relay: Sendable {
     private static func openStore(configuration: RelayConfiguration, metrics: RelayMetrics, logger: Logger) throws -> any RelayStore {
         switch configuration.storeBackend {
         case .postgresql(let url):
-            return try PostgresStore(url: url, metrics: metrics, logger: logger)
+            return try PostgresStore(url: url, metrics: metrics, logger: logger, wakeInterval: .seconds(configuration.push.wakeInterval))
         case .sqlite(let path):
             try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true,
                                                     attributes: [.posixPermissions: 0o700])
             let diskSpace = DiskSpace(directory: configuration.dataDirectory, minFreeBytes: configuration.minFreeBytes,
                                       reserveBytes: configuration.reserveBytes, probe: configuration.diskSpaceProbe, logger: logger)
-            return try SQLiteStore(path: path, durability: configuration.durability, metrics: metrics, diskSpace: diskSpace)
+            // The wake-up rows the create step writes are due `--push-wake-interval` after the last
+            // wake-up: the store must get the operator's interval, not its default.
+            return try SQLiteStore(path: path, durability: configuration.durability, metrics: metrics, diskSpace: diskSpace,
+                                   wakeInterval: .seconds(configuration.push.wakeInterval))
         }
     }
 
