@@ -218,16 +218,22 @@ struct Output {
 extension AsyncParsableCommand {
     /// Runs `body`, turning failures into their message on stderr and their exit code.
     func reporting(_ body: () async throws -> Void) async throws {
-        do {
-            try await body()
-        } catch let error as ValidationError {
-            throw error
-        } catch let error as ExitCode {
-            throw error
-        } catch {
-            let failure = CLIError(error)
-            FileHandle.standardError.write(Data("mailslot: \(failure.description)\n".utf8))
-            throw failure.exitCode
-        }
+        try await reportingFailures(as: { CLIError($0) }, body)
+    }
+}
+
+/// Runs `body`, turning a failure into its message on stderr and its exit code, as `describe`
+/// reads it; bad arguments and exit codes from the parser stay the parser's.
+func reportingFailures(as describe: (any Error) -> CLIError, _ body: () async throws -> Void) async throws {
+    do {
+        try await body()
+    } catch let error as ValidationError {
+        throw error
+    } catch let error as ExitCode {
+        throw error
+    } catch {
+        let failure = describe(error)
+        FileHandle.standardError.write(Data("mailslot: \(failure.description)\n".utf8))
+        throw failure.exitCode
     }
 }

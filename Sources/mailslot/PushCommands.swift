@@ -253,17 +253,7 @@ enum PushFailure {
 }
 
 /// Runs a push command's `body`: a failure becomes its message on stderr and its exit code, as
-/// ``PushFailure`` reads it (bad arguments from the parser stay the parser's).
+/// ``PushFailure`` reads it.
 func runPushCommand(adding: Bool = false, _ body: () async throws -> Void) async throws {
-    do {
-        try await body()
-    } catch let error as ValidationError {
-        throw error
-    } catch let error as ExitCode {
-        throw error
-    } catch {
-        let failure = (error as? CLIError) ?? PushFailure.cliError(error, adding: adding)
-        FileHandle.standardError.write(Data("mailslot: \(failure.description)\n".utf8))
-        throw failure.exitCode
-    }
+    try await reportingFailures(as: { ($0 as? CLIError) ?? PushFailure.cliError($0, adding: adding) }, body)
 }
