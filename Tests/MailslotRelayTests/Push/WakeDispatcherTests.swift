@@ -21,12 +21,15 @@ import Testing
         func registration(uid: String, id: String) async throws -> PushRegistrationRow? { nil }
         func deleteRegistration(uid: String, id: String) async throws -> Bool { false }
         func claimWakeups(now: Int64, limit: Int, excludedRoutes: [String], excludedProviders: [PushProviderKind], interval: Int64,
-                          presence: Int64, isLiveHere: @escaping @Sendable (String) -> Bool) async throws -> [ClaimedWakeup] {
+                          presence: Int64, isLiveHere: @escaping @Sendable (String) -> Bool) async throws -> WakeupClaim {
             state.withLock { state in
                 state.claims.append(excludedProviders)
-                let taken = state.rows.filter { !excludedProviders.contains($0.provider) && !isLiveHere($0.uid) }.prefix(limit)
-                state.rows.removeAll { row in taken.contains(row) }
-                return Array(taken)
+                let due = state.rows.filter { !excludedProviders.contains($0.provider) }.prefix(limit)
+                state.rows.removeAll { row in due.contains(row) }
+                // A live owner's row is postponed (put back), as the stores do.
+                let live = due.filter { isLiveHere($0.uid) }
+                state.rows += live
+                return WakeupClaim(wakeups: due.filter { !isLiveHere($0.uid) }, postponed: live.count, received: 0, due: state.rows.count)
             }
         }
         func requeueWakeup(_ wakeup: ClaimedWakeup, event: String, dueAt: Int64) async throws {
