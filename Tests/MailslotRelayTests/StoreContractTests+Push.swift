@@ -334,13 +334,9 @@ extension StoreContractTests {
             // A graceful stop withdraws the node and its subscriptions at once.
             try await there.pool.client.query("DELETE FROM relay_nodes")
             there.notifications.start { _ in }
-            var present = false
-            for _ in 0..<100 where !present {
-                present = try await there.pool.client.query("SELECT 1 FROM relay_nodes WHERE node = \(there.notifications.node)")
-                    .collect().count == 1
-                if !present { try await Task.sleep(for: .milliseconds(50)) }
+            try await eventually("the heartbeat renewed the node's presence") {
+                try await there.pool.client.query("SELECT 1 FROM relay_nodes WHERE node = \(there.notifications.node)").collect().count == 1
             }
-            #expect(present, "the heartbeat renewed the node's presence")
             await there.notifications.stop()
             let left = try await there.pool.client.query("""
                 SELECT (SELECT count(*) FROM relay_nodes WHERE node = \(there.notifications.node)),

@@ -42,6 +42,8 @@ final class WakeDispatcher: Service, CommitObserver, Sendable {
     private let skippedCounts = Mutex<[WakeSkipReason: Int]>([:])
     /// Claims answered since start.
     private let claimCount = Mutex(0)
+    /// Nudges heard since start (commits and ticks that asked for a look).
+    private let nudgeCount = Mutex(0)
 
     /// Claims are at most this frequent (10 a second).
     static let minimumClaimSpacing: Duration = .milliseconds(100)
@@ -79,6 +81,9 @@ final class WakeDispatcher: Service, CommitObserver, Sendable {
     /// Claims the store answered since start.
     var claims: Int { claimCount.withLock { $0 } }
 
+    /// Nudges heard since start (tests: a commit that must not nudge leaves it unchanged).
+    var nudges: Int { nudgeCount.withLock { $0 } }
+
     /// A commit stored a message: its mailbox's wake-ups may be due now.
     func committed(_ change: CommittedChange) {
         guard case .created(let message) = change, mayWake(message.recipient) else { return }
@@ -87,6 +92,7 @@ final class WakeDispatcher: Service, CommitObserver, Sendable {
 
     /// Asks the loop to look at the store again (coalesced).
     func nudge() {
+        nudgeCount.withLock { $0 += 1 }
         let queue = tickQueued.withLock { queued in
             defer { queued = true }
             return !queued
