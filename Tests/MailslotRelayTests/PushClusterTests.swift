@@ -34,7 +34,11 @@ struct PushClusterTests {
                 let registration = try await a.registerPush(.webpush, uid: uid, session: bob, standins: standins)
                 for _ in 0..<3 { try await through.sendMessage(alice, to: uid) }
                 let first = try await standins.awaitRequests(.webpush, for: registration.target)
-                try await Task.sleep(for: PushStandins.quiet)
+                try await eventually("the wake-up was sent and neither relay has a call in flight") {
+                    a.sum("mailslot_push_sent_total", labelsContaining: []) + b.sum("mailslot_push_sent_total", labelsContaining: []) >= Double(index + 1)
+                        && a.counter("mailslot_push_in_flight") == 0 && b.counter("mailslot_push_in_flight") == 0
+                }
+                try await a.expectNoWakeUpDueBeforeTheInterval(["bob0", "bob1"], interval: 5_000, waitForSend: false)
                 #expect(try await standins.requests(.webpush, for: registration.target).count == 1,
                         "stored through relay \(index): exactly one wake-up")
                 #expect(first[0].ok && first[0].tag == registration.tag)
@@ -54,7 +58,11 @@ struct PushClusterTests {
             let socket = try await RelaySocket.subscribed(a, "bob", session: bob)
             try await b.sendMessage(alice, to: "bob")
             #expect(try await socket.next(timeout: .seconds(5))?.type == "message", "delivered live across relays")
-            try await Task.sleep(for: .seconds(7))
+            // Either relay's claim postpones the due row (bob is live on A): only then look.
+            try await eventually(within: .seconds(20), "a relay postponed the wake-up") {
+                a.sum("mailslot_push_skipped_total", labelsContaining: [#""connected""#])
+                    + b.sum("mailslot_push_skipped_total", labelsContaining: [#""connected""#]) >= 1
+            }
             #expect(try await standins.requests(.webpush, for: registration.target).isEmpty, "no wake-up while bob listens on A")
             await socket.close()
             // The message is still pending (not acked): once bob is gone, the postponed row wakes him.

@@ -38,7 +38,7 @@ struct PushStandinTests {
             let registration = try await relay.registerPush(kind, uid: "bob", session: bob, standins: standins)
             for _ in 0..<3 { try await relay.sendMessage(alice, to: "bob") }
             let first = try await standins.awaitRequests(kind, for: registration.target)
-            try await Task.sleep(for: PushStandins.quiet)
+            try await relay.expectNoWakeUpDueBeforeTheInterval(["bob"], interval: 5_000)
             let requests = try await standins.requests(kind, for: registration.target)
             #expect(requests.count == 1, "three messages within the interval wake once: \(requests)")
             #expect(first[0].ok && first[0].status.map { $0 < 300 } == true, "the stand-in accepted it: \(first[0])")
@@ -53,10 +53,11 @@ struct PushStandinTests {
                 #expect(try await standins.state("apns")["distinct_ids"] == 1, "one provider token per node (Apple: ≥ 20 min apart)")
             }
 
-            // While bob listens: no wake-up, even once the row is due (woken_at + 5 s, about 2 s from now).
+            // While bob listens: no wake-up, even once the row is due (woken_at + 5 s): the claim
+            // postpones it (the skipped counter moves), and only then is the log looked at.
             let socket = try await RelaySocket.subscribed(relay, "bob", session: bob)
             try await relay.sendMessage(alice, to: "bob")
-            try await Task.sleep(for: .seconds(6))
+            try await relay.awaitSkipped("connected")
             #expect(try await standins.requests(kind, for: registration.target).count == 1, "no wake-up while bob listens")
 
             // The provider calls the registration dead: it is removed; the client sees it gone.
@@ -94,7 +95,10 @@ struct PushStandinTests {
         try await withPushRelay { relay, alice, bob in
             let registration = try await relay.registerPush(.webpush, uid: "bob", session: bob, standins: standins)
             try await relay.sendMessage(alice, to: "bob", wake: false)
-            try await Task.sleep(for: PushStandins.quiet)
+            // The decision is the commit's: no wake-up row was queued (read first), and none was
+            // claimed since (a claim sets woken_at in the transaction that takes the row).
+            #expect(try await relay.relay.store.nextWakeupDue() == nil, "no wake-up queued for wake: false")
+            #expect(try await relay.relay.store.registrations(uid: "bob").map(\.wokenAt) == [0], "none claimed")
             #expect(try await standins.requests(.webpush, for: registration.target).isEmpty)
             // The same relay wakes for an ordinary message: the silence above was the flag's.
             try await relay.sendMessage(alice, to: "bob")
@@ -135,7 +139,8 @@ struct PushStandinTests {
             }
             #expect(acked == 2)
             await socket.close()
-            try await Task.sleep(for: .seconds(7))
+            // The claim finds the row due and drops it (the skipped counter moves): only then look.
+            try await relay.awaitSkipped("received")
             #expect(try await standins.requests(.webpush, for: registration.target).count == 1, "nothing was left to wake bob for")
         }
     }
@@ -293,7 +298,7 @@ struct PushStandinTests {
             try await eventually("the redirect is counted") {
                 relay.sum("mailslot_push_failed_total", labelsContaining: ["webpush", "redirect"]) >= 1
             }
-            try await Task.sleep(for: PushStandins.quiet)
+            // The call ended when the failure was counted: a followed redirect would be logged by then.
             #expect(try await standins.log("webpush").allSatisfy { !$0.followedRedirect }, "the relay followed the redirect")
         }
     }

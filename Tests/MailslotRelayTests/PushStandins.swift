@@ -250,9 +250,37 @@ extension PushStandins {
         return try await requests(kind, for: target)
     }
 
-    /// How long a test watches for a request that must not come: longer than the relay's claim
-    /// cycle (a nudge at commit, a 1 s tick on PostgreSQL), shorter than the 5 s wake interval the
-    /// suites run with, so a second wake-up would be the coalescing's fault. Absence cannot be
-    /// awaited, hence this one bounded wait.
-    static let quiet: Duration = .seconds(3)
+}
+
+extension TestRelay {
+    /// Checks the coalescing decision rather than watching for a call that must not come: waits
+    /// until the relay has sent a wake-up and has no call in flight, then asks the store for the
+    /// earliest pending wake-up. Any left (the later messages' one) must be due no earlier than
+    /// an interval (`interval` ms) after the earliest `woken_at` of `uids`' registrations: none
+    /// is due now, so none follows.
+    /// With `waitForSend` false the caller has waited for the send itself (on two relays, either sends).
+    func expectNoWakeUpDueBeforeTheInterval(_ uids: [String], interval: Int64, waitForSend: Bool = true,
+                                            sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        if waitForSend {
+            try await eventually("a wake-up was sent and no call is in flight", sourceLocation: sourceLocation) {
+                sum("mailslot_push_sent_total", labelsContaining: []) >= 1 && counter("mailslot_push_in_flight") == 0
+            }
+        }
+        var woken: [Int64] = []
+        for uid in uids { woken += try await relay.store.registrations(uid: uid).map(\.wokenAt).filter { $0 > 0 } }
+        let earliest = try #require(woken.min(), "a registration was woken", sourceLocation: sourceLocation)
+        if let due = try await relay.store.nextWakeupDue() {
+            #expect(due >= earliest + interval, "the next wake-up waits for the interval: due \(due - earliest) ms after the first",
+                    sourceLocation: sourceLocation)
+        }
+    }
+
+    /// Waits until the relay's claims skipped a wake-up for `reason` more than `before` times:
+    /// the relay has decided not to send it, so its absence can be asserted now.
+    func awaitSkipped(_ reason: String, above before: Double = 0, within: Duration = .seconds(20),
+                      sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        try await eventually(within: within, "a wake-up skipped (\(reason))", sourceLocation: sourceLocation) {
+            sum("mailslot_push_skipped_total", labelsContaining: ["\"\(reason)\""]) > before
+        }
+    }
 }

@@ -9,6 +9,7 @@ import Prometheus
 struct PushMetrics: Sendable {
     private let factory: PrometheusMetricsFactory
     private let inFlightGauge: CoreMetrics.Gauge
+    private let dueGauge: CoreMetrics.Gauge
 
     /// Metrics in the relay's registry (`GET /metrics`).
     init(registry: PrometheusCollectorRegistry) {
@@ -20,6 +21,8 @@ struct PushMetrics: Sendable {
         self.factory = factory
         inFlightGauge = CoreMetrics.Gauge(label: "mailslot_push_in_flight", factory: factory)
         inFlightGauge.record(0)
+        dueGauge = CoreMetrics.Gauge(label: "mailslot_push_due", factory: factory)
+        dueGauge.record(0)
     }
 
     /// A call ended: sent, or failed for `reason`; and how long it took.
@@ -52,6 +55,25 @@ struct PushMetrics: Sendable {
             .record(isPaused ? 1 : 0)
     }
 
+    /// A claim skipped `count` wake-ups for `reason`: `connected` (postponed: the owner was
+    /// online) or `received` (dropped: the owner had the messages).
+    func skipped(_ reason: WakeSkipReason, count: Int) {
+        guard count > 0 else { return }
+        CoreMetrics.Counter(label: "mailslot_push_skipped_total", dimensions: [("reason", reason.rawValue)], factory: factory)
+            .increment(by: count)
+    }
+
+    /// Wake-ups due now, as the last claim left them.
+    func due(_ count: Int) { dueGauge.record(count) }
+
     /// Calls in flight now.
     func inFlight(_ count: Int) { inFlightGauge.record(count) }
+}
+
+/// Why a claim did not hand a due wake-up out (the `reason` of `mailslot_push_skipped_total`).
+enum WakeSkipReason: String, Sendable, CaseIterable {
+    /// Postponed by an interval: the owner held a live subscription.
+    case connected
+    /// Dropped: the owner had received the messages.
+    case received
 }

@@ -36,6 +36,14 @@ final class WakeDispatcher: Service, CommitObserver, Sendable {
     private let input: AsyncStream<Event>.Continuation
     /// A tick is already waiting in the stream: nudges coalesce into it.
     private let tickQueued = Mutex(false)
+    /// Wake-ups the claims skipped since start, by reason (what `mailslot_push_skipped_total`
+    /// counts): in-process tests wait for it to move to know the relay decided, before they
+    /// check that nothing was sent.
+    private let skippedCounts = Mutex<[WakeSkipReason: Int]>([:])
+    /// Claims answered since start.
+    private let claimCount = Mutex(0)
+    /// Nudges heard since start (commits and ticks that asked for a look).
+    private let nudgeCount = Mutex(0)
 
     /// Claims are at most this frequent (10 a second).
     static let minimumClaimSpacing: Duration = .milliseconds(100)
@@ -67,6 +75,15 @@ final class WakeDispatcher: Service, CommitObserver, Sendable {
         (events, input) = AsyncStream.makeStream(of: Event.self)
     }
 
+    /// Wake-ups the claims skipped since start for `reason`.
+    func skipped(_ reason: WakeSkipReason) -> Int { skippedCounts.withLock { $0[reason] ?? 0 } }
+
+    /// Claims the store answered since start.
+    var claims: Int { claimCount.withLock { $0 } }
+
+    /// Nudges heard since start (tests: a commit that must not nudge leaves it unchanged).
+    var nudges: Int { nudgeCount.withLock { $0 } }
+
     /// A commit stored a message: its mailbox's wake-ups may be due now.
     func committed(_ change: CommittedChange) {
         guard case .created(let message) = change, mayWake(message.recipient) else { return }
@@ -75,6 +92,7 @@ final class WakeDispatcher: Service, CommitObserver, Sendable {
 
     /// Asks the loop to look at the store again (coalesced).
     func nudge() {
+        nudgeCount.withLock { $0 += 1 }
         let queue = tickQueued.withLock { queued in
             defer { queued = true }
             return !queued
@@ -164,10 +182,18 @@ final class WakeDispatcher: Service, CommitObserver, Sendable {
     private func claim(limit: Int, routes: [String], providers excluded: [PushProviderKind], notBefore: ContinuousClock.Instant) async {
         try? await Task.sleep(until: notBefore)
         do {
-            let claimed = try await store.claimWakeups(now: clock.now(), limit: limit, excludedRoutes: routes, excludedProviders: excluded,
-                                                       interval: interval, presence: Self.presence, isLiveHere: isLiveHere)
+            let claim = try await store.claimWakeups(now: clock.now(), limit: limit, excludedRoutes: routes, excludedProviders: excluded,
+                                                     interval: interval, presence: Self.presence, isLiveHere: isLiveHere)
+            metrics.skipped(.connected, count: claim.postponed)
+            metrics.skipped(.received, count: claim.received)
+            metrics.due(claim.due)
+            skippedCounts.withLock { counts in
+                counts[.connected, default: 0] += claim.postponed
+                counts[.received, default: 0] += claim.received
+            }
+            claimCount.withLock { $0 += 1 }
             var wakes: [Wake] = []
-            for row in claimed {
+            for row in claim.wakeups {
                 guard let target = try? PushTarget(provider: row.provider, storedJSON: row.target) else {
                     // A row this relay cannot read (written by something else): not a device's fault, not sendable.
                     logger.error("a stored push registration cannot be read; its wake-up is dropped", metadata: ["provider": "\(row.provider.rawValue)"])

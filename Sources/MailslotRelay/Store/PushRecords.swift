@@ -82,6 +82,19 @@ enum RegistrationVerdict: Sendable, Equatable {
     case dead
 }
 
+/// What one claim did (docs/design/wakeups.md §2.4, §5): the wake-ups handed out to send, and
+/// the ones it skipped, by reason.
+struct WakeupClaim: Sendable, Equatable {
+    /// The wake-ups to send now.
+    var wakeups: [ClaimedWakeup] = []
+    /// Put back an interval later: the owner held a live subscription (`skipped{reason="connected"}`).
+    var postponed = 0
+    /// Dropped: the owner had received the messages meanwhile (`skipped{reason="received"}`).
+    var received = 0
+    /// Rows still due after the claim (the `mailslot_push_due` gauge).
+    var due = 0
+}
+
 /// The registrations and pending wake-ups a relay keeps. Both backends implement it; every
 /// call is one transaction.
 protocol PushRecords: Sendable {
@@ -99,9 +112,11 @@ protocol PushRecords: Sendable {
     /// from its `first_seq` on (the owner received them); postpones by `interval` one whose owner
     /// holds a live subscription (here: `isLiveHere`; on PostgreSQL also on any node seen within
     /// `presence` ms); for the rest, sets the registration's `woken_at` to `now` and returns it.
+    /// The answer also counts what was postponed and dropped, and the rows still due, so that
+    /// the dispatcher's metrics (and tests) see each decision the claim made.
     func claimWakeups(now: Int64, limit: Int, excludedRoutes: [String], excludedProviders: [PushProviderKind],
                       interval: Int64, presence: Int64,
-                      isLiveHere: @escaping @Sendable (String) -> Bool) async throws -> [ClaimedWakeup]
+                      isLiveHere: @escaping @Sendable (String) -> Bool) async throws -> WakeupClaim
     /// Puts a wake-up back after a retryable failure, due at `dueAt`, its attempt one higher and
     /// its event id kept; merged with a row a newer message made meanwhile.
     func requeueWakeup(_ wakeup: ClaimedWakeup, event: String, dueAt: Int64) async throws

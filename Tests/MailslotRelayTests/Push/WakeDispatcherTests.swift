@@ -6,6 +6,7 @@ import ServiceLifecycle
 import Synchronization
 import Testing
 @testable import MailslotRelay
+import MailslotTestSupport
 
 /// The dispatcher against an in-memory store and a scripted provider: a commit's nudge claims
 /// and sends, outcomes reach the store as verdicts and requeues, the webhook id is drawn once
@@ -21,12 +22,15 @@ import Testing
         func registration(uid: String, id: String) async throws -> PushRegistrationRow? { nil }
         func deleteRegistration(uid: String, id: String) async throws -> Bool { false }
         func claimWakeups(now: Int64, limit: Int, excludedRoutes: [String], excludedProviders: [PushProviderKind], interval: Int64,
-                          presence: Int64, isLiveHere: @escaping @Sendable (String) -> Bool) async throws -> [ClaimedWakeup] {
+                          presence: Int64, isLiveHere: @escaping @Sendable (String) -> Bool) async throws -> WakeupClaim {
             state.withLock { state in
                 state.claims.append(excludedProviders)
-                let taken = state.rows.filter { !excludedProviders.contains($0.provider) && !isLiveHere($0.uid) }.prefix(limit)
-                state.rows.removeAll { row in taken.contains(row) }
-                return Array(taken)
+                let due = state.rows.filter { !excludedProviders.contains($0.provider) }.prefix(limit)
+                state.rows.removeAll { row in due.contains(row) }
+                // A live owner's row is postponed (put back), as the stores do.
+                let live = due.filter { isLiveHere($0.uid) }
+                state.rows += live
+                return WakeupClaim(wakeups: due.filter { !isLiveHere($0.uid) }, postponed: live.count, received: 0, due: state.rows.count)
             }
         }
         func requeueWakeup(_ wakeup: ClaimedWakeup, event: String, dueAt: Int64) async throws {
@@ -83,22 +87,13 @@ import Testing
         }
     }
 
-    /// Waits (≤ 5 s) until `condition` holds.
-    static func eventually(_ condition: () -> Bool) async -> Bool {
-        for _ in 0..<250 {
-            if condition() { return true }
-            try? await Task.sleep(for: .milliseconds(20))
-        }
-        return condition()
-    }
-
     @Test func commitNudgeSendsAndRecordsOk() async throws {
         let records = FakeRecords(), provider = ScriptedProvider(kind: .webhook, outcomes: [.sent])
         try await Self.withDispatcher(records: records, provider: provider) { dispatcher in
-            #expect(await Self.eventually { records.state.withLock { !$0.claims.isEmpty } }, "a claim at start")
+            try await eventually("a claim at start") { records.state.withLock { !$0.claims.isEmpty } }
             records.state.withLock { $0.rows = [Self.row("r1")] }
             dispatcher.committed(.created(Self.message(to: "bob")))
-            #expect(await Self.eventually { records.state.withLock { $0.verdicts == [.ok] } })
+            try await eventually("the ok verdict") { records.state.withLock { $0.verdicts == [.ok] } }
             let sent = provider.sent.withLock { $0 }
             #expect(sent.count == 1)
             #expect(sent.first?.webhookID.hasPrefix("msg_") == true && sent.first?.webhookID.count == 26)
@@ -112,7 +107,7 @@ import Testing
         try await Self.withDispatcher(records: records, provider: provider) { dispatcher in
             records.state.withLock { $0.rows = [Self.row("r1", event: "msg_kept"), Self.row("r2")] }
             dispatcher.nudge()
-            #expect(await Self.eventually { records.state.withLock { $0.requeued.count == 1 && $0.verdicts.count == 1 } })
+            try await eventually("a requeue and a verdict") { records.state.withLock { $0.requeued.count == 1 && $0.verdicts.count == 1 } }
             let (requeued, verdicts) = records.state.withLock { ($0.requeued, $0.verdicts) }
             #expect(verdicts == [.dead])
             #expect(requeued[0].2 == 1_000_000 + 120_000)
@@ -125,18 +120,18 @@ import Testing
     @Test func disabledProvidersAreNeverClaimedAndOtherCommitsDoNotNudge() async throws {
         let records = FakeRecords(), provider = ScriptedProvider(kind: .webhook, outcomes: [])
         try await Self.withDispatcher(records: records, provider: provider, mayWake: { $0 == "bob" }) { dispatcher in
-            #expect(await Self.eventually { records.state.withLock { !$0.claims.isEmpty } })
+            try await eventually("a claim at start") { records.state.withLock { !$0.claims.isEmpty } }
             #expect(records.state.withLock { Set($0.claims[0]) } == [.webpush, .apns, .fcm])
-            let before = records.state.withLock { $0.claims.count }
+            // `committed` nudges synchronously or not at all: no wait is needed to see that it did not.
+            let before = dispatcher.nudges
             dispatcher.committed(.created(Self.message(to: "carol")))
             dispatcher.committed(.erased(recipient: "bob", id: "m1"))
-            try await Task.sleep(for: .milliseconds(300))
-            #expect(records.state.withLock { $0.claims.count } == before)
-            // A live owner's row is not sent (the store postpones it).
+            #expect(dispatcher.nudges == before, "a commit for a mailbox without registrations, or an erasure, nudges nothing")
+            // A live owner's row is not sent (the store postpones it): wait for the claim's verdict, then look.
             records.state.withLock { $0.rows = [Self.row("r9", uid: "live")] }
             dispatcher.committed(.created(Self.message(to: "bob")))
-            #expect(await Self.eventually { records.state.withLock { $0.claims.count } > before })
-            try await Task.sleep(for: .milliseconds(200))
+            #expect(dispatcher.nudges == before + 1)
+            try await eventually("the claim postponed the live owner's wake-up") { dispatcher.skipped(.connected) >= 1 }
             #expect(provider.sent.withLock { $0.isEmpty })
         }
     }

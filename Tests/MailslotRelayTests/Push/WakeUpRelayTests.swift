@@ -41,13 +41,15 @@ import MailslotTestSupport
                                            body: ["provider": "webhook", "token": "device-1", "tag": "k3J9vQ0aZx"])
             #expect(put.status == 201, "\(put.text)")
             for n in 0..<3 { #expect(try await relay.send(alice.session, to: "bob", id: messageID(n)).status == 201) }
-            var calls: [FakeS3.Request] = []
-            for _ in 0..<250 where calls.isEmpty {
-                try await Task.sleep(for: .milliseconds(20))
-                calls = recorded.withLockedValue { $0 }
+            try await eventually("the wake-up's call ended") {
+                !recorded.withLockedValue { $0 }.isEmpty && relay.relay.metricsText().contains(#"mailslot_push_sent_total{provider="webhook"} 1"#)
             }
-            try await Task.sleep(for: .milliseconds(500))
-            calls = recorded.withLockedValue { $0 }
+            // The coalescing is decided when a message is stored: the later messages' wake-up (if
+            // any is left) is due an interval after the first was sent, not now.
+            if let due = try await relay.relay.store.nextWakeupDue() {
+                #expect(due >= relay.relay.configuration.clock.now() + 25_000, "the next wake-up waits for the interval")
+            }
+            let calls = recorded.withLockedValue { $0 }
             #expect(calls.count == 1, "one wake-up for three messages within the interval")
             let head = try #require(calls.first?.head)
             #expect(head.method == .POST && head.uri == "/hook")
@@ -61,10 +63,10 @@ import MailslotTestSupport
             offset.withLockedValue { $0 = 31_000 }
             #expect(try await relay.send(alice.session, to: "bob", id: messageID(9)).status == 201)
             var listed = 1
-            for _ in 0..<250 where listed > 0 {
-                try await Task.sleep(for: .milliseconds(20))
+            try await eventually("the registration is removed") {
                 let list = try await relay.call("GET", "/v1/users/bob/push", session: bob.session)
                 listed = (try? list.decoded(PushRegistrationList.self).registrations.count) ?? -1
+                return listed == 0
             }
             #expect(listed == 0, "a 410 removes the registration")
         }

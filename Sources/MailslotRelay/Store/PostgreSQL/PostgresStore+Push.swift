@@ -102,18 +102,24 @@ extension PostgresStore {
 
     func claimWakeups(now: Int64, limit: Int, excludedRoutes: [String], excludedProviders: [PushProviderKind],
                       interval: Int64, presence: Int64,
-                      isLiveHere: @escaping @Sendable (String) -> Bool) async throws -> [ClaimedWakeup] {
-        guard limit > 0 else { return [] }
+                      isLiveHere: @escaping @Sendable (String) -> Bool) async throws -> WakeupClaim {
+        guard limit > 0 else { return WakeupClaim() }
         let providers = excludedProviders.map { Int16($0.storeCode) }
-        let claimed = try await write("claim_wakeups") { connection, logger -> [ClaimedWakeup] in
+        let claimed = try await write("claim_wakeups") { connection, logger -> WakeupClaim in
             let rows = try await connection.query("""
-                SELECT * FROM mailslot_claim_wakeups(\(now), \(Int32(clamping: limit)), \(excludedRoutes)::TEXT[], \(providers)::SMALLINT[],
-                                                    \(interval), \(presence))
+                SELECT * FROM mailslot_claim_wakeups_reporting(\(now), \(Int32(clamping: limit)), \(excludedRoutes)::TEXT[],
+                                                              \(providers)::SMALLINT[], \(interval), \(presence))
                 """, logger: logger)
+            var claim = WakeupClaim()
             var wakeups: [ClaimedWakeup] = []
-            for try await (uid, id, code, target, route, tag, version, firstSeq, attempt, event)
-                in rows.decode((String, String, Int16, String, String, String, Int64, Int64, Int32, String?).self) {
-                guard let provider = PushProviderKind(storeCode: Int(code)) else { continue }
+            for try await (skip, uid, id, code, target, route, tag, version, firstSeq, attempt, event)
+                in rows.decode((String?, String, String, Int16, String?, String, String?, Int64?, Int64, Int32, String?).self) {
+                switch skip {
+                case "received"?: claim.received += 1; continue
+                case "connected"?: claim.postponed += 1; continue
+                default: break
+                }
+                guard let provider = PushProviderKind(storeCode: Int(code)), let target, let tag, let version else { continue }
                 wakeups.append(ClaimedWakeup(uid: uid, registrationID: id, provider: provider, target: target, route: route, tag: tag,
                                              version: version, firstSeq: firstSeq, attempt: Int(attempt), event: event))
             }
@@ -122,12 +128,12 @@ extension PostgresStore {
             // announcement reached the table is caught here and put back as the function would
             // (its registration's woken_at already moved: the next wake-up of it waits an
             // interval, as the postponed one does anyway).
-            var sending: [ClaimedWakeup] = []
             for wakeup in wakeups {
                 guard isLiveHere(wakeup.uid) else {
-                    sending.append(wakeup)
+                    claim.wakeups.append(wakeup)
                     continue
                 }
+                claim.postponed += 1
                 try await connection.query("""
                     INSERT INTO push_wakeups AS p (uid, id, provider, route, first_seq, due_at, attempt, event)
                     VALUES (\(wakeup.uid), \(wakeup.registrationID), \(Int16(wakeup.provider.storeCode)), \(wakeup.route), \(wakeup.firstSeq),
@@ -135,7 +141,10 @@ extension PostgresStore {
                     ON CONFLICT (uid, id) DO UPDATE SET first_seq = least(p.first_seq, excluded.first_seq)
                     """, logger: logger)
             }
-            return sending
+            // What is left due now (excluded routes and providers included), for the gauge.
+            let due = try await connection.query("SELECT count(*) FROM push_wakeups WHERE due_at <= \(now)", logger: logger)
+            for try await count in due.decode(Int64.self) { claim.due = Int(count) }
+            return claim
         }
         return claimed
     }

@@ -112,9 +112,9 @@ extension SQLiteStore {
 
     func claimWakeups(now: Int64, limit: Int, excludedRoutes: [String], excludedProviders: [PushProviderKind],
                       interval: Int64, presence: Int64,
-                      isLiveHere: @escaping @Sendable (String) -> Bool) async throws -> [ClaimedWakeup] {
-        guard limit > 0 else { return [] }
-        let claimed = try await write("claim_wakeups") { db -> [ClaimedWakeup] in
+                      isLiveHere: @escaping @Sendable (String) -> Bool) async throws -> WakeupClaim {
+        guard limit > 0 else { return WakeupClaim() }
+        let claimed = try await write("claim_wakeups") { db -> WakeupClaim in
             // The exclusions vary in length: this statement is compiled per call (a claim is rare
             // beside creates), with one placeholder per excluded route and provider.
             let routes = excludedRoutes.isEmpty ? "" : " AND route NOT IN (\(Array(repeating: "?", count: excludedRoutes.count).joined(separator: ", ")))"
@@ -136,26 +136,33 @@ extension SQLiteStore {
             let woken = try db.cachedStatement(sql: """
                 UPDATE push_registrations SET woken_at = ? WHERE uid = ? AND id = ? RETURNING provider, target, route, tag, version
                 """)
-            var wakeups: [ClaimedWakeup] = []
+            var claim = WakeupClaim()
             for row in taken {
                 let uid: String = row["uid"], id: String = row["id"], firstSeq: Int64 = row["first_seq"]
                 // The owner received everything since (any way, any device): nothing to wake for.
-                guard try Bool.fetchOne(pending, arguments: [uid, firstSeq, now]) ?? false else { continue }
+                guard try Bool.fetchOne(pending, arguments: [uid, firstSeq, now]) ?? false else {
+                    claim.received += 1
+                    continue
+                }
                 if isLiveHere(uid) {
                     // Connected: the message is being delivered. Looked at again after an interval
                     // (by then, most likely, received and dropped).
                     try postpone.execute(arguments: [uid, id, row["provider"] as Int, row["route"] as String, firstSeq, now + interval,
                                                      row["attempt"] as Int, row["event"] as String?])
+                    claim.postponed += 1
                     continue
                 }
                 // Joined with the registration as it is now; a row whose registration went is dropped.
                 guard let registration = try Row.fetchOne(woken, arguments: [now, uid, id]),
                       let provider = PushProviderKind(storeCode: registration["provider"]) else { continue }
-                wakeups.append(ClaimedWakeup(uid: uid, registrationID: id, provider: provider, target: registration["target"],
-                                             route: registration["route"], tag: registration["tag"], version: registration["version"],
-                                             firstSeq: firstSeq, attempt: row["attempt"], event: row["event"]))
+                claim.wakeups.append(ClaimedWakeup(uid: uid, registrationID: id, provider: provider, target: registration["target"],
+                                                   route: registration["route"], tag: registration["tag"], version: registration["version"],
+                                                   firstSeq: firstSeq, attempt: row["attempt"], event: row["event"]))
             }
-            return wakeups
+            // An index range count: what is left due now (excluded routes and providers included).
+            claim.due = try Int.fetchOne(db.cachedStatement(sql: "SELECT count(*) FROM push_wakeups INDEXED BY push_wakeups_by_due WHERE due_at <= ?"),
+                                         arguments: [now]) ?? 0
+            return claim
         }
         return claimed
     }
