@@ -107,12 +107,10 @@ public struct Relay: Sendable {
             throw RelayConfigurationError("wake-ups are configured but cannot be sent: \(error)")
         }
         guard let made else { return (nil, nil) }
-        let sqlite = store as? SQLiteStore
         let dispatcher = WakeDispatcher(
             store: store, providers: made.providers, clock: configuration.clock, interval: Int64(configuration.push.wakeInterval) * 1000,
             concurrency: configuration.push.concurrency, pollInterval: configuration.storeBackend.isShared ? .seconds(1) : nil,
             isLiveHere: { hub.isSubscribed($0) },
-            mayWake: { uid in sqlite.map { $0.wakeUIDs.withLock { $0.contains(uid) } } ?? true },
             metrics: PushMetrics(registry: metrics.registry), logger: logger)
         return (dispatcher, made.http)
     }

@@ -39,7 +39,6 @@ import Testing
         func sweepPushRegistrations(now: Int64, batch: Int) async throws -> Int { 0 }
         func nextWakeupDue() async throws -> Int64? { nil }
         func heartbeat(node: String, now: Int64) async throws {}
-        let wakeupsQueued = WakeupNudges()
     }
 
     /// Answers from a script and records what it was asked to send.
@@ -68,11 +67,11 @@ import Testing
     }
 
     /// Runs a dispatcher for `body`, then stops it.
-    static func withDispatcher(records: FakeRecords, provider: ScriptedProvider, mayWake: @escaping @Sendable (String) -> Bool = { _ in true },
+    static func withDispatcher(records: FakeRecords, provider: ScriptedProvider,
                                _ body: (WakeDispatcher) async throws -> Void) async throws {
         let dispatcher = WakeDispatcher(store: records, providers: [provider.kind: provider], clock: RelayClock { 1_000_000 },
                                         interval: 30_000, concurrency: 4, pollInterval: nil, isLiveHere: { $0 == "live" },
-                                        mayWake: mayWake, metrics: PushMetrics(registry: PrometheusCollectorRegistry()),
+                                        metrics: PushMetrics(registry: PrometheusCollectorRegistry()),
                                         logger: Logger(label: "test"))
         let group = ServiceGroup(configuration: .init(services: [dispatcher], logger: Logger(label: "test")))
         try await withThrowingTaskGroup(of: Void.self) { tasks in
@@ -97,7 +96,7 @@ import Testing
         try await Self.withDispatcher(records: records, provider: provider) { dispatcher in
             #expect(await Self.eventually { records.state.withLock { !$0.claims.isEmpty } }, "a claim at start")
             records.state.withLock { $0.rows = [Self.row("r1")] }
-            dispatcher.committed(.created(Self.message(to: "bob")))
+            dispatcher.committed(.created(Self.message(to: "bob"), wakeups: true))
             #expect(await Self.eventually { records.state.withLock { $0.verdicts == [.ok] } })
             let sent = provider.sent.withLock { $0 }
             #expect(sent.count == 1)
@@ -124,17 +123,17 @@ import Testing
 
     @Test func disabledProvidersAreNeverClaimedAndOtherCommitsDoNotNudge() async throws {
         let records = FakeRecords(), provider = ScriptedProvider(kind: .webhook, outcomes: [])
-        try await Self.withDispatcher(records: records, provider: provider, mayWake: { $0 == "bob" }) { dispatcher in
+        try await Self.withDispatcher(records: records, provider: provider) { dispatcher in
             #expect(await Self.eventually { records.state.withLock { !$0.claims.isEmpty } })
             #expect(records.state.withLock { Set($0.claims[0]) } == [.webpush, .apns, .fcm])
             let before = records.state.withLock { $0.claims.count }
-            dispatcher.committed(.created(Self.message(to: "carol")))
+            dispatcher.committed(.created(Self.message(to: "carol"), wakeups: false))
             dispatcher.committed(.erased(recipient: "bob", id: "m1"))
             try await Task.sleep(for: .milliseconds(300))
             #expect(records.state.withLock { $0.claims.count } == before)
             // A live owner's row is not sent (the store postpones it).
             records.state.withLock { $0.rows = [Self.row("r9", uid: "live")] }
-            dispatcher.committed(.created(Self.message(to: "bob")))
+            dispatcher.committed(.created(Self.message(to: "bob"), wakeups: true))
             #expect(await Self.eventually { records.state.withLock { $0.claims.count } > before })
             try await Task.sleep(for: .milliseconds(200))
             #expect(provider.sent.withLock { $0.isEmpty })
