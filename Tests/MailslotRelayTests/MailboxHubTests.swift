@@ -39,7 +39,7 @@ final class RecordingListener: MailboxListener {
         let bob = RecordingListener()
         _ = hub.subscribe("bob", generation: 5, listener: bob)
         let observer: any CommitObserver = hub
-        observer.committed(.created(message(1)))
+        observer.committed(.created(message(1), wakeups: false))
         observer.committed(.erased(recipient: "bob", id: message(1).id))
         observer.committed(.elsewhere(.changed(mailboxes: ["bob"])))
         observer.committed(.elsewhere(.subscribed(mailbox: "bob", generation: 6)))

@@ -84,6 +84,8 @@ extension StoreContractTests {
             try await Self.put(store, Self.registration(Self.regID(2), provider: .apns, route: "apns", tag: "tag2"))
             try await Self.put(store, Self.registration(Self.regID(1), uid: "carol"))
             #expect(try await store.nextWakeupDue() == nil)
+            let hooked = Hooked()
+            store.commits.add(hooked)
             // Not waking: stored and delivered, but no row.
             _ = try await store.createMessage(recipient: "bob", id: "typing", author: "alice", envelope: "e", size: 1, keyID: nil,
                                               now: Self.now, expiresAt: Self.now + 3_600_000, limits: Self.roomy, wake: false).value
@@ -91,6 +93,12 @@ extension StoreContractTests {
             #expect(try await store.nextWakeupDue() == nil, "a wake: false create and a recipient without registrations queue nothing")
             guard case .created(let first, _) = try await Self.create(store, id: "m1") else { Issue.record("not created"); return }
             #expect(try await store.nextWakeupDue() == Self.now)
+            // The commit observer hears which creates queued rows: the dispatcher's one nudge.
+            let wakeups = hooked.changes.value.compactMap { change -> String? in
+                guard case .created(let message, let wakeups) = change, message.recipient == "bob" else { return nil }
+                return "\(message.id) \(wakeups)"
+            }
+            #expect(wakeups == ["typing false", "m1 true"])
             try await Self.create(store, id: "m2", now: Self.now + 1)
             let claimed = try await Self.claim(store, now: Self.now + 2)
             #expect(claimed.count == 2, "one row per registration, not per message")

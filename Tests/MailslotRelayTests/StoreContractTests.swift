@@ -264,11 +264,11 @@ import Testing
             #expect(try await erased.value, "the erasure came after the create")
             #expect(try await store.message(recipient: "bob", id: "x", now: Self.now) == nil)
             #expect(hooked.changes.value.dropLast(2).map { change -> Int64? in
-                if case .created(let message) = change { message.seq } else { nil }
+                if case .created(let message, _) = change { message.seq } else { nil }
             } == seqs, "every create told once, in commit order")
             #expect(Array(hooked.changes.value.suffix(2)).map { change -> String in
                 switch change {
-                case .created(let message): "created \(message.id)"
+                case .created(let message, _): "created \(message.id)"
                 case .erased(let recipient, let id): "erased \(recipient) \(id)"
                 case .elsewhere(let event): "elsewhere \(event)"
                 }

@@ -6,7 +6,8 @@ import MailslotWire
 
 /// Runs `body` with a test relay set for the attack catalogue: rate limits small enough that
 /// floods are quick, a header timeout short enough that the audit sees silent sockets closed
-/// in seconds, and small blob limits (files of 1 MiB, a quota of three). `configure` adjusts it
+/// in seconds, small blob limits (files of 1 MiB, a quota of three), and Web Push and the
+/// webhook on. `configure` adjusts it
 /// further (a broken rules table, say).
 func withSecurityRelay<T>(logger: Logger = quietLogger, configure: (inout RelayConfiguration) -> Void = { _ in },
                           _ body: (TestRelay) async throws -> T) async throws -> T {
@@ -19,6 +20,9 @@ func withSecurityRelay<T>(logger: Logger = quietLogger, configure: (inout RelayC
         configuration.maxFileBytes = RelayConfiguration.minFileBytes
         configuration.blobPartBytes = RelayConfiguration.minPartBytes
         configuration.maxAuthorBlobBytes = 3 * (FileCipher.size(plainSize: RelayConfiguration.minFileBytes) ?? 0)
+        // Web Push and the webhook on, so that the push rule cells can register (an unusable key
+        // file leaves them off, and AuditTests fails on the skipped cell).
+        try? PushTestCredentials.enableWebPushAndWebhook(&configuration)
         configure(&configuration)
     }, body)
 }

@@ -3,20 +3,23 @@
 the file exists. Binary values are unpadded base64url; P-256 private keys are the 32-byte scalar,
 public keys the 65-byte uncompressed point; RSA public keys are PEM.
 
-Sections read (each optional; a missing one is reported, not failed):
-  webpush_rfc8291   {ua_private, ua_public, auth, as_public, salt, rs, plaintext, body}: RFC 8291
-                    Appendix A; the body must decrypt with http_ece to the plaintext, and the header
-                    must carry salt, rs and as_public
-  webpush_payloads  [{ua_private, auth, tag, body, opens?}]: 166-byte bodies that decrypt to tag
-                    (opens false: a wrong auth, must not decrypt)
-  vapid             [{public_key, audience, subject?, header, now, valid}]: py_vapid verifies the
-                    signature, the claims are checked by hand (aud, 0 < exp - now ≤ 24 h, sub)
-  apns_jwt          [{public_key, key_id, team_id, jwt, now, valid}]: ES256, kid, iss, iat ± 1 h
-  oauth_assertion   {public_key_pem, claims, jwt, form}: the RS256 JWT verifies and is exactly the
-                    header·claims given (PKCS#1 v1.5 is deterministic); the form body is exact
+Sections (the layout PushVectorTests writes; each optional: a missing one is reported, not failed):
+  webpush_rfc8291   {ua_private, ua_public, as_private, as_public, auth, salt, record_size,
+                    plaintext, body}: RFC 8291 Appendix A; the body must decrypt with http_ece to
+                    the plaintext, and its header must carry salt, record_size and as_public
+  webpush_payloads  {ua_private, ua_public, as_private, salt, body_bytes, cases: [{auth, tag, body,
+                    opens, why?}]}: body_bytes-long bodies that decrypt to tag (opens false: must
+                    not decrypt)
+  vapid             {public_key, cases: [{authorization, endpoint_origin, now, expect, why}]}:
+                    py_vapid verifies the signature, the RFC 8292 claims are checked by hand (aud is
+                    the endpoint's origin, 0 < exp - now <= 24 h, sub mailto: or https:)
+  apns_jwt          {public_key, key_id, team_id, now, jwt}: ES256, kid, iss, iat within 1 h
+  oauth_assertion   {public_key_pem, header, claims, now, jwt, form_body}: the RS256 JWT verifies
+                    and is exactly the header and claims texts given (PKCS#1 v1.5 is
+                    deterministic); the form body is exact
   webhook           [{secrets, id, timestamp, body, signature}]: recomputed with hmac
 """
-import base64, hashlib, hmac, json, time, urllib.parse
+import base64, hashlib, hmac, json, urllib.parse
 
 import http_ece
 import py_vapid
@@ -64,27 +67,25 @@ def decrypt(body, ua_private, auth):
     return http_ece.decrypt(body, private_key=p256_private(ua_private), auth_secret=b64d(auth), version="aes128gcm")
 
 
-def vapid_outcome(vector):
+def vapid_outcome(vector, public_key):
     """'ok' or why not: py_vapid for the signature, the RFC 8292 claims by hand."""
-    header = vector["header"]
+    header = vector["authorization"]
     try:
         if not py_vapid.Vapid02.verify(header):
             return "signature"
     except Exception as error:
         return "malformed: %r" % error
     parts = dict(p.split("=", 1) for p in header.split(" ", 1)[1].split(","))
-    if parts.get("k") != vector["public_key"]:
+    if parts.get("k") != public_key:
         return "k"
     head, claims, _, _ = jwt_parts(parts["t"])
     now = vector["now"]
     if head.get("alg") != "ES256":
         return "alg"
-    if claims.get("aud") != vector["audience"]:
+    if claims.get("aud") != vector["endpoint_origin"]:
         return "aud"
     if not isinstance(claims.get("exp"), int) or not now < claims["exp"] <= now + 86400:
         return "exp"
-    if "subject" in vector and claims.get("sub") != vector["subject"]:
-        return "sub"
     if not str(claims.get("sub", "")).startswith(("mailto:", "https:")):
         return "sub"
     return "ok"
@@ -125,36 +126,40 @@ def check_push_vectors(path, check):
         except Exception as error:
             check("push: RFC 8291 Appendix A decrypts with http_ece", False, repr(error))
         check("push: RFC 8291 Appendix A header (salt, rs, keyid = as_public)",
-              body[:16] == b64d(appendix["salt"]) and int.from_bytes(body[16:20], "big") == appendix["rs"]
+              body[:16] == b64d(appendix["salt"]) and int.from_bytes(body[16:20], "big") == appendix["record_size"]
               and body[21:21 + body[20]] == b64d(appendix["as_public"]))
         point = p256_private(appendix["ua_private"]).public_key().public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
         check("push: RFC 8291 Appendix A ua_public is ua_private's", b64e(point) == appendix["ua_public"])
 
-    for i, vector in enumerate(section("webpush_payloads") or []):
+    payloads = section("webpush_payloads")
+    for i, vector in enumerate((payloads or {}).get("cases", [])):
         body = b64d(vector["body"])
         name = "push: Web Push payload %d (tag %r)" % (i, vector.get("tag"))
-        if vector.get("opens", True):
-            check(name + " is %d bytes" % WEB_PUSH_BODY, len(body) == WEB_PUSH_BODY, "%d bytes" % len(body))
+        if vector["opens"]:
+            check(name + " is %d bytes" % payloads["body_bytes"], len(body) == payloads["body_bytes"] == WEB_PUSH_BODY,
+                  "%d bytes" % len(body))
+            check(name + " header carries the salt", body[:16] == b64d(payloads["salt"]))
             try:
-                plain = decrypt(body, vector["ua_private"], vector["auth"])
+                plain = decrypt(body, payloads["ua_private"], vector["auth"])
                 check(name + " decrypts to the tag and nothing else", plain == vector["tag"].encode(), repr(plain))
             except Exception as error:
                 check(name + " decrypts", False, repr(error))
         else:
             try:
-                decrypt(body, vector["ua_private"], vector["auth"])
+                decrypt(body, payloads["ua_private"], vector["auth"])
                 check(name + " must not open", False, "it decrypted")
             except Exception:
                 check(name + " must not open", True)
 
-    for i, vector in enumerate(section("vapid") or []):
-        got = vapid_outcome(vector)
-        want_ok = vector["valid"]
-        check("push: VAPID vector %d %s" % (i, "verifies" if want_ok else "is refused"), (got == "ok") == want_ok, got)
+    vapid = section("vapid")
+    for i, vector in enumerate((vapid or {}).get("cases", [])):
+        got = vapid_outcome(vector, vapid["public_key"])
+        want_ok = vector["expect"] == "valid"
+        check("push: VAPID vector %d %s (%s)" % (i, "verifies" if want_ok else "is refused", vector["why"]), (got == "ok") == want_ok, got)
 
-    for i, vector in enumerate(section("apns_jwt") or []):
-        got = apns_outcome(vector)
-        check("push: APNs JWT vector %d %s" % (i, "verifies" if vector["valid"] else "is refused"), (got == "ok") == vector["valid"], got)
+    apns = section("apns_jwt")
+    if apns is not None:
+        check("push: APNs JWT verifies", apns_outcome(apns) == "ok", apns_outcome(apns))
 
     oauth = section("oauth_assertion")
     if oauth is not None:
@@ -166,11 +171,13 @@ def check_push_vectors(path, check):
         except InvalidSignature:
             verified = False
         check("push: OAuth assertion RS256 verifies", verified)
-        check("push: OAuth assertion header", head.get("alg") == "RS256" and head.get("typ") == "JWT", repr(head))
-        check("push: OAuth assertion claims as given", claims == oauth["claims"], repr(claims))
-        check("push: OAuth assertion exp - iat ≤ 3600", 0 < claims.get("exp", 0) - claims.get("iat", 0) <= 3600)
+        head_text, claims_text = (b64d(part).decode() for part in oauth["jwt"].split(".")[:2])
+        check("push: OAuth assertion header exactly as given", head_text == oauth["header"] and head.get("alg") == "RS256", head_text)
+        check("push: OAuth assertion claims exactly as given", claims_text == oauth["claims"], claims_text)
+        check("push: OAuth assertion iat is now, exp - iat <= 3600",
+              claims.get("iat") == oauth["now"] and 0 < claims.get("exp", 0) - claims.get("iat", 0) <= 3600)
         form = urllib.parse.urlencode({"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": oauth["jwt"]})
-        check("push: OAuth form body exact", form == oauth["form"], oauth["form"])
+        check("push: OAuth form body exact", form == oauth["form_body"], oauth["form_body"])
 
     for i, vector in enumerate(section("webhook") or []):
         signed = ("%s.%s." % (vector["id"], vector["timestamp"])).encode() + vector["body"].encode()

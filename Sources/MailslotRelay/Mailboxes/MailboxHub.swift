@@ -150,7 +150,7 @@ final class MailboxHub: CommitObserver {
     /// The store committed `change` (``CommitObserver``): it reaches the mailbox's subscription.
     func committed(_ change: CommittedChange) {
         switch change {
-        case .created(let message): committed(message)
+        case .created(let message, _): committed(message)
         case .erased(let recipient, let id): erased(recipient, id: id)
         case .elsewhere(let event): handle(event)
         }

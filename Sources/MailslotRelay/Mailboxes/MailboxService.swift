@@ -52,7 +52,9 @@ struct MailboxService: Sendable {
                                          keyID: keyID, now: now, expiresAt: now + checked.ttl * 1000,
                                          limits: CreateLimits(maxPending: configuration.maxPendingPerMailbox,
                                                               maxAuthorBytes: configuration.maxAuthorBytes),
-                                         wake: wake)
+                                         // A recipient connected here is told over its socket: no wake-up
+                                         // row (design §2.2; the dispatcher's claim covers other nodes).
+                                         wake: wake && !hub.isSubscribed(recipient))
         } catch {
             let refusal = rejected(error)
             return Pending { throw refusal }

@@ -5,7 +5,7 @@ import Prometheus
 // The wake-up metrics of spec/push.md §4.3 and docs/design/wakeups.md §5. Labels are only the
 // provider and a reason from a fixed list: never a uid, token, host, endpoint or tag.
 
-/// Counts what the wake-up dispatcher does.
+/// Counts what the wake-up dispatcher and the push service do.
 struct PushMetrics: Sendable {
     private let factory: PrometheusMetricsFactory
     private let inFlightGauge: CoreMetrics.Gauge
@@ -35,6 +35,12 @@ struct PushMetrics: Sendable {
         }
         CoreMetrics.Timer(label: "mailslot_push_call_duration_seconds", dimensions: [("provider", provider.rawValue)], factory: factory)
             .recordNanoseconds(duration.milliseconds * 1_000_000)
+    }
+
+    /// A registration was created (not replaced) through `PUT /v1/users/{uid}/push/{id}`.
+    func registrationCreated(_ provider: PushProviderKind) {
+        CoreMetrics.Counter(label: "mailslot_push_registrations_created_total", dimensions: [("provider", provider.rawValue)],
+                            factory: factory).increment()
     }
 
     /// A registration was removed: `dead` or `failing`.

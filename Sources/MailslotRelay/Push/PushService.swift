@@ -12,6 +12,8 @@ struct PushService: Sendable {
     /// The VAPID public key (unpadded base64url of the 65-byte point) when Web Push is on: what
     /// `GET /v1/push` gives browsers as `applicationServerKey`.
     let vapidPublicKey: String?
+    /// Counts the registrations created (design §5).
+    let metrics: PushMetrics
 
     typealias Principal = SessionService.Principal
 
@@ -46,7 +48,9 @@ struct PushService: Sendable {
         let registration = NewPushRegistration(uid: owner, id: id, provider: target.provider, target: target.canonicalJSON,
                                                route: target.route, tag: tag)
         switch try await store.putRegistration(registration, family: principal.family, max: settings.maxRegistrations, now: now) {
-        case .created(let row): return (try Self.answer(row), true)
+        case .created(let row):
+            metrics.registrationCreated(row.provider)
+            return (try Self.answer(row), true)
         case .replaced(let row): return (try Self.answer(row), false)
         case .tooMany:
             throw Problem(.tooManyRegistrations, "at most \(settings.maxRegistrations) push registrations per user")

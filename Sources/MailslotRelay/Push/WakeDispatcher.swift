@@ -28,7 +28,6 @@ final class WakeDispatcher: Service, CommitObserver, Sendable {
     private let interval: Int64
     private let pollInterval: Duration?
     private let isLiveHere: @Sendable (String) -> Bool
-    private let mayWake: @Sendable (String) -> Bool
     private let metrics: PushMetrics
     private let logger: Logger
     private let configuration: WakeScheduler.Configuration
@@ -55,18 +54,15 @@ final class WakeDispatcher: Service, CommitObserver, Sendable {
     ///   - pollInterval: A tick this often (PostgreSQL: rows other relays wrote); nil on SQLite,
     ///     which asks the store for the next due time instead.
     ///   - isLiveHere: Whether a mailbox has a live subscription on this relay.
-    ///   - mayWake: Whether a stored message for this mailbox may have queued wake-ups (the
-    ///     SQLite store knows which uids have registrations; PostgreSQL answers true).
     init(store: any PushRecords, providers: [PushProviderKind: any PushProvider], clock: RelayClock, interval: Int64,
          concurrency: Int, pollInterval: Duration?, isLiveHere: @escaping @Sendable (String) -> Bool,
-         mayWake: @escaping @Sendable (String) -> Bool, metrics: PushMetrics, logger: Logger) {
+         metrics: PushMetrics, logger: Logger) {
         self.store = store
         self.providers = providers
         self.clock = clock
         self.interval = interval
         self.pollInterval = pollInterval
         self.isLiveHere = isLiveHere
-        self.mayWake = mayWake
         self.metrics = metrics
         self.logger = logger
         var configuration = WakeScheduler.Configuration()
@@ -84,9 +80,9 @@ final class WakeDispatcher: Service, CommitObserver, Sendable {
     /// Nudges heard since start (tests: a commit that must not nudge leaves it unchanged).
     var nudges: Int { nudgeCount.withLock { $0 } }
 
-    /// A commit stored a message: its mailbox's wake-ups may be due now.
+    /// A commit stored a message and queued its wake-ups (as the store says): they may be due now.
     func committed(_ change: CommittedChange) {
-        guard case .created(let message) = change, mayWake(message.recipient) else { return }
+        guard case .created(_, wakeups: true) = change else { return }
         nudge()
     }
 

@@ -90,10 +90,11 @@ public struct Relay: Sendable {
         blobs = BlobService(records: store, storage: storage, configuration: configuration, rateLimiter: mailboxes.rateLimiter,
                             transfers: TransferLimiter(limit: configuration.maxTransfersPerUID), eraser: blobEraser, metrics: metrics,
                             logger: logger)
+        let pushMetrics = PushMetrics(registry: metrics.registry)
         push = PushService(store: store, settings: configuration.push, rules: configuration.rules,
-                           vapidPublicKey: try Self.vapidPublicKey(configuration.push))
+                           vapidPublicKey: try Self.vapidPublicKey(configuration.push), metrics: pushMetrics)
         (wakeDispatcher, pushHTTP) = try Self.makeWakeDispatcher(configuration: configuration, store: store, hub: mailboxes.hub,
-                                                                 metrics: metrics, logger: logger)
+                                                                 metrics: pushMetrics, logger: logger)
         // Commits that stored a message for a mailbox with registrations nudge the dispatcher.
         if let wakeDispatcher { store.commits.add(wakeDispatcher) }
     }
@@ -101,19 +102,17 @@ public struct Relay: Sendable {
     /// The wake-up dispatcher and the providers' HTTP client when a provider is configured: every
     /// key file read and checked now, before the relay listens (docs/design/wakeups.md §6).
     private static func makeWakeDispatcher(configuration: RelayConfiguration, store: any RelayStore, hub: MailboxHub,
-                                           metrics: RelayMetrics, logger: Logger) throws -> (WakeDispatcher?, OutboundHTTP?) {
+                                           metrics: PushMetrics, logger: Logger) throws -> (WakeDispatcher?, OutboundHTTP?) {
         let made: PushProviders?
         do { made = try PushProviders.make(settings: configuration.push, clock: configuration.clock, logger: logger) } catch {
             throw RelayConfigurationError("wake-ups are configured but cannot be sent: \(error)")
         }
         guard let made else { return (nil, nil) }
-        let sqlite = store as? SQLiteStore
         let dispatcher = WakeDispatcher(
             store: store, providers: made.providers, clock: configuration.clock, interval: Int64(configuration.push.wakeInterval) * 1000,
             concurrency: configuration.push.concurrency, pollInterval: configuration.storeBackend.isShared ? .seconds(1) : nil,
             isLiveHere: { hub.isSubscribed($0) },
-            mayWake: { uid in sqlite.map { $0.wakeUIDs.withLock { $0.contains(uid) } } ?? true },
-            metrics: PushMetrics(registry: metrics.registry), logger: logger)
+            metrics: metrics, logger: logger)
         return (dispatcher, made.http)
     }
 

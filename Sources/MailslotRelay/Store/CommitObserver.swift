@@ -2,8 +2,12 @@ import Synchronization
 
 /// What a store committed that a live subscription may care about.
 enum CommittedChange: Sendable, Equatable {
-    /// A message was stored (and is to be delivered).
-    case created(StoredMessage)
+    /// A message was stored (and is to be delivered). `wakeups`: the same transaction queued
+    /// wake-up rows for its recipient (SQLite: the recipient has registrations; PostgreSQL: the
+    /// create asked to wake, and the database alone knows whether it found registrations), so
+    /// the wake-up dispatcher claims them at once rather than at its next look
+    /// (docs/design/wakeups.md §2.2, §3.2).
+    case created(StoredMessage, wakeups: Bool)
     /// Message `id` of `recipient`'s mailbox was erased (an ack, an unsend).
     case erased(recipient: String, id: String)
     /// Another relay sharing the store committed something, as its signal says (``ClusterSignals``,

@@ -1,6 +1,5 @@
 import Foundation
 import MailslotWire
-import Synchronization
 
 // What the relay keeps for wake-ups — each mailbox owner's push registrations, and at most one
 // pending wake-up per registration — and the interface the push service and the wake-up
@@ -129,27 +128,6 @@ protocol PushRecords: Sendable {
     func nextWakeupDue() async throws -> Int64?
     /// Records that this relay is alive (PostgreSQL `relay_nodes`); nothing on SQLite.
     func heartbeat(node: String, now: Int64) async throws
-    /// Told after each commit of this relay that may have queued wake-ups, so that the
-    /// dispatcher claims them at once rather than at its next tick.
-    var wakeupsQueued: WakeupNudges { get }
-}
-
-/// Who hears that wake-ups may be waiting: the relay's wake-up dispatcher registers once. Called
-/// on the commit path, after the commit: a handler must return at once (set a flag, resume a task).
-final class WakeupNudges: Sendable {
-    private let handlers = Mutex<[@Sendable () -> Void]>([])
-
-    init() {}
-
-    /// Adds `handler`: it hears every nudge from now on.
-    func add(_ handler: @escaping @Sendable () -> Void) {
-        handlers.withLock { $0.append(handler) }
-    }
-
-    /// Tells every handler; called by the store after a commit that queued wake-ups.
-    func nudge() {
-        for handler in handlers.withLock({ $0 }) { handler() }
-    }
 }
 
 extension PushRegistrationRow {

@@ -76,6 +76,11 @@ import MailslotWire
             #expect(registrations.map(\.id) == [Self.id, Self.other], "ordered by id")
             #expect(registrations.last?.provider == .webhook && registrations.last?.token == nil)
             #expect(try await relay.call("GET", path, session: bob).decoded(PushRegistration.self) == apns)
+            // Created ones are counted, by provider; replacements are not.
+            let metrics = relay.relay.metricsText()
+            #expect(metrics.contains(#"mailslot_push_registrations_created_total{provider="webpush"} 1"#), "\(metrics)")
+            #expect(metrics.contains(#"mailslot_push_registrations_created_total{provider="webhook"} 1"#))
+            #expect(!metrics.contains(#"mailslot_push_registrations_created_total{provider="apns"}"#))
 
             #expect(try await relay.call("DELETE", path, session: bob).status == 204)
             #expect(try await relay.call("DELETE", path, session: bob).problem == .notFound)
@@ -222,6 +227,13 @@ import MailslotWire
         }
     }
 
+    /// Whether a wake-up was queued for bob's registration `id`: still pending, or already
+    /// claimed by the relay's dispatcher (which stamps `woken_at`).
+    static func queuedAny(_ store: any RelayStore) async throws -> Bool {
+        if try await store.nextWakeupDue() != nil { return true }
+        return try await (store.registration(uid: "bob", id: id)?.wokenAt ?? 0) != 0
+    }
+
     /// `wake` is a boolean member of a create (REST and WebSocket); `false` queues no wake-up,
     /// the default queues one for each registration.
     @Test func wakeMemberOfACreate() async throws {
@@ -234,12 +246,32 @@ import MailslotWire
             let quiet = try await relay.call("PUT", "/v1/users/bob/messages/\(messageID(1))", session: alice,
                                              body: ["envelope": envelope, "wake": false])
             #expect(quiet.status == 201)
-            #expect(try await store.nextWakeupDue() == nil, "wake: false queues nothing")
+            #expect(try await !Self.queuedAny(store), "wake: false queues nothing")
             #expect(try await relay.call("PUT", "/v1/users/bob/messages/\(messageID(2))", session: alice,
                                          body: ["envelope": envelope, "wake": "no"]).problem == .invalidJSON)
             #expect(try await relay.call("PUT", "/v1/users/bob/messages/\(messageID(3))", session: alice,
                                          body: ["envelope": envelope, "wake": true]).status == 201)
-            #expect(try await store.nextWakeupDue() != nil, "a waking create queues one")
+            #expect(try await Self.queuedAny(store), "a waking create queues one")
+        }
+    }
+
+    /// A message to an owner whose subscription is live on this relay queues no wake-up: the
+    /// socket tells it (design §2.2). Once the owner is gone, the next message queues one.
+    @Test func aMessageToAConnectedOwnerQueuesNoWakeup() async throws {
+        try await Self.withPushRelay { relay in
+            let bob = try await relay.signIn("bob").session
+            let alice = try await relay.signIn("alice").session
+            #expect(try await relay.call("PUT", "/v1/users/bob/push/\(Self.id)", session: bob, body: ["provider": "webhook"]).status == 201)
+            let store = relay.relay.store, hub = relay.relay.mailboxes.hub
+            let socket = try await TestSocket.subscribed(relay, "bob", session: bob)
+            #expect(hub.isSubscribed("bob"))
+            #expect(try await relay.send(alice, to: "bob", id: messageID(1)).status == 201)
+            #expect(try await !Self.queuedAny(store), "a connected owner is not woken")
+            await socket.close()
+            for _ in 0..<250 where hub.isSubscribed("bob") { try await Task.sleep(for: .milliseconds(20)) }
+            #expect(!hub.isSubscribed("bob"))
+            #expect(try await relay.send(alice, to: "bob", id: messageID(2)).status == 201)
+            #expect(try await Self.queuedAny(store), "an owner without a subscription is")
         }
     }
 }

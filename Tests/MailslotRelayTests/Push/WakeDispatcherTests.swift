@@ -43,7 +43,6 @@ import MailslotTestSupport
         func sweepPushRegistrations(now: Int64, batch: Int) async throws -> Int { 0 }
         func nextWakeupDue() async throws -> Int64? { nil }
         func heartbeat(node: String, now: Int64) async throws {}
-        let wakeupsQueued = WakeupNudges()
     }
 
     /// Answers from a script and records what it was asked to send.
@@ -72,11 +71,11 @@ import MailslotTestSupport
     }
 
     /// Runs a dispatcher for `body`, then stops it.
-    static func withDispatcher(records: FakeRecords, provider: ScriptedProvider, mayWake: @escaping @Sendable (String) -> Bool = { _ in true },
+    static func withDispatcher(records: FakeRecords, provider: ScriptedProvider,
                                _ body: (WakeDispatcher) async throws -> Void) async throws {
         let dispatcher = WakeDispatcher(store: records, providers: [provider.kind: provider], clock: RelayClock { 1_000_000 },
                                         interval: 30_000, concurrency: 4, pollInterval: nil, isLiveHere: { $0 == "live" },
-                                        mayWake: mayWake, metrics: PushMetrics(registry: PrometheusCollectorRegistry()),
+                                        metrics: PushMetrics(registry: PrometheusCollectorRegistry()),
                                         logger: Logger(label: "test"))
         let group = ServiceGroup(configuration: .init(services: [dispatcher], logger: Logger(label: "test")))
         try await withThrowingTaskGroup(of: Void.self) { tasks in
@@ -92,7 +91,7 @@ import MailslotTestSupport
         try await Self.withDispatcher(records: records, provider: provider) { dispatcher in
             try await eventually("a claim at start") { records.state.withLock { !$0.claims.isEmpty } }
             records.state.withLock { $0.rows = [Self.row("r1")] }
-            dispatcher.committed(.created(Self.message(to: "bob")))
+            dispatcher.committed(.created(Self.message(to: "bob"), wakeups: true))
             try await eventually("the ok verdict") { records.state.withLock { $0.verdicts == [.ok] } }
             let sent = provider.sent.withLock { $0 }
             #expect(sent.count == 1)
@@ -119,17 +118,17 @@ import MailslotTestSupport
 
     @Test func disabledProvidersAreNeverClaimedAndOtherCommitsDoNotNudge() async throws {
         let records = FakeRecords(), provider = ScriptedProvider(kind: .webhook, outcomes: [])
-        try await Self.withDispatcher(records: records, provider: provider, mayWake: { $0 == "bob" }) { dispatcher in
+        try await Self.withDispatcher(records: records, provider: provider) { dispatcher in
             try await eventually("a claim at start") { records.state.withLock { !$0.claims.isEmpty } }
             #expect(records.state.withLock { Set($0.claims[0]) } == [.webpush, .apns, .fcm])
             // `committed` nudges synchronously or not at all: no wait is needed to see that it did not.
             let before = dispatcher.nudges
-            dispatcher.committed(.created(Self.message(to: "carol")))
+            dispatcher.committed(.created(Self.message(to: "carol"), wakeups: false))
             dispatcher.committed(.erased(recipient: "bob", id: "m1"))
-            #expect(dispatcher.nudges == before, "a commit for a mailbox without registrations, or an erasure, nudges nothing")
+            #expect(dispatcher.nudges == before, "a create that queued no wake-up, or an erasure, nudges nothing")
             // A live owner's row is not sent (the store postpones it): wait for the claim's verdict, then look.
             records.state.withLock { $0.rows = [Self.row("r9", uid: "live")] }
-            dispatcher.committed(.created(Self.message(to: "bob")))
+            dispatcher.committed(.created(Self.message(to: "bob"), wakeups: true))
             #expect(dispatcher.nudges == before + 1)
             try await eventually("the claim postponed the live owner's wake-up") { dispatcher.skipped(.connected) >= 1 }
             #expect(provider.sent.withLock { $0.isEmpty })

@@ -26,8 +26,6 @@ final class PostgresStore: RelayStore {
     /// What this relay tells the others sharing the database, and hears from them.
     let notifications: PostgresNotifications
     var cluster: (any ClusterSignals)? { notifications }
-    /// Told after a commit that may have queued wake-ups (``PushRecords``).
-    let wakeupsQueued = WakeupNudges()
     /// The least time between two wake-ups of one registration, in ms (`--push-wake-interval`).
     let wakeInterval: Int64
 
@@ -228,13 +226,10 @@ final class PostgresStore: RelayStore {
             case .authorQuota: throw StoreRefusal.authorQuota
             case .erased, .absent: throw PostgresSchema.Refusal(description: "mailslot_write_batch answered an erasure's outcome for a create")
             }
-        }, committed: { [commits, wakeupsQueued] outcome in
-            if case .created(let message, _) = outcome {
-                commits.publish(.created(message))
-                // Whether the recipient has registrations is the database's to know: the
-                // dispatcher's claim finds out (it is rate-limited, and finds nothing cheaply).
-                if wake { wakeupsQueued.nudge() }
-            }
+        }, committed: { [commits] outcome in
+            // Whether the recipient has registrations is the database's to know: the
+            // dispatcher's claim finds out (it is rate-limited, and finds nothing cheaply).
+            if case .created(let message, _) = outcome { commits.publish(.created(message, wakeups: wake)) }
         })
     }
 

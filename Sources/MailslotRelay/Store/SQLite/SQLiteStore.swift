@@ -17,8 +17,6 @@ final class SQLiteStore: RelayStore {
     /// The hot writes (creates, acks) share transactions under load.
     private let group: GroupCommit
     let commits = CommitObservers()
-    /// Told after a commit that may have queued wake-ups (``PushRecords``).
-    let wakeupsQueued = WakeupNudges()
     /// The least time between two wake-ups of one registration, in ms (`--push-wake-interval`).
     let wakeInterval: Int64
     /// The uids that have (or had, since start) push registrations: a create to anyone else
@@ -161,11 +159,8 @@ final class SQLiteStore: RelayStore {
             let stored = StoredMessage(seq: seq, recipient: recipient, id: id, author: author, createdAt: now,
                                        expiresAt: expiresAt, envelope: envelope, size: size)
             return .created(stored, erasedExpired: erasedExpired)
-        }, committed: { [commits, wakeupsQueued] outcome in
-            if case .created(let message, _) = outcome {
-                commits.publish(.created(message))
-                if waking { wakeupsQueued.nudge() }
-            }
+        }, committed: { [commits] outcome in
+            if case .created(let message, _) = outcome { commits.publish(.created(message, wakeups: waking)) }
         })
     }
 

@@ -82,7 +82,7 @@ enum RuleChecks {
     /// Push registrations and the push service (spec/protocol.md §4.22–§4.24): the owner's
     /// alone — another user gets the same 403 whether the registration exists or not — and the
     /// service is read by anyone signed in. The owner's own create needs a provider the relay has
-    /// on (`GET /v1/push`); with none but Web Push, only the refusals are checked.
+    /// on (`GET /v1/push`); with none at all, only the refusals are checked.
     static func push(_ context: AuditContext) async {
         let http = context.http
         let bob = context.bob!, mallory = context.mallory!
@@ -113,8 +113,14 @@ enum RuleChecks {
                 body = ["provider": "fcm", "token": "audit:" + Base64URL.encode(randomBytes(16))]
             } else if providers.contains("apns") {
                 body = ["provider": "apns", "token": randomBytes(32).map { String(format: "%02x", $0) }.joined()]
+            } else if providers.contains("webpush") {
+                // A public-looking endpoint, never called (the registration is deleted before any
+                // message could wake it); p256dh is RFC 8291 Appendix A's public test key.
+                body = ["provider": "webpush", "endpoint": "https://push.example.net/audit/" + Base64URL.encode(randomBytes(16)),
+                        "p256dh": "BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4",
+                        "auth": Base64URL.encode(randomBytes(16))]
             } else {
-                return context.record("rule.push.other-learns-nothing", true, "no provider but Web Push on: not checked")
+                return context.skip("rule.push.other-learns-nothing", "no push provider on: nothing can be registered")
             }
             let existing = "\(list)/\(Base64URL.encode(randomBytes(16)))"
             let created = try await http.call("PUT", existing, session: bob.session, body: body)
