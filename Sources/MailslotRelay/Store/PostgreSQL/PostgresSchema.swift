@@ -692,56 +692,13 @@ enum PostgresSchema {
             // The claim (design §2.4): up to p_limit due wake-ups, none of an excluded route or
             // provider, locked with SKIP LOCKED (two nodes never take one row) and deleted before
             // anything is sent. Each is then dropped when its mailbox holds no unexpired message
-            // from first_seq on (the owner received them), put back an interval later when a
-            // subscription to the mailbox is live on a node seen within p_presence ms, or else
-            // returned with its registration as it is now, whose woken_at becomes p_now.
+            // from first_seq on (the owner received them: a row with w_skip 'received'), put back
+            // an interval later when a subscription to the mailbox is live on a node seen within
+            // p_presence ms (w_skip 'connected'), or else returned with its registration as it is
+            // now, whose woken_at becomes p_now (w_skip NULL). The skipped rows let the dispatcher
+            // count its decisions (`mailslot_push_skipped_total`).
             """
             CREATE FUNCTION mailslot_claim_wakeups(p_now BIGINT, p_limit INTEGER, p_routes TEXT[], p_providers SMALLINT[],
-                p_interval BIGINT, p_presence BIGINT)
-            RETURNS TABLE (w_uid TEXT, w_id TEXT, w_provider SMALLINT, w_target TEXT, w_route TEXT, w_tag TEXT, w_version BIGINT,
-                w_first_seq BIGINT, w_attempt INTEGER, w_event TEXT)
-            LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-            DECLARE
-                t push_wakeups%ROWTYPE;
-                v_registration RECORD;
-            BEGIN
-                FOR t IN
-                    WITH due AS (SELECT d.uid, d.id FROM push_wakeups d
-                                 WHERE d.due_at <= p_now AND NOT (d.route = ANY (p_routes)) AND NOT (d.provider = ANY (p_providers))
-                                 ORDER BY d.due_at LIMIT p_limit FOR UPDATE SKIP LOCKED)
-                    DELETE FROM push_wakeups w USING due WHERE w.uid = due.uid AND w.id = due.id
-                    RETURNING w.uid, w.id, w.provider, w.route, w.first_seq, w.due_at, w.attempt, w.event
-                LOOP
-                    IF NOT EXISTS (SELECT 1 FROM messages m WHERE m.recipient = t.uid AND m.seq >= t.first_seq AND m.expires_at > p_now) THEN
-                        CONTINUE;
-                    END IF;
-                    IF EXISTS (SELECT 1 FROM live_subscriptions l JOIN relay_nodes n ON n.node = l.node
-                               WHERE l.uid = t.uid AND n.seen_at > p_now - p_presence) THEN
-                        INSERT INTO push_wakeups AS p (uid, id, provider, route, first_seq, due_at, attempt, event)
-                            VALUES (t.uid, t.id, t.provider, t.route, t.first_seq, p_now + p_interval, t.attempt, t.event)
-                            ON CONFLICT (uid, id) DO UPDATE SET first_seq = least(p.first_seq, excluded.first_seq);
-                        CONTINUE;
-                    END IF;
-                    UPDATE push_registrations r SET woken_at = p_now WHERE r.uid = t.uid AND r.id = t.id
-                        RETURNING r.provider, r.target, r.route, r.tag, r.version INTO v_registration;
-                    IF NOT FOUND THEN
-                        CONTINUE;
-                    END IF;
-                    w_uid := t.uid; w_id := t.id; w_provider := v_registration.provider; w_target := v_registration.target;
-                    w_route := v_registration.route; w_tag := v_registration.tag; w_version := v_registration.version;
-                    w_first_seq := t.first_seq; w_attempt := t.attempt; w_event := t.event;
-                    RETURN NEXT;
-                END LOOP;
-            END $$
-            """,
-        ]),
-        // Version 6's claim stays for relays of that version during a rolling upgrade; this one
-        // also returns a row for each wake-up it skipped (w_skip 'connected': put back an interval
-        // later; 'received': dropped), so that the dispatcher counts its decisions
-        // (`mailslot_push_skipped_total`, docs/design/wakeups.md §5). Rows to send have w_skip NULL.
-        Migration(version: 7, name: "the wake-up claim reports what it skipped", sql: [
-            """
-            CREATE FUNCTION mailslot_claim_wakeups_reporting(p_now BIGINT, p_limit INTEGER, p_routes TEXT[], p_providers SMALLINT[],
                 p_interval BIGINT, p_presence BIGINT)
             RETURNS TABLE (w_skip TEXT, w_uid TEXT, w_id TEXT, w_provider SMALLINT, w_target TEXT, w_route TEXT, w_tag TEXT,
                 w_version BIGINT, w_first_seq BIGINT, w_attempt INTEGER, w_event TEXT)

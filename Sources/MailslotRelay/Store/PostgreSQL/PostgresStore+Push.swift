@@ -107,7 +107,7 @@ extension PostgresStore {
         let providers = excludedProviders.map { Int16($0.storeCode) }
         let claimed = try await write("claim_wakeups") { connection, logger -> WakeupClaim in
             let rows = try await connection.query("""
-                SELECT * FROM mailslot_claim_wakeups_reporting(\(now), \(Int32(clamping: limit)), \(excludedRoutes)::TEXT[],
+                SELECT * FROM mailslot_claim_wakeups(\(now), \(Int32(clamping: limit)), \(excludedRoutes)::TEXT[],
                                                               \(providers)::SMALLINT[], \(interval), \(presence))
                 """, logger: logger)
             var claim = WakeupClaim()
