@@ -156,7 +156,7 @@ extension ClientStore {
     func waitingNotice(for id: String) async throws -> Queued? {
         try await pool.read { db in
             try Row.fetchOne(db, sql: """
-                SELECT sent.id, sent.recipient, sent.envelope, sent.key_id, sent.resealed FROM rejected JOIN sent ON sent.id = rejected.notice_id
+                SELECT sent.id, sent.recipient, sent.envelope, sent.key_id, sent.resealed, sent.type, sent.wake FROM rejected JOIN sent ON sent.id = rejected.notice_id
                 WHERE rejected.id = ? AND sent.state = 'queued'
                 """, arguments: [id]).map(Self.queued(from:))
         }
