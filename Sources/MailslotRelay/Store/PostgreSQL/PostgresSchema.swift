@@ -706,6 +706,7 @@ enum PostgresSchema {
             DECLARE
                 t push_wakeups%ROWTYPE;
                 v_registration RECORD;
+                v_woken BIGINT;
             BEGIN
                 FOR t IN
                     WITH due AS (SELECT d.uid, d.id FROM push_wakeups d
@@ -730,9 +731,20 @@ enum PostgresSchema {
                         RETURN NEXT;
                         CONTINUE;
                     END IF;
-                    UPDATE push_registrations r SET woken_at = p_now WHERE r.uid = t.uid AND r.id = t.id
+                    -- A first attempt goes only if the registration was not woken within the
+                    -- interval. The create that made this row may have read an older woken_at
+                    -- while another node's claim was committing; the UPDATE's condition is checked
+                    -- again on the row as that claim left it, so one interval holds across nodes.
+                    UPDATE push_registrations r SET woken_at = p_now
+                        WHERE r.uid = t.uid AND r.id = t.id AND (t.attempt > 0 OR r.woken_at <= p_now - p_interval)
                         RETURNING r.provider, r.target, r.route, r.tag, r.version INTO v_registration;
                     IF NOT FOUND THEN
+                        SELECT r.woken_at INTO v_woken FROM push_registrations r WHERE r.uid = t.uid AND r.id = t.id;
+                        IF FOUND THEN
+                            INSERT INTO push_wakeups AS p (uid, id, provider, route, first_seq, due_at, attempt, event)
+                                VALUES (t.uid, t.id, t.provider, t.route, t.first_seq, v_woken + p_interval, t.attempt, t.event)
+                                ON CONFLICT (uid, id) DO UPDATE SET first_seq = least(p.first_seq, excluded.first_seq);
+                        END IF;
                         CONTINUE;
                     END IF;
                     w_provider := v_registration.provider; w_target := v_registration.target;
