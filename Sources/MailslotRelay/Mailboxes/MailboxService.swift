@@ -52,9 +52,10 @@ struct MailboxService: Sendable {
                                          keyID: keyID, now: now, expiresAt: now + checked.ttl * 1000,
                                          limits: CreateLimits(maxPending: configuration.maxPendingPerMailbox,
                                                               maxAuthorBytes: configuration.maxAuthorBytes),
-                                         // A recipient connected here is told over its socket: no wake-up
-                                         // row (design §2.2; the dispatcher's claim covers other nodes).
-                                         wake: wake && !hub.isSubscribed(recipient))
+                                         // A recipient connected here still gets its wake-up row: if the
+                                         // app leaves without acknowledging, the claim wakes it then
+                                         // (the claim postpones the row while it stays connected).
+                                         wake: wake)
         } catch {
             let refusal = rejected(error)
             return Pending { throw refusal }

@@ -254,24 +254,4 @@ import MailslotWire
             #expect(try await Self.queuedAny(store), "a waking create queues one")
         }
     }
-
-    /// A message to an owner whose subscription is live on this relay queues no wake-up: the
-    /// socket tells it (design §2.2). Once the owner is gone, the next message queues one.
-    @Test func aMessageToAConnectedOwnerQueuesNoWakeup() async throws {
-        try await Self.withPushRelay { relay in
-            let bob = try await relay.signIn("bob").session
-            let alice = try await relay.signIn("alice").session
-            #expect(try await relay.call("PUT", "/v1/users/bob/push/\(Self.id)", session: bob, body: ["provider": "webhook"]).status == 201)
-            let store = relay.relay.store, hub = relay.relay.mailboxes.hub
-            let socket = try await TestSocket.subscribed(relay, "bob", session: bob)
-            #expect(hub.isSubscribed("bob"))
-            #expect(try await relay.send(alice, to: "bob", id: messageID(1)).status == 201)
-            #expect(try await !Self.queuedAny(store), "a connected owner is not woken")
-            await socket.close()
-            for _ in 0..<250 where hub.isSubscribed("bob") { try await Task.sleep(for: .milliseconds(20)) }
-            #expect(!hub.isSubscribed("bob"))
-            #expect(try await relay.send(alice, to: "bob", id: messageID(2)).status == 201)
-            #expect(try await Self.queuedAny(store), "an owner without a subscription is")
-        }
-    }
 }
