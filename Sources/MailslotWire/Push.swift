@@ -198,7 +198,9 @@ public struct PushRegistrationRequest: Sendable, Equatable, Codable {
         let (required, optional) = Self.members(of: provider)
         let present = Set(container.allKeys.map(\.stringValue))
         if let stray = present.subtracting(required).subtracting(optional).subtracting(["provider"]).sorted().first {
-            throw PushRegistrationShapeError(provider: provider, member: stray, reason: "not a member of a \(provider.rawValue) registration")
+            // An empty key is named as it is written (`""`), so that the detail still names it.
+            throw PushRegistrationShapeError(provider: provider, member: stray.isEmpty ? "\"\"" : stray,
+                                             reason: "not a member of a \(provider.rawValue) registration")
         }
         if let missing = required.subtracting(present).sorted().first {
             throw PushRegistrationShapeError(provider: provider, member: missing, reason: "missing")
