@@ -49,7 +49,9 @@ struct RunCommand: AsyncParsableCommand {
             With --nodes N and --postgres or --database-url, N spawned relays share one PostgreSQL \
             database (senders and recipients on different nodes with --placement split), and the \
             report adds each node's CPU and memory, the database server's, commits and cross-node \
-            notifications per second.
+            notifications per second. With --wake-registrations N (under tools/push run), N offline users \
+            with Web Push registrations at the stand-in get messages beside the load, the stand-in answering \
+            as --push-fault says, and the report adds the relay's push counters, memory and CPU.
             """
     )
 
