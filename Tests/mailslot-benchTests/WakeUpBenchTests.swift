@@ -52,6 +52,52 @@ struct WakeUpBenchTests {
 
 /// The pieces of the wake-up mode that need no stand-in.
 @Suite struct WakeUpBenchPartsTests {
+    /// Why parsing `arguments` fails, or nil when they parse (and validate).
+    private func refusal(_ arguments: [String]) -> String? {
+        do {
+            _ = try MailslotBench.parseAsRoot(arguments)
+            return nil
+        } catch {
+            return MailslotBench.message(for: error)
+        }
+    }
+
+    @Test func theWakeUpFlagsGoTogetherWithASpawnedRelay() throws {
+        let standin = ["--push-standin", "/nonexistent"]
+        #expect(refusal(["run", "--spawn", "--push-fault", "hang"])?.contains("go with --wake-registrations") == true)
+        #expect(refusal(["run", "--spawn", "--wake-interval", "10"])?.contains("go with --wake-registrations") == true)
+        #expect(refusal(["run", "--spawn", "--push-standin", "/nonexistent"])?.contains("go with --wake-registrations") == true)
+        #expect(refusal(["run", "--relay", "http://127.0.0.1:1", "--issuer-secret-key", "/dev/null", "--wake-registrations", "4"] + standin)?
+            .contains("needs --spawn") == true)
+        #expect(refusal(["run", "--spawn", "--wake-registrations", "4", "--wake-interval", "4"] + standin)?.contains("5 to 3600") == true)
+        #expect(refusal(["run", "--spawn", "--wake-registrations", "10001"] + standin)?.contains("0 to 10000") == true)
+        #expect(refusal(["run", "--spawn", "--wake-registrations", "0", "--push-fault", "500"] + standin)?.contains("needs registrations") == true)
+        #expect(refusal(["run", "--spawn", "--wake-registrations", "4", "--push-fault", "404"] + standin) != nil)
+        let parsed = try MailslotBench.parseAsRoot(["run", "--spawn", "--wake-registrations", "4", "--push-fault", "500", "--wake-interval", "7"] + standin)
+        let run = try #require(parsed as? RunCommand)
+        #expect(run.pushFault == .status500 && run.wakeInterval == 7 && run.wakeRegistrations == 4)
+    }
+
+    /// A folder that is not one tools/push made is a usage error (exit 64) that says what is missing.
+    @Test func aFolderWithoutTheStandinsFilesIsRefused() throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("wake-bench-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        do {
+            _ = try PushStandin(folder: folder)
+            Issue.record("an empty folder was taken for the stand-ins'")
+        } catch let failure as BenchFailure {
+            #expect(failure.status == 64 && failure.description.contains("no ports.json"), "\(failure)")
+        }
+        try Data(#"{"control":1234,"webpush":1235}"#.utf8).write(to: URL(fileURLWithPath: folder + "/ports.json"))
+        try Data(#"["--vapid-key","/x/vapid.pem"]"#.utf8).write(to: URL(fileURLWithPath: folder + "/relay-arguments.json"))
+        #expect(throws: BenchFailure.self) { try PushStandin(folder: folder) }  // no private-address allowance
+        try Data(#"["--push-allow-private-addresses","true","--vapid-key","/x/vapid.pem"]"#.utf8)
+            .write(to: URL(fileURLWithPath: folder + "/relay-arguments.json"))
+        let standin = try PushStandin(folder: folder)
+        #expect(standin.relayArguments == ["--push-allow-private-addresses", "--vapid-key", "/x/vapid.pem"])
+    }
+
     /// The stand-ins' relay-arguments.json writes the allowance as a flag and a value, as the
     /// environment variable takes it; `serve` takes it as a switch.
     @Test func theStandinsArgumentsBecomeServeArguments() throws {
