@@ -108,7 +108,9 @@ final class SpawnedRelay: Sendable {
     init(databaseURL: String, issuer: String, audience: String, arguments: [String]) throws {
         folder = FileManager.default.temporaryDirectory.appendingPathComponent("mailslot-spawned-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        port = try Self.freePort()
+        // Free now; another process may take it before the relay binds it: waitUntilListening()
+        // then fails with the relay's log.
+        port = try LoopbackPort.unused()
         let executable = ProcessRunner.builtProduct("mailslot-relay").path
         let argv = [executable, "serve", "--listen", "127.0.0.1:\(port)", "--data", folder + "/data", "--database-url", databaseURL,
                     "--issuer-public-key", issuer, "--audience", audience] + arguments
@@ -124,23 +126,6 @@ final class SpawnedRelay: Sendable {
         let result = posix_spawn(&pid, executable, &actions, nil, cArguments, environ)
         guard result == 0 else { throw POSIXError(POSIXErrorCode(rawValue: result) ?? .EINVAL) }
         self.pid = pid
-    }
-
-    /// A loopback port free right now (another process may take it before the relay binds it;
-    /// ``waitUntilListening()`` then fails with the relay's log).
-    static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-        }
-        guard bound else { throw TestRelayError("no free port") }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 
     /// Waits (20 s at most) until `/healthz` answers.

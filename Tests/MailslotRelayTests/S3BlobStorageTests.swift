@@ -305,7 +305,7 @@ import Testing
     /// A store that cannot be reached is `unavailable` (retry later) for every call; nothing is
     /// left in the spool.
     @Test func unreachableStoreIsUnavailable() async throws {
-        let port = try closedLoopbackPort()
+        let port = try LoopbackPort.unused()  // nothing listens there
         var timeouts = S3Client.Timeouts()
         timeouts.connect = .seconds(1)
         timeouts.call = .seconds(5)
@@ -414,21 +414,4 @@ private final class FreeSpace: Sendable {
         get { value.withLock { $0 } }
         set { value.withLock { $0 = newValue } }
     }
-}
-
-/// A loopback port nothing listens on (bound, then closed).
-private func closedLoopbackPort() throws -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { throw POSIXError(.EIO) }
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = 0
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &address) { pointer in
-        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-    }
-    guard bound else { throw POSIXError(.EIO) }
-    return Int(UInt16(bigEndian: address.sin_port))
 }

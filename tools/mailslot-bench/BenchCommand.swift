@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import MailslotRelay
 
 /// `mailslot-bench`: load and crash tests for the relay, with real WebSocket clients.
 @main
@@ -48,7 +49,9 @@ struct RunCommand: AsyncParsableCommand {
             With --nodes N and --postgres or --database-url, N spawned relays share one PostgreSQL \
             database (senders and recipients on different nodes with --placement split), and the \
             report adds each node's CPU and memory, the database server's, commits and cross-node \
-            notifications per second.
+            notifications per second. With --wake-registrations N (under tools/push run), N offline users \
+            with Web Push registrations at the stand-in get messages beside the load, the stand-in answering \
+            as --push-fault says, and the report adds the relay's push counters, memory and CPU.
             """
     )
 
@@ -96,9 +99,27 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Extra recipients that receive but never ack: their backlog waits on disk; RSS is sampled as it grows. Drained at the end.", valueName: "K"))
     var slowRecipients = 0
 
+    @Option(help: ArgumentHelp("Wake-ups (docs/design/wakeups.md §9.5): N offline users, each with a Web Push registration at the push stand-in, sent a message every half --wake-interval beside the run's load, so each is woken once per interval. 0 with --push-standin: the relay configured for the stand-ins, nothing registered (the baseline). Needs --spawn.", valueName: "N"))
+    var wakeRegistrations: Int?
+
+    @Option(help: ArgumentHelp("The folder `tools/push run` made (default: $MAILSLOT_TEST_PUSH_DIR): the spawned relay gets its providers' settings; the registrations point at its Web Push receiver.", valueName: "DIR"))
+    var pushStandin: String?
+
+    @Option(help: "How the Web Push stand-in answers during the run: none (201, every wake-up checked and decrypted), hang (never answers), 500 (every wake-up).")
+    var pushFault: PushFault = .none
+
+    @Option(help: ArgumentHelp("With --wake-registrations: the relay's --push-wake-interval (5 to 3600 s); short, so a short run sees many wake-ups.", valueName: "SECONDS"))
+    var wakeInterval: Int = 5
+
     @OptionGroup var output: RunOutput
 
+    /// The stand-in folder: --push-standin, else the variable `tools/push run` sets.
+    private var standinFolder: String? {
+        pushStandin ?? ProcessInfo.processInfo.environment["MAILSLOT_TEST_PUSH_DIR"].flatMap { $0.isEmpty ? nil : $0 }
+    }
+
     func validate() throws {
+        try validateWake()
         guard (1...1000).contains(senders) else { throw ValidationError("--senders must be 1 to 1000") }
         guard (1...1000).contains(recipients) else { throw ValidationError("--recipients must be 1 to 1000") }
         guard (0...1000).contains(slowRecipients) else { throw ValidationError("--slow-recipients must be 0 to 1000") }
@@ -116,8 +137,39 @@ struct RunCommand: AsyncParsableCommand {
         }
     }
 
+    /// The wake-up options go together, with a spawned relay the bench configures itself.
+    private func validateWake() throws {
+        guard let wakeRegistrations else {
+            if pushStandin != nil || pushFault != .none || wakeInterval != 5 {
+                throw ValidationError("--push-standin, --push-fault and --wake-interval go with --wake-registrations N")
+            }
+            return
+        }
+        guard (0...10_000).contains(wakeRegistrations) else { throw ValidationError("--wake-registrations must be 0 to 10000") }
+        guard PushSettings.wakeIntervalRange.contains(wakeInterval) else {
+            throw ValidationError("--wake-interval must be \(PushSettings.wakeIntervalRange.lowerBound) to \(PushSettings.wakeIntervalRange.upperBound) seconds (the relay's --push-wake-interval)")
+        }
+        guard target.spawn else {
+            throw ValidationError("--wake-registrations needs --spawn: the bench starts the relay with the stand-ins' settings and --push-wake-interval")
+        }
+        guard standinFolder != nil else {
+            throw ValidationError("--wake-registrations needs the push stand-ins: --push-standin DIR, or run under tools/push run (MAILSLOT_TEST_PUSH_DIR)")
+        }
+        if wakeRegistrations == 0 && pushFault != .none { throw ValidationError("--push-fault needs registrations to fail (--wake-registrations 1 or more)") }
+    }
+
     func run() async throws {
         Teardown.installSignalHandlers()
+        var wake: WakeSettings?
+        if let wakeRegistrations, let standinFolder {
+            do {
+                wake = WakeSettings(registrations: wakeRegistrations, standin: try PushStandin(folder: standinFolder), fault: pushFault,
+                                    interval: wakeInterval)
+            } catch let failure as BenchFailure {
+                Console.error("mailslot-bench: error: \(failure.description)")
+                throw ExitCode(failure.status)
+            }
+        }
         let fileLimit = ProcessStats.raiseFileLimit()
         let needed = 2 * (senders + recipients + slowRecipients + subscribers) + 64
         if fileLimit > 0, fileLimit < UInt64(needed) {
@@ -127,11 +179,13 @@ struct RunCommand: AsyncParsableCommand {
                                    cryptoBatches: cryptoBatches, cryptoBatchMessages: cryptoBatchMessages,
                                    senders: senders, recipients: recipients, slowRecipients: slowRecipients,
                                    subscribers: subscribers, size: size, duration: duration ?? (messages == nil ? 10 : nil),
-                                   messages: messages, rate: rate, window: window ?? 32, drainTimeout: output.drainTimeout, quiet: output.quiet)
+                                   messages: messages, rate: rate, window: window ?? 32, drainTimeout: output.drainTimeout, quiet: output.quiet,
+                                   wake: wake)
         try await RunReport.measure(json: output.json, start: {
             let body = try MessageBody(size: size, senderUID: "bench-xxxxxxxxxx-s0000", recipientUIDLength: "bench-xxxxxxxxxx-r0000".count,
                                        version: mode == .e2e ? envelope : .v1)
-            return try await RelayTarget.start(target, maxEnvelopeBytes: body.envelopeBytes > 65536 ? body.envelopeBytes : nil)
+            return try await RelayTarget.start(target, maxEnvelopeBytes: body.envelopeBytes > 65536 ? body.envelopeBytes : nil,
+                                               extraArguments: wake?.relayArguments ?? [])
         }) { relay in
             try await Benchmark(settings: settings, target: relay).run()
         }

@@ -19,6 +19,8 @@ struct RunSettings: Sendable {
     let window: Int
     let drainTimeout: Double
     let quiet: Bool
+    /// Wake-ups beside the load (`--wake-registrations`), or nil.
+    var wake: WakeSettings? = nil
 }
 
 /// The outcome of a run: the human summary, the JSON object, and the checks that failed.
@@ -140,6 +142,14 @@ struct Benchmark {
             }
         }
 
+        // Wake-ups: the offline owners and their registrations, the stand-in reset to the fault.
+        var wakeLoad: WakeLoad?
+        if let wake = s.wake {
+            status("registering \(wake.registrations) offline users at the Web Push stand-in (fault \(wake.fault.rawValue), interval \(wake.interval) s)")
+            wakeLoad = try await WakeLoad.prepare(wake, prefix: prefix, size: s.size, target: target)
+            try await wake.standin.begin(wake.fault)
+        }
+
         let counters = Counters(LiveCounts())
         let gate = StartGate()
         var sockets: [Socket] = []
@@ -182,16 +192,20 @@ struct Benchmark {
 
             // The clock. (Several nodes: their counters and the database's first, which takes a moment.)
             let clusterBefore = target.isCluster ? await ClusterReading.take(target) : nil
+            let rssBefore = s.wake != nil ? await target.residentBytes() : nil
             let cpuBefore = await target.cpuSeconds(), ownBefore = ProcessStats.ownCPUSeconds()
             let start = Monotonic.now() + 20_000_000
             let progress = ProgressPrinter()
             progress.start(counters: counters, target: target, start: start, quiet: s.quiet)
+            wakeLoad?.start(at: start, seconds: s.duration)
             gate.open(start)
             status("sending (\(describePacing()))")
 
             let sendingEnded = try await waitProgressing(counters: counters, sockets: sockets, what: "sending") {
                 $0.sendersDone == s.senders
             }
+            // The wake load sends as long as the senders do.
+            let wakeTally = await wakeLoad?.stop()
             let answered = try await waitProgressing(counters: counters, sockets: sockets, what: "the answers to the sends") {
                 $0.answered >= $0.sent
             }
@@ -203,6 +217,20 @@ struct Benchmark {
             let samples = progress.stop()
             let clusterAfter = target.isCluster ? await ClusterReading.take(target) : nil
             if !(sendingEnded && answered && drained) { status("not everything arrived; counting what did") }
+
+            // Wake-ups: the relay's push metrics, memory and the stand-in's counters as the run
+            // left them; then the fault ends (hung calls are released) and the owners' mailboxes
+            // are emptied, so the checks below find nothing left.
+            var wake: WakeFigures?
+            if let wakeLoad, let wakeTally {
+                wake = try await WakeFigures.read(wakeLoad.settings, tally: wakeTally, target: target, rssBefore: rssBefore,
+                                                  rssEnd: await target.residentBytes(), peak: await target.peakResidentBytes(),
+                                                  cpuSeconds: cpuBefore.flatMap { before in cpuAfter.map { $0 - before } },
+                                                  seconds: Monotonic.seconds(start, end))
+                try await wakeLoad.settings.standin.end()
+                status("acknowledging the messages left for the offline users")
+                wake = wake?.drained(try await wakeLoad.drain())
+            }
 
             // Slow consumers: reconnect them as acking recipients; the relay brings their whole
             // backlog from disk (the unacked window again, then the rest).
@@ -239,8 +267,10 @@ struct Benchmark {
                           senders: senderLedgers.map(\.current), ledgers: recipientLedgers.map(\.current),
                           destinations: destinations, body: body, remaining: remaining, peak: peak, rssAtEnd: rssAtEnd,
                           idle: idle, slowBacklog: slowBacklog, complete: sendingEnded && answered && drained && slowDrained,
-                          counts: counters.current, cluster: cluster, cryptoCost: cryptoCost, oneTimeStarts: oneTimeStarts)
+                          counts: counters.current, cluster: cluster, cryptoCost: cryptoCost, oneTimeStarts: oneTimeStarts, wake: wake)
         } catch {
+            _ = await wakeLoad?.stop()
+            if let wake = s.wake { try? await wake.standin.end() }
             gate.open(nil)
             for socket in sockets { socket.abandon() }
             throw error
@@ -359,7 +389,8 @@ struct Benchmark {
                         senders: [SenderLedger], ledgers: [RecipientLedger], destinations: [Destination], body: MessageBody,
                         remaining: (gauge: Int?, listed: Int?), peak: Int?, rssAtEnd: Int?,
                         idle: (before: Int?, after: Int?, opened: Int)?, slowBacklog: Int, complete: Bool,
-                        counts: LiveCounts, cluster: ClusterFigures?, cryptoCost: CryptoCost?, oneTimeStarts: Int) -> RunReport {
+                        counts: LiveCounts, cluster: ClusterFigures?, cryptoCost: CryptoCost?, oneTimeStarts: Int,
+                        wake: WakeFigures?) -> RunReport {
         let s = settings
         // Lost: stored by the relay (a 2xx answer) and never delivered to the recipient it was for.
         var lost = 0, storedTotal = 0, storedNormal = 0
@@ -428,6 +459,7 @@ struct Benchmark {
         if written != counts.answered { problems.append("\(written - counts.answered) sends were never answered") }
         if identicalRetries + doubleAnswers > 0 { problems.append("\(identicalRetries + doubleAnswers) sends were answered as retries or twice") }
         if !unexpected.isEmpty { problems.append("unexpected frames: \(Set(unexpected).sorted().joined(separator: "; "))") }
+        problems += wake?.problems ?? []
         if !complete && problems.isEmpty { problems.append("the run did not drain") }
 
         // Human summary.
@@ -465,6 +497,7 @@ struct Benchmark {
                                     Format.bytes(sample.residentBytes)))
             }
         }
+        lines += wake?.lines ?? []
         let clusterReport = cluster?.report(target: target, senders: s.senders, recipients: s.recipients + s.slowRecipients,
                                             messages: storedTotal, seconds: Monotonic.seconds(start, end))
         lines += clusterReport?.lines ?? []
@@ -497,6 +530,7 @@ struct Benchmark {
             ("rss_per_idle_connection_bytes", .number(perIdle)),
             ("idle_rss_before_bytes", .int(idle?.before)), ("idle_rss_after_bytes", .int(idle?.after)),
             ("slow_backlog", s.slowRecipients > 0 ? .int(slowBacklog) : .null),
+            ("push", wake?.json ?? .null),
             ("rss_samples", .array(samples.map { sample in
                 .object([("t", .number((sample.time * 10).rounded() / 10)), ("rss_bytes", .int(sample.residentBytes)),
                          ("stored", .int(sample.counts.created + sample.counts.createdSlow)), ("erased", .int(sample.counts.erased)),

@@ -127,9 +127,12 @@ struct RelayHTTP: Sendable {
     }
 }
 
-/// The samples of a Prometheus text exposition, summed over label sets by metric name.
+/// The samples of a Prometheus text exposition, summed over label sets by metric name; the
+/// label sets are kept too, for the sums by one label (``sum(_:by:)``).
 struct PrometheusText: Sendable {
     private(set) var values: [String: Double] = [:]
+    /// Every labelled sample: its metric name, its label text (between the braces) and value.
+    private var labelled: [(name: String, labels: Substring, value: Double)] = []
 
     init(_ text: String) {
         for line in text.split(separator: "\n") where !line.hasPrefix("#") {
@@ -146,8 +149,52 @@ struct PrometheusText: Sendable {
             }
             guard let text = rest.split(separator: " ").first, let value = Double(text) else { continue }
             values[String(name), default: 0] += value
+            if let brace = line.firstIndex(of: "{"), let close = line.lastIndex(of: "}"), brace < close {
+                labelled.append((String(name), line[line.index(after: brace)..<close], value))
+            }
         }
     }
 
     subscript(_ name: String) -> Double? { values[name] }
+
+    /// The samples of `name` summed by the value of their label `label` (e.g.
+    /// `mailslot_push_failed_total` by `reason`); samples without that label are left out.
+    func sum(_ name: String, by label: String) -> [String: Double] {
+        var sums: [String: Double] = [:]
+        for sample in labelled where sample.name == name {
+            if let value = Self.labels(sample.labels)[label] { sums[value, default: 0] += sample.value }
+        }
+        return sums
+    }
+
+    /// `a="x",b="y \"z\""` → ["a": "x", "b": "y \"z\""]: the exposition format's label pairs,
+    /// with its escapes (`\\`, `\"`, `\n`) undone. Stops at the first malformed pair.
+    static func labels(_ text: Substring) -> [String: String] {
+        var result: [String: String] = [:]
+        var rest = text[...]
+        while let equals = rest.firstIndex(of: "=") {
+            let key = rest[..<equals].trimmingCharacters(in: CharacterSet(charactersIn: ", "))
+            rest = rest[rest.index(after: equals)...]
+            guard rest.first == "\"" else { break }
+            rest = rest.dropFirst()
+            var value = "", escaped = false, closed = false
+            while let character = rest.first {
+                rest = rest.dropFirst()
+                if escaped {
+                    value.append(character == "n" ? "\n" : character)
+                    escaped = false
+                } else if character == "\\" {
+                    escaped = true
+                } else if character == "\"" {
+                    closed = true
+                    break
+                } else {
+                    value.append(character)
+                }
+            }
+            guard closed else { break }
+            result[key] = value
+        }
+        return result
+    }
 }

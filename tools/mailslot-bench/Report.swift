@@ -84,6 +84,9 @@ enum Format {
         return "\(value) B"
     }
 
+    /// A count, or "n/a" when unknown (a metric the relay does not serve).
+    static func count(_ value: Int?) -> String { value.map(String.init) ?? "n/a" }
+
     static func optional(_ value: Double?, _ format: String) -> String {
         value.map { String(format: format, $0) } ?? "n/a"
     }

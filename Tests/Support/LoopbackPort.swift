@@ -1,0 +1,29 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Loopback ports for tests that need a port number before anything listens on it: a relay
+/// process spawned with `--listen 127.0.0.1:PORT`, or a URL that must find nothing listening.
+public enum LoopbackPort {
+    /// A 127.0.0.1 TCP port free right now: bound to port 0, read back, and closed again, so
+    /// nothing listens on it when this returns. Another process may take it before the caller
+    /// uses it; a caller that binds it then fails with that process's error (for a spawned relay,
+    /// its log), and a caller that wants nothing listening gets a refused connection either way
+    /// unless someone else bound it meanwhile.
+    public static func unused() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw TestRelayError("cannot open a socket to find a free loopback port (errno \(errno))") }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound else { throw TestRelayError("cannot bind a loopback socket to find a free port (errno \(errno))") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
