@@ -166,7 +166,25 @@ final class OutboundHTTP: Service, Sendable {
     }
 
     /// One call: the deadline on the whole of it, the body read up to the cap.
+    ///
+    /// AsyncHTTPClient's deadline ends when the answer's head arrives: a server that then trickles
+    /// its body, a byte before each read timeout, would hold the call (and its slot) well past
+    /// `--push-timeout`. So the whole exchange races the deadline, and is cancelled when it loses.
     private func call(_ client: HTTPClient, url: String, headers: HTTPHeaders, body: [UInt8]) async -> Result<Answer, Failure> {
+        await withTaskGroup(of: Result<Answer, Failure>?.self) { group in
+            group.addTask { await self.exchange(client, url: url, headers: headers, body: body) }
+            group.addTask { [callTimeout] in
+                try? await Task.sleep(for: callTimeout)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first ?? .failure(.timeout)
+        }
+    }
+
+    /// The request and its answer, read up to the cap.
+    private func exchange(_ client: HTTPClient, url: String, headers: HTTPHeaders, body: [UInt8]) async -> Result<Answer, Failure> {
         var request = HTTPClientRequest(url: url)
         request.method = .POST
         request.headers = headers
