@@ -265,7 +265,8 @@ public struct PushRegistration: Sendable, Equatable, Codable, Identifiable {
     public let createdAt: String
     /// When it was last replaced (RFC 3339).
     public let updatedAt: String
-    /// When the last wake-up for it was sent (RFC 3339); nil until one was.
+    /// When the last wake-up for it was taken for sending (RFC 3339), whatever the push service
+    /// then answered; nil until one was.
     public let wokenAt: String?
     /// Web Push: the endpoint.
     public let endpoint: String?

@@ -8,6 +8,7 @@ import HummingbirdCore
 import HummingbirdWebSocket
 import HummingbirdWSClient
 import Logging
+import MailslotRelay
 import MailslotTestSupport
 import MailslotWire
 import NIOCore
@@ -176,10 +177,11 @@ final class LyingRelay: Sendable {
     }
 }
 
-/// Runs `body` with a real test relay and a ``LyingRelay`` in front of it, both on 127.0.0.1; both
-/// are stopped before this returns.
-func withLyingRelay<T: Sendable>(_ body: @Sendable (LyingRelay) async throws -> T) async throws -> T {
-    try await withTestRelay(logger: quietLogger) { relay in
+/// Runs `body` with a real test relay (its settings changed by `configure`) and a ``LyingRelay``
+/// in front of it, both on 127.0.0.1; both are stopped before this returns.
+func withLyingRelay<T: Sendable>(configure: (inout RelayConfiguration) throws -> Void = { _ in },
+                                 _ body: @Sendable (LyingRelay) async throws -> T) async throws -> T {
+    try await withTestRelay(logger: quietLogger, configure: configure) { relay in
         let port = Mutex<Int?>(nil)
         let ready = AsyncStream<Void>.makeStream()
         let liar = Mutex<LyingRelay?>(nil)

@@ -41,7 +41,9 @@ extension MailslotClient {
     ///   for another refusal (`invalid_push_registration`, `push_endpoint_refused`,
     ///   `too_many_registrations`) — nothing is kept then. When the relay cannot be reached or
     ///   asks to wait (``ClientError/unreachable(reason:)``, a 429 or 5xx), the target is kept
-    ///   and registered at the next sign-in, and the error is thrown all the same.
+    ///   and registered at the next sign-in, and the error is thrown all the same; so it is when
+    ///   the relay answers another registration than the one asked for (another id, provider or
+    ///   tag: ``ClientError/invalidResponse(detail:)``).
     @discardableResult
     public func registerPush(_ target: DevicePushTarget, id: String? = nil, tag: String? = nil) async throws -> PushRegistration {
         if let id, !PushGrammar.isValidRegistrationID(id) {
@@ -62,6 +64,12 @@ extension MailslotClient {
                                                   target: String(decoding: try JSONEncoder().encode(stored), as: UTF8.self), tag: tag)
         do {
             let registration = try await authorized { try await api.putPush(request, id: chosen, owner: me.uid, session: $0) }
+            // The answer is the registration the relay stored for this request: another id,
+            // provider or tag means the relay did not store what was asked (or lies about it).
+            // The target is kept all the same (below), so that the next sign-in registers it.
+            guard registration.id == chosen, registration.provider == target.provider, registration.tag == request.tag ?? "" else {
+                throw ClientError.invalidResponse(detail: "the relay answered registration \(registration.id) (\(registration.provider.rawValue)) for \(chosen)")
+            }
             try await store.savePushTarget(record)
             return registration
         } catch ClientError.relay(let problem) where problem.code == .pushProviderDisabled {
@@ -78,10 +86,17 @@ extension MailslotClient {
     /// This account's registrations on the relay — those of every device it signed in on — as
     /// the relay lists them, ordered by id. A registration the push service called dead (the app
     /// was uninstalled, the subscription ended) is no longer listed.
-    /// - Throws: ``ClientError/relay(problem:)``, ``ClientError/unreachable(reason:)``.
+    /// - Throws: ``ClientError/relay(problem:)``, ``ClientError/unreachable(reason:)``;
+    ///   ``ClientError/invalidResponse(detail:)`` for a list that names one id twice.
     public func pushRegistrations() async throws -> [PushRegistration] {
         let me = try await identity()
-        return try await authorized { try await api.pushRegistrations(owner: me.uid, session: $0) }
+        let registrations = try await authorized { try await api.pushRegistrations(owner: me.uid, session: $0) }
+        // One row per id (the relay's key): a list that repeats one cannot be shown as it is.
+        var seen = Set<String>()
+        if let repeated = registrations.first(where: { !seen.insert($0.id).inserted }) {
+            throw ClientError.invalidResponse(detail: "the relay listed push registration \(repeated.id) twice")
+        }
+        return registrations.sorted { $0.id < $1.id }
     }
 
     /// Removes registration `id` from the relay and forgets it here: the device is no longer

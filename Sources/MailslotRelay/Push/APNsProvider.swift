@@ -18,9 +18,6 @@ struct APNsProvider: PushProvider {
     let sandboxURL: String
     let clock: RelayClock
 
-    /// How long a configuration error pauses the provider.
-    static let configurationPause: Duration = .seconds(60)
-
     func send(_ wake: Wake) async -> PushOutcome {
         guard case .apns(let device, let sandbox, let mode) = wake.target else { return .blamed(.badResponse) }
         let now = clock.now() / 1000
@@ -31,12 +28,12 @@ struct APNsProvider: PushProvider {
         // An expired token is renewed and the call made again at once, once.
         if case .expiredToken = outcome {
             guard let renewed = token.renew(expired: current.issuedAt, now: now) else {
-                return .misconfigured(.config, pause: Self.configurationPause)
+                return .misconfigured(.config)
             }
             outcome = await call(target, bearer: renewed, mode: mode, tag: wake.tag, now: now, body: body)
         }
         switch outcome {
-        case .expiredToken: return .misconfigured(.config, pause: Self.configurationPause)
+        case .expiredToken: return .misconfigured(.config)
         case .final(let result): return result
         }
     }
@@ -85,10 +82,10 @@ struct APNsProvider: PushProvider {
         case (400, "DeviceTokenNotForTopic"): .blamed(.status4xx)
         case (429, "TooManyProviderTokenUpdates"): .retry(after: .seconds(60), reason: .rateLimited)
         case (429, _): .retry(after: retryAfter ?? .seconds(60), reason: .rateLimited)
-        case (300..<400, _): .misconfigured(.redirect, pause: configurationPause)
+        case (300..<400, _): .misconfigured(.redirect)
         case (500..<600, _): .retry(after: retryAfter, reason: .status5xx)
         // Other 400s (BadTopic, TopicDisallowed, …), 403 Invalid/MissingProviderToken, 404, 405.
-        default: .misconfigured(.config, pause: configurationPause)
+        default: .misconfigured(.config)
         }
     }
 }

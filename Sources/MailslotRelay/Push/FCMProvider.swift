@@ -14,8 +14,6 @@ struct FCMProvider: PushProvider {
     /// FCM's base URL (or a test server).
     let url: String
 
-    static let configurationPause: Duration = .seconds(60)
-
     func send(_ wake: Wake) async -> PushOutcome {
         guard case .fcm(let device) = wake.target else { return .blamed(.badResponse) }
         let target = url + "/v1/projects/" + account.projectID + "/messages:send"
@@ -24,7 +22,7 @@ struct FCMProvider: PushProvider {
             let bearer: String
             switch await accessToken.token() {
             case .success(let token): bearer = token
-            case .failure(.refused): return .misconfigured(.config, pause: Self.configurationPause)
+            case .failure(.refused): return .misconfigured(.config)
             case .failure(.unavailable(let failure)): return WebPushProvider.outcome(failure)
             }
             let headers = HTTPHeaders([("authorization", "Bearer " + bearer), ("content-type", "application/json; charset=utf-8")])
@@ -40,7 +38,7 @@ struct FCMProvider: PushProvider {
                 return Self.outcome(status: answer.status, code: code, retryAfter: answer.retryAfter())
             }
         }
-        return .misconfigured(.config, pause: Self.configurationPause)
+        return .misconfigured(.config)
     }
 
     /// The body (spec/push.md §5.3). Tokens are `[A-Za-z0-9_:.-]` and tags `[A-Za-z0-9_-]`: no escaping needed.
@@ -77,11 +75,11 @@ struct FCMProvider: PushProvider {
         case (_, "UNREGISTERED"): .dead(.status4xx)
         case (400, "INVALID_ARGUMENT"), (403, "SENDER_ID_MISMATCH"): .blamed(.status4xx)
         case (429, _): .retry(after: retryAfter ?? .seconds(60), reason: .rateLimited, pausesRoute: true)
-        case (300..<400, _): .misconfigured(.redirect, pause: configurationPause)
+        case (300..<400, _): .misconfigured(.redirect)
         case (500..<600, _): .retry(after: retryAfter, reason: .status5xx)
         case (400, _): .blamed(.status4xx)
         // 401 (again, or THIRD_PARTY_AUTH_ERROR), 403 PERMISSION_DENIED, 404 (a wrong project).
-        default: .misconfigured(.config, pause: configurationPause)
+        default: .misconfigured(.config)
         }
     }
 }

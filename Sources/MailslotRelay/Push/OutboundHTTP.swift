@@ -8,16 +8,11 @@ import NIOSSL
 import ServiceLifecycle
 import Synchronization
 
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
-
 // Every outbound call of the push providers goes through here (docs/design/wakeups.md §3.3):
 // no redirects, a connect timeout and a deadline on the whole call, answers read up to 16 KiB,
 // no proxy, the system's trust roots plus the operator's CA file. Web Push endpoints are the only
-// user-supplied URLs: their names are resolved here, every address checked by ``AddressPolicy``,
+// user-supplied URLs: their names are resolved here (``NameResolver``: at most 2 s, on threads of
+// its own), every address checked by ``AddressPolicy``,
 // and the call made on a client pinned to the checked address (AsyncHTTPClient's `dnsOverride`:
 // TLS still verifies the name), so that a name cannot be re-resolved to a private address
 // between the check and the connection. spec/push.md §4.1–§4.2.
@@ -73,6 +68,7 @@ final class OutboundHTTP: Service, Sendable {
     private let shared: HTTPClient
     private let configuration: HTTPClient.Configuration
     private let policy: AddressPolicy
+    private let resolver: NameResolver
     private let callTimeout: Duration
     private let logger: Logger
     /// Pinned clients by "host port address": the client, its last use, the calls using it.
@@ -86,7 +82,8 @@ final class OutboundHTTP: Service, Sendable {
 
     /// A client for the providers: `connectTimeout` and `callTimeout` bound every call; `caFile`
     /// (PEM certificates) is trusted beside the system's roots.
-    init(connectTimeout: Duration, callTimeout: Duration, caFile: String?, policy: AddressPolicy, logger: Logger) throws {
+    init(connectTimeout: Duration, callTimeout: Duration, caFile: String?, policy: AddressPolicy, logger: Logger,
+         resolver: NameResolver = NameResolver(timeout: OutboundHTTP.resolveTimeout)) throws {
         var tls = TLSConfiguration.makeClientConfiguration()
         if let caFile {
             tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMFile(caFile))]
@@ -103,6 +100,7 @@ final class OutboundHTTP: Service, Sendable {
                                                                                  concurrentHTTP1ConnectionsPerHostSoftLimit: 8)
         self.configuration = configuration
         self.policy = policy
+        self.resolver = resolver
         self.callTimeout = callTimeout
         // AsyncHTTPClient logs request heads at trace level: its logger stops at debug so that no
         // token or JWT reaches the log.
@@ -127,6 +125,7 @@ final class OutboundHTTP: Service, Sendable {
     /// Closes the connections; calls made afterwards fail with ``Failure/connect``.
     func shutdown() async {
         try? await shared.shutdown()
+        resolver.shutdown()
         let clients = pinned.withLock { entries in
             defer { entries.removeAll() }
             return entries.values.map(\.client)
@@ -146,7 +145,7 @@ final class OutboundHTTP: Service, Sendable {
         if endpoint.isAddressLiteral, let literal = IPAddress(ipv6: endpoint.host) ?? IPAddress(ipv4Text: endpoint.host) {
             addresses = [literal]
         } else {
-            guard let resolved = await Self.resolve(endpoint.host, port: endpoint.port), !resolved.isEmpty else { return .failure(.connect) }
+            guard let resolved = await resolver.resolve(endpoint.host, port: endpoint.port), !resolved.isEmpty else { return .failure(.connect) }
             addresses = resolved
         }
         // Every address must pass: a name that also points inside is refused, not routed around.
@@ -167,7 +166,25 @@ final class OutboundHTTP: Service, Sendable {
     }
 
     /// One call: the deadline on the whole of it, the body read up to the cap.
+    ///
+    /// AsyncHTTPClient's deadline ends when the answer's head arrives: a server that then trickles
+    /// its body, a byte before each read timeout, would hold the call (and its slot) well past
+    /// `--push-timeout`. So the whole exchange races the deadline, and is cancelled when it loses.
     private func call(_ client: HTTPClient, url: String, headers: HTTPHeaders, body: [UInt8]) async -> Result<Answer, Failure> {
+        await withTaskGroup(of: Result<Answer, Failure>?.self) { group in
+            group.addTask { await self.exchange(client, url: url, headers: headers, body: body) }
+            group.addTask { [callTimeout] in
+                try? await Task.sleep(for: callTimeout)
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first ?? .failure(.timeout)
+        }
+    }
+
+    /// The request and its answer, read up to the cap.
+    private func exchange(_ client: HTTPClient, url: String, headers: HTTPHeaders, body: [UInt8]) async -> Result<Answer, Failure> {
         var request = HTTPClientRequest(url: url)
         request.method = .POST
         request.headers = headers
@@ -230,49 +247,5 @@ final class OutboundHTTP: Service, Sendable {
             entry.lastUsed = .now
             entries[key] = entry
         }
-    }
-
-    /// The addresses `host` resolves to (`getaddrinfo` on NIO's thread pool, never on an event
-    /// loop), or nil after ``resolveTimeout`` or on an error.
-    static func resolve(_ host: String, port: Int) async -> [IPAddress]? {
-        await withTaskGroup(of: [IPAddress]?.self) { group in
-            group.addTask {
-                try? await NIOThreadPool.singleton.runIfActive { Self.getaddrinfo(host, port: port) }
-            }
-            group.addTask {
-                try? await Task.sleep(for: resolveTimeout)
-                return nil
-            }
-            let first = await group.next() ?? nil
-            group.cancelAll()
-            return first
-        }
-    }
-
-    private static func getaddrinfo(_ host: String, port: Int) -> [IPAddress] {
-        var hints = addrinfo()
-        hints.ai_socktype = Int32(SOCK_STREAM.rawValue)
-        hints.ai_family = AF_UNSPEC
-        var result: UnsafeMutablePointer<addrinfo>?
-        guard Glibc.getaddrinfo(host, String(port), &hints, &result) == 0, let first = result else { return [] }
-        defer { freeaddrinfo(first) }
-        var addresses: [IPAddress] = []
-        var cursor: UnsafeMutablePointer<addrinfo>? = first
-        while let info = cursor {
-            if let sockaddr = info.pointee.ai_addr {
-                switch Int32(info.pointee.ai_family) {
-                case AF_INET:
-                    let address = sockaddr.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { $0.pointee.sin_addr.s_addr }
-                    if let ip = IPAddress(bytes: withUnsafeBytes(of: address) { Array($0) }) { addresses.append(ip) }
-                case AF_INET6:
-                    let address = sockaddr.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { $0.pointee.sin6_addr }
-                    if let ip = IPAddress(bytes: withUnsafeBytes(of: address) { Array($0) }) { addresses.append(ip) }
-                default: break
-                }
-            }
-            cursor = info.pointee.ai_next
-        }
-        var seen = Set<IPAddress>()
-        return addresses.filter { seen.insert($0).inserted }
     }
 }

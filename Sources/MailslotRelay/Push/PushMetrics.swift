@@ -49,9 +49,9 @@ struct PushMetrics: Sendable {
                             dimensions: [("provider", provider.rawValue), ("reason", reason)], factory: factory).increment()
     }
 
-    /// A wake-up was given up after its last attempt.
-    func dropped(_ provider: PushProviderKind) {
-        CoreMetrics.Counter(label: "mailslot_push_dropped_total", dimensions: [("provider", provider.rawValue), ("reason", "retries")],
+    /// A wake-up was given up: after its last attempt, or because its stored registration cannot be read.
+    func dropped(_ provider: PushProviderKind, reason: WakeDropReason = .retries) {
+        CoreMetrics.Counter(label: "mailslot_push_dropped_total", dimensions: [("provider", provider.rawValue), ("reason", reason.rawValue)],
                             factory: factory).increment()
     }
 
@@ -82,4 +82,13 @@ enum WakeSkipReason: String, Sendable, CaseIterable {
     case connected
     /// Dropped: the owner had received the messages.
     case received
+}
+
+/// Why a wake-up was given up (the `reason` of `mailslot_push_dropped_total`).
+enum WakeDropReason: String, Sendable, CaseIterable {
+    /// Its attempts ran out (spec/push.md §3.4): the provider would not take it.
+    case retries
+    /// Its stored registration cannot be read (written by something else): no provider was
+    /// called, and an operator alerting on a provider's failures is not misled by it.
+    case unreadable
 }

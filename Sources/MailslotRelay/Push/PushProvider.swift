@@ -47,11 +47,15 @@ enum PushOutcome: Sendable, Equatable {
     case blamed(PushFailureReason)
     /// The provider says the registration no longer exists: removed.
     case dead(PushFailureReason)
-    /// The operator's configuration is wrong (key, topic, secret): the provider pauses, no
-    /// registration is blamed.
-    case misconfigured(PushFailureReason, pause: Duration)
+    /// The operator's configuration is wrong (key, topic, secret): the provider pauses (by
+    /// default ``configurationPause``), no registration is blamed.
+    case misconfigured(PushFailureReason, pause: Duration = PushOutcome.configurationPause)
     /// The address policy refused the endpoint at call time: counts as blamed.
     case refused(PushFailureReason)
+
+    /// How long an answer that blames the operator's configuration pauses its provider
+    /// (spec/push.md §4.3), whichever provider gave it.
+    static let configurationPause: Duration = .seconds(60)
 
     /// The failure reason, nil for ``sent``.
     var reason: PushFailureReason? {

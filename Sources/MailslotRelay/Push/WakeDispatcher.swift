@@ -193,7 +193,7 @@ final class WakeDispatcher: Service, CommitObserver, Sendable {
                 guard let target = try? PushTarget(provider: row.provider, storedJSON: row.target) else {
                     // A row this relay cannot read (written by something else): not a device's fault, not sendable.
                     logger.error("a stored push registration cannot be read; its wake-up is dropped", metadata: ["provider": "\(row.provider.rawValue)"])
-                    metrics.dropped(row.provider)
+                    metrics.dropped(row.provider, reason: .unreadable)
                     continue
                 }
                 wakes.append(Wake(claimed: row, target: target, webhookID: row.event ?? Self.newWebhookID()))

@@ -13,8 +13,6 @@ struct WebhookProvider: PushProvider {
     let signature: WebhookSignature
     let clock: RelayClock
 
-    static let configurationPause: Duration = .seconds(60)
-
     /// The body's members, encoded sorted and compact.
     struct Body: Encodable, Equatable {
         let registration: String
@@ -51,9 +49,9 @@ struct WebhookProvider: PushProvider {
         switch status {
         case 200..<300: .sent
         case 410: .dead(.status4xx)
-        case 401, 403: .misconfigured(.config, pause: configurationPause)
+        case 401, 403: .misconfigured(.config)
         case 429: .retry(after: retryAfter, reason: .rateLimited, pausesRoute: true)
-        case 300..<400: .misconfigured(.redirect, pause: configurationPause)
+        case 300..<400: .misconfigured(.redirect)
         case 500..<600: .retry(after: retryAfter, reason: .status5xx)
         default: .blamed(.status4xx)
         }

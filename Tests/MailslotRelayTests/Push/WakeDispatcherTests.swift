@@ -71,11 +71,11 @@ import MailslotTestSupport
     }
 
     /// Runs a dispatcher for `body`, then stops it.
-    static func withDispatcher(records: FakeRecords, provider: ScriptedProvider,
+    static func withDispatcher(records: FakeRecords, provider: ScriptedProvider, registry: PrometheusCollectorRegistry = PrometheusCollectorRegistry(),
                                _ body: (WakeDispatcher) async throws -> Void) async throws {
         let dispatcher = WakeDispatcher(store: records, providers: [provider.kind: provider], clock: RelayClock { 1_000_000 },
                                         interval: 30_000, concurrency: 4, pollInterval: nil, isLiveHere: { $0 == "live" },
-                                        metrics: PushMetrics(registry: PrometheusCollectorRegistry()),
+                                        metrics: PushMetrics(registry: registry),
                                         logger: Logger(label: "test"))
         let group = ServiceGroup(configuration: .init(services: [dispatcher], logger: Logger(label: "test")))
         try await withThrowingTaskGroup(of: Void.self) { tasks in
@@ -97,6 +97,27 @@ import MailslotTestSupport
             #expect(sent.count == 1)
             #expect(sent.first?.webhookID.hasPrefix("msg_") == true && sent.first?.webhookID.count == 26)
             #expect(sent.first?.target == .webhook(token: "dev"))
+        }
+    }
+
+    @Test func anUnreadableRegistrationIsDroppedAsUnreadableNotAsRetries() async throws {
+        let records = FakeRecords(), provider = ScriptedProvider(kind: .webhook, outcomes: [])
+        let registry = PrometheusCollectorRegistry()
+        try await Self.withDispatcher(records: records, provider: provider, registry: registry) { dispatcher in
+            let unreadable = ClaimedWakeup(uid: "bob", registrationID: "r1", provider: .webhook, target: "not json", route: "webhook",
+                                           tag: "k3", version: 1, firstSeq: 1, attempt: 0, event: nil)
+            records.state.withLock { $0.rows = [unreadable] }
+            dispatcher.nudge()
+            func exposition() -> String {
+                var buffer: [UInt8] = []
+                registry.emit(into: &buffer)
+                return String(decoding: buffer, as: UTF8.self)
+            }
+            try await eventually("the drop counted") { exposition().contains("mailslot_push_dropped_total") }
+            let text = exposition()
+            #expect(text.contains(#"mailslot_push_dropped_total{provider="webhook",reason="unreadable"} 1"#), "\(text)")
+            #expect(!text.contains(#"reason="retries""#), "no attempt ran out")
+            #expect(provider.sent.withLock { $0.isEmpty })
         }
     }
 
