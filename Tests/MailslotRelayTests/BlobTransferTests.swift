@@ -141,8 +141,9 @@ import MailslotWire
     }
 
     /// A part of 16 MiB goes to the file as it arrives: whenever the body is asked for more, all
-    /// but the last MiB of what it gave is on disk already. Relay memory per upload is the
-    /// storage's one buffer, whatever the part or file size.
+    /// but the last two chunks of what it gave (the one being written, the one being collected:
+    /// 1 MiB, ``PartStream``) is on disk already. Relay memory per upload is those two chunks,
+    /// whatever the part or file size.
     @Test func aPartStreamsToDiskThroughOneBuffer() async throws {
         let folder = FileManager.default.temporaryDirectory.appendingPathComponent("blobs-\(UUID().uuidString)").path
         defer { try? FileManager.default.removeItem(atPath: folder) }
@@ -153,7 +154,7 @@ import MailslotWire
         let lagging = Atomic<Int>(0)
         let body = PatternBody(length: length, piece: 64 << 10) { given in
             // Everything given but the buffer's worth must be in the file already.
-            let mustBeWritten = given - FileBlobStorage.chunkBytes
+            let mustBeWritten = given - 2 * PartStream.chunkBytes
             guard mustBeWritten > 0 else { return }
             let handle = FileHandle(forReadingAtPath: path)
             defer { try? handle?.close() }

@@ -1,7 +1,6 @@
 import Foundation
 import MailslotWire
 import NIOCore
-import NIOPosix
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -10,24 +9,26 @@ import Glibc
 /// the 32 hex characters being the random storage key (never the blob id), folders 0700 and
 /// files 0600 (docs/design/attachments.md §3.1).
 ///
-/// I/O is plain POSIX (`open`, `fallocate`, `pwrite`, `fdatasync`, `pread`, `unlink`) run on
-/// NIO's blocking thread pool (``NIOThreadPool/singleton``), never on an event loop or the
-/// cooperative pool: NIOFileSystem runs on the same kind of pool but has neither `fallocate`
-/// nor `fdatasync`, the two calls that make the watermark see a whole upload at create and a
-/// part durable before it is answered. Hashing (BLAKE2b-256) runs in the request's task as the
-/// body arrives; the bytes wait in one buffer of at most ``chunkBytes`` per transfer, so relay
-/// memory per upload is about 1 MiB whatever the part or file size.
+/// I/O is plain POSIX (`open`, `fallocate`, `pwritev`, `fdatasync`, `pread`, `unlink`) run on the
+/// blob transfers' own thread pool (``BlobIOPool``, at a lower CPU priority), never on an event
+/// loop or the cooperative pool, where ordinary messages run: NIOFileSystem runs on a pool too
+/// but has neither `fallocate` nor `fdatasync`, the two calls that make the watermark see a
+/// whole upload at create and a part durable before it is answered. A part's body is hashed
+/// (BLAKE2b-256) and written on that pool as well (``PartStream``): the request's task only
+/// collects buffers, half a MiB at a time, so relay memory per upload is about 1 MiB whatever
+/// the part or file size.
 final class FileBlobStorage: BlobStorage {
     /// `<data>/blobs`.
     let directory: String
     private let probe: DiskSpace.Probe
-    private let pool: NIOThreadPool
+    private let pool: BlobIOPool
 
-    /// The most bytes held, written or read in one go: a part streams through a buffer this big.
+    /// The most bytes read in one go for a download (a part is written in ``PartStream``'s chunks).
     static let chunkBytes = 1024 * 1024
 
-    /// Creates `directory` (0700) when it is missing. `probe` reads the free space of its disk.
-    init(directory: String, probe: @escaping DiskSpace.Probe = DiskSpace.available, pool: NIOThreadPool = .singleton) throws {
+    /// Creates `directory` (0700) when it is missing. `probe` reads the free space of its disk;
+    /// `pool` runs the blocking calls and the hashing.
+    init(directory: String, probe: @escaping DiskSpace.Probe = DiskSpace.available, pool: BlobIOPool = .shared) throws {
         self.directory = directory
         self.probe = probe
         self.pool = pool
@@ -78,65 +79,15 @@ final class FileBlobStorage: BlobStorage {
         // the row (200) but no file.
         let descriptor = FileDescriptorBox(try await blocking { try Self.openForWriting(path, folder: folder) })
         defer { descriptor.close() }
-        let hasher = BLAKE2bHasher()
-        var pending = ByteBuffer()
-        pending.reserveCapacity(min(Self.chunkBytes, Int(length)))
-        var received: Int64 = 0
-        var written: Int64 = 0
-        do {
-            for try await var buffer in body {
-                received += Int64(buffer.readableBytes)
-                // Content-Length is checked before the body is read, so the HTTP decoder delivers
-                // no more than the part's length; this keeps the bound for any other caller.
-                guard received <= length else { throw BlobStorageFailure.failed("the body is longer than the part") }
-                buffer.withUnsafeReadableBytes { hasher.update($0) }
-                while buffer.readableBytes > 0 {
-                    let take = min(buffer.readableBytes, Self.chunkBytes - pending.readableBytes)
-                    var slice = buffer.readSlice(length: take)!
-                    pending.writeBuffer(&slice)
-                    if pending.readableBytes == Self.chunkBytes {
-                        try await write(pending, descriptor: descriptor.value, at: offset + written)
-                        written += Int64(pending.readableBytes)
-                        pending.clear()
-                    }
-                }
-            }
-        } catch let failure as BlobStorageFailure {
-            throw failure
-        } catch {
-            // The connection ended mid-body (closed, reset, timed out).
-            throw .shortBody
-        }
-        guard received == length else { throw .shortBody }
-        if pending.readableBytes > 0 {
-            try await write(pending, descriptor: descriptor.value, at: offset + written)
-        }
+        let hashed = try await PartStream(pool: pool).write(body, length: length, to: descriptor.value, at: offset)
         // Unrecorded bytes in the part's own range are harmless: a retry overwrites them, and a
         // download needs every part recorded.
-        guard constantTimeEquals(hasher.finalize(), digest) else { throw .digestMismatch }
+        guard constantTimeEquals(hashed, digest) else { throw .digestMismatch }
         let fd = descriptor.value
         try await blocking {
             guard fdatasync(fd) == 0 else { throw BlobStorageFailure.failed("fdatasync: errno \(errno)") }
         }
         return nil
-    }
-
-    /// Writes all of `buffer` at `offset`, on the blocking pool.
-    private func write(_ buffer: ByteBuffer, descriptor: CInt, at offset: Int64) async throws(BlobStorageFailure) {
-        try await blocking {
-            try buffer.withUnsafeReadableBytes { bytes in
-                var done = 0
-                while done < bytes.count {
-                    let count = pwrite(descriptor, bytes.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
-                    if count < 0 {
-                        if errno == EINTR { continue }
-                        if errno == ENOSPC || errno == EDQUOT { throw BlobStorageFailure.full }
-                        throw BlobStorageFailure.failed("pwrite: errno \(errno)")
-                    }
-                    done += count
-                }
-            }
-        }
     }
 
     func complete(key: String, upload: UploadHandle, parts: [StoredPart]) async throws(BlobStorageFailure) {
@@ -233,7 +184,7 @@ final class FileBlobStorage: BlobStorage {
     /// Runs blocking `body` on the thread pool; its errors are ``BlobStorageFailure``s.
     private func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws(BlobStorageFailure) -> T {
         do {
-            return try await pool.runIfActive(body)
+            return try await pool.run(body)
         } catch let failure as BlobStorageFailure {
             throw failure
         } catch {

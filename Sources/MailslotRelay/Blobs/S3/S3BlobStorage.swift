@@ -3,7 +3,6 @@ import Logging
 import MailslotCrypto
 import NIOCore
 import ServiceLifecycle
-import _NIOFileSystem
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -15,7 +14,7 @@ import Glibc
 /// - A blob is one object, `<prefix>blobs/<storage key>`, written as a multipart upload: ``begin(key:size:)``
 ///   starts it, each part is an `UploadPart`, ``complete(key:upload:parts:)`` joins them.
 /// - A part is checked before anything reaches the store: its body is copied to a spool file
-///   `<data>/spool/<random>` while hashed with BLAKE2b-256, refused on a wrong digest or length,
+///   `<data>/spool/<random>` while hashed with BLAKE2b-256 (both on ``BlobIOPool``), refused on a wrong digest or length,
 ///   and only then streamed from the spool to the store; the spool file is deleted whatever
 ///   happens. (Stores differ on replacing a part: rclone refuses other bytes for a part it has, so
 ///   a bad part must never start.) The spool holds at most the parts in flight, and refuses a part
@@ -23,7 +22,7 @@ import Glibc
 /// - Reads are ranged `GetObject`s streamed to the writer in buffers of at most 1 MiB.
 /// - Erasing aborts a leftover upload and deletes the object; both are idempotent.
 ///
-/// Memory per transfer: the spool copy's buffer (1 MiB) and a few socket reads; never a part or
+/// Memory per transfer: the spool copy's two chunks (about 1 MiB, ``PartStream``); never a part or
 /// an object whole. Credentials come only from the environment and are never logged (``S3Client``
 /// and ``SigV4`` keep them out of descriptions). Failures map to the storage's: an unreachable,
 /// slow or throttling store is ``BlobStorageFailure/unavailable`` (retry later), an upload the
@@ -39,15 +38,19 @@ final class S3BlobStorage: BlobStorage, Service {
     let minFreeBytes: Int64
     private let probe: DiskSpace.Probe
     private let logger: Logger
+    /// Hashes and writes spooled parts (off the threads messages run on).
+    private let pool: BlobIOPool
 
-    /// The largest buffer handed to a reader, and the spool copy's buffer.
+    /// The largest buffer handed to a reader.
     static let chunkBytes = 1 << 20
 
     /// A storage over `client`, spooling in `<dataDirectory>/spool` (created 0700; spool files a
-    /// crash left there are deleted now). `probe` reads the spool disk's free space (tests inject it).
+    /// crash left there are deleted now). `probe` reads the spool disk's free space (tests inject it);
+    /// `pool` hashes and writes the spool files.
     init(client: S3Client, dataDirectory: String, minFreeBytes: Int64, probe: @escaping DiskSpace.Probe = DiskSpace.available,
-         logger: Logger) throws {
+         logger: Logger, pool: BlobIOPool = .shared) throws {
         self.client = client
+        self.pool = pool
         self.spoolDirectory = (dataDirectory as NSString).appendingPathComponent("spool")
         self.minFreeBytes = minFreeBytes
         self.probe = probe
@@ -186,37 +189,46 @@ final class S3BlobStorage: BlobStorage, Service {
 
     // MARK: Spool
 
-    /// Copies exactly `length` bytes of `body` to a new file at `path` (0600) through a 1 MiB
-    /// buffer, hashing them; throws unless they hash to `digest`.
+    /// Copies exactly `length` bytes of `body` to a new file at `path` (0600), hashing them on
+    /// the blob transfers' pool (``PartStream``: off the threads messages run on, about 1 MiB
+    /// held); throws unless they hash to `digest`.
     private func spool<Body: AsyncSequence & Sendable>(_ body: Body, length: Int64, digest: [UInt8], to path: String) async throws
     where Body.Element == ByteBuffer {
-        let hasher = BLAKE2bHasher(length: 32)
-        var received: Int64 = 0
+        let descriptor: CInt
         do {
-            try await FileSystem.shared.withFileHandle(forWritingAt: FilePath(path),
-                                                       options: .newFile(replaceExisting: false, permissions: [.ownerReadWrite])) { handle in
-                try await handle.withBufferedWriter(capacity: .bytes(Int64(Self.chunkBytes))) { writer in
-                    for try await buffer in body {
-                        received += Int64(buffer.readableBytes)
-                        // More than the part: the caller's Content-Length check failed; keep nothing.
-                        guard received <= length else { throw BlobStorageFailure.failed("the part's body is longer than its length") }
-                        buffer.withUnsafeReadableBytes { hasher.update($0) }
-                        try await writer.write(contentsOf: buffer)
-                    }
-                }
+            descriptor = try await pool.run {
+                let descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+                guard descriptor >= 0 else { throw SpoolOpenFailure(errno: errno) }
+                return descriptor
             }
-        } catch let failure as BlobStorageFailure {
-            throw failure
-        } catch let error as FileSystemError {
-            if (error.cause as? FileSystemError.SystemCallError)?.errno == .noSpace { throw BlobStorageFailure.full }
-            logger.error("the S3 spool could not be written", metadata: ["error": "\(error.code)"])
-            throw BlobStorageFailure.failed("spool: \(error.code)")
+        } catch let failure as SpoolOpenFailure {
+            if failure.errno == ENOSPC || failure.errno == EDQUOT { throw BlobStorageFailure.full }
+            logger.error("the S3 spool could not be written", metadata: ["error": "open: errno \(failure.errno)"])
+            throw BlobStorageFailure.failed("spool: open: errno \(failure.errno)")
         } catch {
-            // The body's own failure (the client went away): the part is not whole.
-            throw BlobStorageFailure.shortBody
+            throw BlobStorageFailure.failed("spool: \(type(of: error))")
         }
-        guard received == length else { throw BlobStorageFailure.shortBody }
-        guard constantTimeEquals(hasher.finalize(), digest) else { throw BlobStorageFailure.digestMismatch }
+        defer { close(descriptor) }
+        let written: Result<[UInt8], BlobStorageFailure>
+        do {
+            written = .success(try await PartStream(pool: pool).write(body, length: length, to: descriptor, at: 0))
+        } catch {
+            written = .failure(error)
+        }
+        switch written {
+        case .success(let hashed):
+            guard constantTimeEquals(hashed, digest) else { throw BlobStorageFailure.digestMismatch }
+        case .failure(.failed(let reason)):
+            logger.error("the S3 spool could not be written", metadata: ["error": "\(reason)"])
+            throw BlobStorageFailure.failed("spool: \(reason)")
+        case .failure(let failure):
+            throw failure
+        }
+    }
+
+    /// Why the spool file could not be created.
+    private struct SpoolOpenFailure: Error {
+        let errno: CInt
     }
 
     /// A fresh spool file name: 32 random hex characters.
