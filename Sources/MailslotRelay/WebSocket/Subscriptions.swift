@@ -105,7 +105,7 @@ final class Subscriptions: Sendable {
                     return Self.text(.error(self.problem(error), ref: ref))
                 }
             }
-        case .unknown:
+        case .sendMany, .unknown:
             let error = Self.text(.error(Problem(.badRequest, "unknown frame type")))
             return { error }
         }
