@@ -144,4 +144,18 @@ final class PostgresGroupCommit: Sendable {
             }
         }, committed: committed, finished: finished)
     }
+
+    /// Queues `writes` as one unit (``WriteBatches/submitMany(_:_:committed:finished:)``): applied
+    /// in order in one transaction, each answered by its own row (`decode(i, row)`).
+    /// `committed(i, value)` runs for each that succeeded, in apply order, after the commit.
+    func submitMany<T: Sendable>(_ writes: [PostgresWrite],
+                                 decode: @escaping @Sendable (Int, Row) throws -> T,
+                                 committed: (@Sendable (Int, T) -> Void)? = nil,
+                                 finished: (@Sendable () -> Void)? = nil) -> [CommitTicket<T>] {
+        batches.submitMany(writes.count, { index, outcome in
+            Step(write: writes[index]) { row in
+                outcome.result = Result { try decode(index, row.get()) }
+            }
+        }, committed: committed, finished: finished)
+    }
 }
