@@ -100,6 +100,31 @@ extension StoreContractTests {
         }
     }
 
+    /// Across relays (PostgreSQL): a unit's thousand mailboxes reach the other relay as `m`
+    /// notifications naming every one of them, never as the `a` that makes it re-read every live
+    /// subscription (design groups §4.6).
+    @Test func aUnitsMailboxesReachTheOtherRelayByNameNotAsARecheckOfEverything() async throws {
+        try await Backend.postgresql.withStores(2) { stores in
+            let heard = Mutex<[ClusterEvent]>([])
+            let listener = try #require(stores[1].cluster)
+            listener.start { event in heard.withLock { $0.append(event) } }
+            // The listener's first event may be the recheck of its start; wait for it to settle.
+            try await Task.sleep(for: .milliseconds(300))
+            heard.withLock { $0.removeAll() }
+            let members = (0..<1000).map { "member-\($0)-" + String(repeating: "z", count: 29) }
+            let creates = members.map { Self.batchCreate(to: $0, id: "group-message-1") }
+            let results = await Self.outcomes(stores[0].createMessages(creates, now: Self.now, limits: Self.roomy, wake: false))
+            #expect(results.count == 1000 && results.allSatisfy { if case .success(.created) = $0 { true } else { false } })
+            try await eventually("the other relay heard every mailbox") {
+                Set(heard.withLock { $0 }.flatMap { event -> [String] in
+                    if case .changed(let mailboxes) = event { mailboxes } else { [] }
+                }) == Set(members)
+            }
+            #expect(!heard.withLock { $0 }.contains(.recheckAll), "no re-check of everything")
+            await listener.stop()
+        }
+    }
+
     @Test(arguments: Backend.available)
     func anIdenticalRetryOfAWholeUnitStoresNothingNew(_ backend: Backend) async throws {
         try await backend.withStore { store throws in
