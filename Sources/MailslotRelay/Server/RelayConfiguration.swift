@@ -265,9 +265,11 @@ public struct RelayConfiguration: Sendable {
     /// S3's smallest part but the last (docs.aws.amazon.com/AmazonS3/latest/userguide/qfacts.html).
     public static let minS3PartBytes: Int64 = 5 << 20
     public static let maxBlobRecipientsLimit = 10_000
-    /// Bounds of the send-to-many settings.
+    /// The most entries `--max-batch-entries` may allow.
     public static let maxBatchEntriesLimit = 10_000
+    /// The least `--max-batch-bytes` (1 MiB): room for about a dozen of the largest envelopes.
     public static let minBatchBytes = 1 << 20
+    /// The most `--max-batch-bytes` (64 MiB), the whole default budget of bodies being read.
     public static let maxBatchBytesLimit = 64 << 20
 
     /// The problem of a configuration that trusts no issuer: `serve` then adds its development key.
