@@ -90,8 +90,9 @@ extension ClientStore {
     func knows(_ id: String) async throws -> Bool {
         try await pool.read { db in
             try Bool.fetchOne(db, sql: """
-                SELECT 1 FROM inbox WHERE id = ? UNION SELECT 1 FROM rejected WHERE id = ? AND reason NOT IN (?, ?, ?, ?)
-                """, arguments: StatementArguments([id, id] + Self.unreadableCodes)) ?? false
+                SELECT 1 FROM inbox WHERE id = ? UNION SELECT 1 FROM group_held WHERE message_id = ?
+                UNION SELECT 1 FROM rejected WHERE id = ? AND reason NOT IN (?, ?, ?, ?)
+                """, arguments: StatementArguments([id, id, id] + Self.unreadableCodes)) ?? false
         }
     }
 
