@@ -342,12 +342,13 @@ extension ClientStore {
 
     /// Removal holds (docs/design/groups.md §3.2 step 6, §3.5): every queued or held copy of group
     /// `groupID`'s messages to someone not in `members` is dropped, its envelope erased. Returns
-    /// how many were.
+    /// how many were. Not the copies of changes and sync messages: a removed member must learn
+    /// of its removal, and a leaving member's leave must reach the others.
     @discardableResult
     static func dropCopies(in groupID: String, notIn members: [String], _ db: Database) throws -> Int {
         let ids = try String.fetchAll(db, sql: """
             SELECT DISTINCT c.message_id FROM group_copies c JOIN sent s ON s.id = c.message_id
-            WHERE s.group_id = ? AND c.state IN ('queued', 'held')
+            WHERE s.group_id = ? AND c.state IN ('queued', 'held') AND s.type NOT IN ('group_change', 'group_sync', 'group_history')
             """, arguments: [groupID])
         guard !ids.isEmpty else { return 0 }
         let keep = Set(members)

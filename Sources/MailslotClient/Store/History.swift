@@ -102,7 +102,8 @@ extension ClientStore {
                              arguments: [sender, sender]).compactMap { row in
                 let body: Data = row["body"]
                 guard let message = try? ChatMessage.decode(Array(body)) else { return nil }
-                return (ReceivedMessage(id: row["id"], sender: row["sender"], message: message, body: Array(body)),
+                return (ReceivedMessage(id: row["id"], sender: row["sender"], message: message, body: Array(body),
+                                        group: try Self.groupContext(of: message, db)),
                         Date(timeIntervalSince1970: row["received_at"]))
             }
         }
