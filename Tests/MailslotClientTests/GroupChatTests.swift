@@ -150,6 +150,39 @@ import Testing
             #expect(try await carol.group(group.id).status == .removed(by: "bob"))
         }
     }
+
+    /// A member's key change (issue 30 item 5): its copy is held until trusted, the others go;
+    /// trusted, it goes under the same id. The reinstalled device does not know the group: it
+    /// holds the message, asks, gets the history and then shows it.
+    @Test func aMembersKeyChangeHoldsOnlyItsCopyUntilTrusted() async throws {
+        try await withTestRelay { relay in
+            let users = try await clients(relay, ["alice", "bob", "carol"])
+            let alice = users[0], bob = users[1], carol = users[2]
+            let group = try await alice.createGroup(name: "Band", members: ["bob", "carol"])
+            _ = try await bob.receive()
+            _ = try await carol.receive()
+            _ = try await bob.send(text: "ready", toGroup: group.id)
+            _ = try await alice.receive()
+
+            let newBob = try relay.client("bob", profile: "bob-2")
+            try await newBob.signIn()
+            let sent = try await alice.send(text: "rehearsal at 6", toGroup: group.id)
+            #expect(sent.copies["bob"] == .held(id: sent.messageID, recipient: "bob"))
+            #expect(sent.copies["carol"] == .sent(id: sent.messageID))
+            #expect(try await carol.receive().map(\.id) == [sent.messageID])
+            #expect(try await relay.pending("bob") == 0, "nothing sealed to a key bob no longer has")
+
+            try await alice.trust("bob", safetyNumber: try await newBob.safetyNumber(with: "alice"))
+            #expect(try await alice.copies(of: sent.messageID).copies["bob"] == .sent(id: sent.messageID))
+            // The new device does not know the group: held, and it asks alice, who answers.
+            #expect(try await newBob.receive().isEmpty)
+            _ = try await alice.receive()
+            let shown = try await newBob.receive()
+            #expect(shown.map(\.id) == [sent.messageID])
+            #expect(shown.first?.group?.name == "Band")
+            #expect(try await newBob.group(group.id).members == ["alice", "bob", "carol"])
+        }
+    }
 }
 
 extension Array {
