@@ -36,6 +36,12 @@ public enum Defaults {
     public static let blobPartSize: Int64 = 8 * 1024 * 1024
     /// The most recipients one blob may name.
     public static let maxBlobRecipients = 1000
+    /// The most entries of one send to many (`POST /v1/messages`, `send_many`): a client that
+    /// sends to more recipients splits its send into several.
+    public static let maxBatchEntries = 1000
+    /// The largest body of one send to many, in bytes (8 MiB): a client splits a send whose
+    /// entries would pass it.
+    public static let maxBatchBytes = 8 * 1024 * 1024
     /// How long an unfinished upload is kept, in seconds (24 hours).
     public static let blobUploadTTL: Int64 = 24 * 3600
     /// The most blob bytes, finished and unfinished, one author may hold (2 GiB).

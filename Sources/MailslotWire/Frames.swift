@@ -6,6 +6,10 @@ public enum ClientFrame: Sendable, Equatable {
     /// `{"type":"send","ref":…,"to":…,"id":…,"envelope":…,"ttl_seconds"?:…,"key_id"?:…,"wake"?:…}`: the same
     /// as `PUT /v1/users/{to}/messages/{id}`; answered with a `sent` or `error` frame with the same `ref`.
     case send(SendFrame)
+    /// `{"type":"send_many","ref":…,"entries":[…],"ttl_seconds"?:…,"wake"?:…}`: the same as
+    /// `POST /v1/messages`; answered with a `sent_many` frame (one result per entry) or an `error`
+    /// frame with the same `ref`. It may be larger than other frames (`--max-batch-bytes`).
+    case sendMany(SendManyFrame)
     /// A type this version does not know: the relay answers it with an `error` frame.
     case unknown(type: String)
 
@@ -15,6 +19,31 @@ public enum ClientFrame: Sendable, Equatable {
     public static func send(ref: String, to: String, id: String, envelope: [UInt8], ttlSeconds: Int64? = nil,
                             keyID: String? = nil, wake: Bool? = nil) -> ClientFrame {
         .send(SendFrame(ref: ref, to: to, id: id, envelope: Base64URL.encode(envelope), ttlSeconds: ttlSeconds, keyID: keyID, wake: wake))
+    }
+}
+
+/// The members of a `send_many` frame: those of ``BatchCreateRequest`` and a `ref`.
+public struct SendManyFrame: Sendable, Equatable {
+    /// The client's reference, echoed in the answer (1 to 64 bytes), as a `send`'s.
+    public var ref: String?
+    /// The entries (as ``BatchCreateRequest/entries``).
+    public var entries: [BatchEntry]
+    /// The lifetime of every entry, in seconds.
+    public var ttlSeconds: Int64?
+    /// Whether the messages may wake their recipients' devices; nil: true.
+    public var wake: Bool?
+
+    /// A send to many with all its members.
+    public init(ref: String?, entries: [BatchEntry], ttlSeconds: Int64? = nil, wake: Bool? = nil) {
+        self.ref = ref
+        self.entries = entries
+        self.ttlSeconds = ttlSeconds
+        self.wake = wake
+    }
+
+    /// The request this frame carries, as `POST /v1/messages` would have it.
+    public var request: BatchCreateRequest {
+        BatchCreateRequest(entries: entries, ttlSeconds: ttlSeconds, wake: wake)
     }
 }
 
@@ -54,12 +83,13 @@ extension ClientFrame: Codable {
         case type, id, ref, to, envelope
         case ttlSeconds = "ttl_seconds"
         case keyID = "key_id"
-        case wake
+        case wake, entries
     }
 
     /// Decodes a frame. Every known member is read with its type whatever the frame's type (as the
     /// relay always has: a malformed member refuses the frame); unknown members are ignored; a
-    /// member a type requires must be there (`id` for an ack; `to`, `id`, `envelope` for a send).
+    /// member a type requires must be there (`id` for an ack; `to`, `id`, `envelope` for a send;
+    /// `entries` for a send to many).
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         let type = try container.decode(String.self, forKey: .type)
@@ -70,15 +100,17 @@ extension ClientFrame: Codable {
         let ttlSeconds = try container.decodeIfPresent(Int64.self, forKey: .ttlSeconds)
         let keyID = try container.decodeIfPresent(String.self, forKey: .keyID)
         let wake = try container.decodeIfPresent(Bool.self, forKey: .wake)
+        let entries = try container.decodeIfPresent([BatchEntry].self, forKey: .entries)
         guard let frame = Self(type: type, id: id, ref: ref, to: to, envelope: envelope, ttlSeconds: ttlSeconds, keyID: keyID,
-                               wake: wake) else {
+                               wake: wake, entries: entries) else {
             throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "a \(type) frame lacks a member it needs"))
         }
         self = frame
     }
 
     /// The frame of `type` with these members, or nil when one it requires is missing.
-    init?(type: String, id: String?, ref: String?, to: String?, envelope: String?, ttlSeconds: Int64?, keyID: String?, wake: Bool?) {
+    init?(type: String, id: String?, ref: String?, to: String?, envelope: String?, ttlSeconds: Int64?, keyID: String?, wake: Bool?,
+          entries: [BatchEntry]?) {
         switch type {
         case "ack":
             guard let id else { return nil }
@@ -86,6 +118,9 @@ extension ClientFrame: Codable {
         case "send":
             guard let to, let id, let envelope else { return nil }
             self = .send(SendFrame(ref: ref, to: to, id: id, envelope: envelope, ttlSeconds: ttlSeconds, keyID: keyID, wake: wake))
+        case "send_many":
+            guard let entries else { return nil }
+            self = .sendMany(SendManyFrame(ref: ref, entries: entries, ttlSeconds: ttlSeconds, wake: wake))
         default:
             self = .unknown(type: type)
         }
@@ -107,6 +142,12 @@ extension ClientFrame: Codable {
             try container.encodeIfPresent(send.ttlSeconds, forKey: .ttlSeconds)
             try container.encodeIfPresent(send.keyID, forKey: .keyID)
             try container.encodeIfPresent(send.wake, forKey: .wake)
+        case .sendMany(let send):
+            try container.encode("send_many", forKey: .type)
+            try container.encodeIfPresent(send.ref, forKey: .ref)
+            try container.encode(send.entries, forKey: .entries)
+            try container.encodeIfPresent(send.ttlSeconds, forKey: .ttlSeconds)
+            try container.encodeIfPresent(send.wake, forKey: .wake)
         case .unknown(let type):
             try container.encode(type, forKey: .type)
         }
@@ -125,12 +166,12 @@ extension ClientFrame: Codable {
             case CodingKeys.to.rawValue: to = value
             case CodingKeys.envelope.rawValue: envelope = value
             case CodingKeys.keyID.rawValue: keyID = value
-            case CodingKeys.ttlSeconds.rawValue, CodingKeys.wake.rawValue: return nil
+            case CodingKeys.ttlSeconds.rawValue, CodingKeys.wake.rawValue, CodingKeys.entries.rawValue: return nil
             default: continue  // unknown members are ignored, as by JSONDecoder
             }
         }
         guard let type else { return nil }
-        self.init(type: type, id: id, ref: ref, to: to, envelope: envelope, ttlSeconds: nil, keyID: keyID, wake: nil)
+        self.init(type: type, id: id, ref: ref, to: to, envelope: envelope, ttlSeconds: nil, keyID: keyID, wake: nil, entries: nil)
     }
 }
 
@@ -146,6 +187,9 @@ public enum RelayFrame: Sendable, Equatable {
     /// `{"type":"sent","ref":…,"created":true|false,"message":{…}}`: a `send` was stored (or
     /// was an identical retry, `created` false).
     case sent(ref: String, created: Bool, message: MessageRecord)
+    /// `{"type":"sent_many","ref":…,"results":[…]}`: a `send_many` was decided, one result per
+    /// entry in entry order (as `POST /v1/messages` answers).
+    case sentMany(ref: String, results: [BatchResult])
     /// `{"type":"error","ref"?:…,"id"?:…,"problem":{…}}`: a frame was refused (the `ref` of a
     /// send, the `id` of an ack); the socket stays open.
     case error(Problem, ref: String? = nil, id: String? = nil)
@@ -162,6 +206,7 @@ public enum RelayFrame: Sendable, Equatable {
         case .message: "message"
         case .acked: "acked"
         case .sent: "sent"
+        case .sentMany: "sent_many"
         case .error: "error"
         case .prekeys: "prekeys"
         case .unknown(let type): type
@@ -196,15 +241,20 @@ public enum RelayFrame: Sendable, Equatable {
         }
     }
 
+    /// The results of a `sent_many` frame, in entry order.
+    public var results: [BatchResult]? {
+        if case .sentMany(_, let results) = self { results } else { nil }
+    }
+
     /// The problem of an `error` frame.
     public var problem: Problem? {
         if case .error(let problem, _, _) = self { problem } else { nil }
     }
 
-    /// The client's reference a `sent` or `error` frame answers.
+    /// The client's reference a `sent`, `sent_many` or `error` frame answers.
     public var ref: String? {
         switch self {
-        case .sent(let ref, _, _): ref
+        case .sent(let ref, _, _), .sentMany(let ref, _): ref
         case .error(_, let ref, _): ref
         default: nil
         }
@@ -221,7 +271,7 @@ public enum RelayFrame: Sendable, Equatable {
 }
 
 extension RelayFrame: Codable {
-    enum CodingKeys: String, CodingKey { case type, pending, prekeys, message, ref, id, created, problem }
+    enum CodingKeys: String, CodingKey { case type, pending, prekeys, message, ref, id, created, problem, results }
 
     /// Decodes a frame; a type this version does not know decodes as ``unknown(type:)``.
     public init(from decoder: any Decoder) throws {
@@ -236,6 +286,9 @@ extension RelayFrame: Codable {
         case "sent":
             self = .sent(ref: try container.decode(String.self, forKey: .ref), created: try container.decode(Bool.self, forKey: .created),
                          message: try container.decode(MessageRecord.self, forKey: .message))
+        case "sent_many":
+            self = .sentMany(ref: try container.decode(String.self, forKey: .ref),
+                             results: try container.decode([BatchResult].self, forKey: .results))
         case "error":
             self = .error(try container.decode(Problem.self, forKey: .problem), ref: try container.decodeIfPresent(String.self, forKey: .ref),
                           id: try container.decodeIfPresent(String.self, forKey: .id, Grammar.messageID, Identifier.isValidMessageID))
@@ -259,6 +312,9 @@ extension RelayFrame: Codable {
             try container.encode(ref, forKey: .ref)
             try container.encode(created, forKey: .created)
             try container.encode(record, forKey: .message)
+        case .sentMany(let ref, let results):
+            try container.encode(ref, forKey: .ref)
+            try container.encode(results, forKey: .results)
         case .error(let problem, let ref, let id):
             try container.encode(problem, forKey: .problem)
             try container.encodeIfPresent(ref, forKey: .ref)

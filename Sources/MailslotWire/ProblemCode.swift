@@ -14,6 +14,9 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
     case invalidLease = "invalid_lease"
     /// A `key_id` that is not 22 characters of unpadded base64url.
     case invalidKeyID = "invalid_key_id"
+    /// A send to many (`POST /v1/messages`, `send_many`) with no entries, more than the relay
+    /// takes in one (`--max-batch-entries`), or a (`to`, `id`) pair twice: nothing was stored.
+    case invalidEntries = "invalid_entries"
     /// A prekey upload with an entry that is not a usable X25519 key under an id 1…4294967295,
     /// ids repeated, or no entries or too many.
     case invalidPrekey = "invalid_prekey"
@@ -113,7 +116,7 @@ public enum ProblemCode: String, Sendable, Codable, CaseIterable {
     public var status: Int {
         switch self {
         case .badRequest, .invalidJSON, .invalidUID, .invalidMessageID, .invalidEnvelope, .invalidTTL,
-             .invalidCursor, .invalidKeyBundle, .invalidDocument, .invalidLease, .invalidKeyID, .invalidPrekey,
+             .invalidCursor, .invalidKeyBundle, .invalidDocument, .invalidLease, .invalidKeyID, .invalidEntries, .invalidPrekey,
              .invalidBlobID, .invalidBlobSize, .invalidRecipients, .invalidPart, .invalidPartLength, .invalidDigest,
              .partDigestMismatch, .invalidRegistrationID, .invalidPushRegistration, .pushEndpointRefused, .pushProviderDisabled: 400
         case .unauthenticated, .sessionExpired, .invalidToken, .refreshInvalid, .refreshReused: 401

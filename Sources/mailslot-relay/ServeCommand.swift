@@ -32,10 +32,14 @@ struct ServeCommand: AsyncParsableCommand {
     var maxEnvelopeBytes: String?
     @Option(help: ArgumentHelp("Most pending messages per mailbox [MAILSLOT_MAX_PENDING] (default 10000).", valueName: "N"))
     var maxPending: String?
-    @Option(help: ArgumentHelp("Creates per second per author [MAILSLOT_CREATE_RATE] (default 100).", valueName: "N"))
+    @Option(help: ArgumentHelp("Creates per second per author, each entry of a send to many one [MAILSLOT_CREATE_RATE] (default 167).", valueName: "N"))
     var createRate: String?
-    @Option(help: ArgumentHelp("Burst of creates per author [MAILSLOT_CREATE_BURST] (default 500).", valueName: "N"))
+    @Option(help: ArgumentHelp("Burst of creates per author, at least --max-batch-entries [MAILSLOT_CREATE_BURST] (default 2000).", valueName: "N"))
     var createBurst: String?
+    @Option(help: ArgumentHelp("Most entries of one send to many, 1 to 10000 [MAILSLOT_MAX_BATCH_ENTRIES] (default 1000).", valueName: "N"))
+    var maxBatchEntries: String?
+    @Option(help: ArgumentHelp("Largest send-to-many body in bytes, 1 MiB to 64 MiB [MAILSLOT_MAX_BATCH_BYTES] (default 8388608).", valueName: "BYTES"))
+    var maxBatchBytes: String?
     @Option(help: ArgumentHelp("Most one-time prekeys stored per user [MAILSLOT_MAX_PREKEYS] (default 200).", valueName: "N"))
     var maxPrekeys: String?
     @Option(help: ArgumentHelp("Prekey claims per second per claimer [MAILSLOT_PREKEY_CLAIM_RATE] (default 1).", valueName: "N"))
@@ -141,7 +145,8 @@ struct ServeCommand: AsyncParsableCommand {
         let given: [(String, String?)] = [
             ("listen", listen), ("data", data), ("database-url", databaseURL), ("issuer-public-key", issuerPublicKey.isEmpty ? nil : issuerPublicKey.joined(separator: ",")),
             ("audience", audience), ("durability", durability), ("max-envelope-bytes", maxEnvelopeBytes), ("max-pending", maxPending),
-            ("create-rate", createRate), ("create-burst", createBurst), ("max-prekeys", maxPrekeys), ("prekey-claim-rate", prekeyClaimRate),
+            ("create-rate", createRate), ("create-burst", createBurst), ("max-batch-entries", maxBatchEntries),
+            ("max-batch-bytes", maxBatchBytes), ("max-prekeys", maxPrekeys), ("prekey-claim-rate", prekeyClaimRate),
             ("prekey-claim-burst", prekeyClaimBurst), ("prekey-mailbox-rate", prekeyMailboxRate), ("prekey-mailbox-burst", prekeyMailboxBurst),
             ("relays", relays), ("max-reads", maxReads),
             ("window", window), ("max-connections", maxConnections),

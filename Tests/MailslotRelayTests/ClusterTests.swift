@@ -31,6 +31,18 @@ struct ClusterTests {
         let fits = (0..<60).map { "u\($0)" + String(repeating: "y", count: 120) }
         let fitting = ClusterNotification(node: node, event: .changed(mailboxes: fits)).payload
         #expect(fitting.utf8.count <= ClusterNotification.maxPayloadBytes && fitting.hasPrefix("m "))
+        // A send to many's mailboxes: split into as many `m` payloads as needed, each within the
+        // limit, every mailbox in exactly one, in order — never the `a` of a re-check of everything.
+        let members = (0..<1000).map { "member-\($0)-" + String(repeating: "z", count: 29) }
+        let split = ClusterNotification.changed(node: node, mailboxes: members)
+        #expect(split.count > 1 && split.allSatisfy { $0.utf8.count <= ClusterNotification.maxPayloadBytes })
+        let announced = split.flatMap { payload -> [String] in
+            guard case .changed(let mailboxes) = ClusterNotification(payload: payload)?.event else { return [] }
+            return mailboxes
+        }
+        #expect(announced == members)
+        #expect(ClusterNotification.changed(node: node, mailboxes: []).isEmpty)
+        #expect(ClusterNotification.changed(node: node, mailboxes: ["a"]) == ["m \(node)\na"])
         for bad in ["", "m", "m \(node)", "x \(node)", "a NODE", "a \(node) extra", "s \(node) 0 bob", "s \(node) 01 bob",
                     "s \(node) 5 bo b", "s \(node) -5 bob", "m \(node)\n", "m \(node)\nbad uid", "a \(node.uppercased())",
                     "p \(node) -1 bob", "p \(node) 024 bob", "p \(node) 24", "p \(node) 24 bo b"] {

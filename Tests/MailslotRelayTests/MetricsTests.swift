@@ -113,4 +113,19 @@ import MailslotWire
         // Lifetimes that contradict each other cannot run at all: every relay refuses them (RelayConfigurationTests).
         #expect(configuration.problems.filter { $0.contains("lifetime") }.count == 2)
     }
+
+    /// A create burst below the entries of one send to many: a full batch could never pass whole
+    /// (each entry takes a token), so `serve` refuses to start (spec/protocol.md §5.5).
+    @Test func theConfigurationCheckRefusesABurstBelowTheBatchSize() throws {
+        var configuration = RelayConfiguration()
+        configuration.dataDirectory = FileManager.default.temporaryDirectory.appendingPathComponent("mailslot-check-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true,
+                                                attributes: [.posixPermissions: 0o700])
+        defer { try? FileManager.default.removeItem(atPath: configuration.dataDirectory) }
+        #expect(ConfigurationCheck.problems(configuration, developmentKeyTrusted: true).isEmpty, "the defaults: 2000 ≥ 1000")
+        configuration.createBurst = 999
+        #expect(ConfigurationCheck.problems(configuration, developmentKeyTrusted: true).first?.contains("--create-burst") == true)
+        configuration.maxBatchEntries = 999
+        #expect(ConfigurationCheck.problems(configuration, developmentKeyTrusted: true).isEmpty)
+    }
 }

@@ -111,10 +111,11 @@ import MailslotWire
         case .sent: 3
         case .error: 4
         case .prekeys: 5
+        case .sentMany: 6
         case .unknown: -1  // a newer relay's frame, never sent by this one
         }
     }
-    static let kinds = 6
+    static let kinds = 7
 
     /// Frames of every kind, as the relay writes them (``Subscriptions/text(_:)``), with the
     /// numbers at their ends: the largest prekey count, a problem's longest `retry_after`.
@@ -141,6 +142,14 @@ import MailslotWire
                            retryAfter: RateLimiter.retryAfter(seconds: .greatestFiniteMagnitude))),
             .prekeys(PrekeyCount.lowWater - 1),
             .prekeys(0),
+            .sentMany(ref: "r4", results: [
+                BatchResult(to: "bob", id: "message-0000000001", outcome: .stored(created: true, message: stored.record(forOwner: false))),
+                BatchResult(to: "alice", id: "message-0000000001", outcome: .stored(created: false, message: leased.record(forOwner: true))),
+                BatchResult(to: "carol", id: "message-0000000001", outcome: .refused(Problem(.staleKeys, "fetch the keys again"))),
+                BatchResult(to: "dave", id: "message-0000000001",
+                            outcome: .refused(Problem(.rateLimited, "too many messages; slow down", retryAfter: 6))),
+            ]),
+            .sentMany(ref: "r5", results: []),
         ]
     }
 

@@ -83,6 +83,18 @@ struct Routes: Sendable {
                                                              wake: body.wake ?? true, now: configuration.clock.now()).value
             return JSONBody.response(record, status: created ? .created : .ok)
         }
+        // A send to many (spec/protocol.md §4.22): its body may be far larger than any other JSON
+        // body, so the relay-wide budget of such bodies is reserved before it is read.
+        router.post("/v1/messages") { request, _ in
+            let principal = try await principal(request)
+            let limit = configuration.maxBatchBytes
+            let declared = request.headers[.contentLength].flatMap(Int.init)
+            let reservation = try await mailboxes.batchBudget.reserve(min(declared ?? limit, limit))
+            defer { reservation.release() }
+            let body = try await JSONBody.decode(BatchCreateRequest.self, from: request, limit: limit, maxDepth: configuration.maxJSONDepth)
+            let results = try await mailboxes.sendMany(principal, body, now: configuration.clock.now()).value
+            return JSONBody.response(BatchResponse(results: results))
+        }
         router.get("/v1/users/:uid/messages") { request, context in
             let principal = try await principal(request)
             let after = request.uri.queryParameters.get("after")

@@ -14,6 +14,8 @@ struct MailboxService: Sendable {
     let readLimiter: ReadLimiter
     let erasure: ErasureScheduler
     let metrics: RelayMetrics
+    /// The send-to-many bodies being read or held on this relay (``sendMany(_:_:now:)``).
+    let batchBudget: BatchBudget
 
     typealias Principal = SessionService.Principal
 
@@ -29,29 +31,15 @@ struct MailboxService: Sendable {
     /// (spec/push.md §3); an identical retry queues none whatever it says.
     func send(_ principal: Principal, to recipient: String, id: String, envelope base64: String, ttlSeconds: Int64?,
               keyID: String? = nil, wake: Bool = true, now: Int64) -> Pending<(record: MessageRecord, created: Bool)> {
-        let forOwner: Bool
+        let checked: CheckedCreate
         let ticket: CommitTicket<CreateOutcome>
         do {
-            let validation = configuration.sendValidation
-            try validation.checkAddress(to: recipient, id: id)
-            try require(.create, .message, principal, owner: recipient)
-            let checked = try validation.checkContent(envelope: base64, ttlSeconds: ttlSeconds, keyID: keyID)
-            forOwner = configuration.rules.allows(.read, .message, principal: principal.uid, owner: recipient)
+            checked = try checkCreate(principal, to: recipient, id: id, envelope: base64, ttlSeconds: ttlSeconds, keyID: keyID, now: now)
             if let retryAfter = rateLimiter.take(principal.uid, now: now) {
-                // An identical retry is answered all the same: a client that lost an answer must not be
-                // told to slow down for repeating itself. (Looked up only here, off the common path.)
-                return Pending { [self] in
-                    if let existing = try await store.message(recipient: recipient, id: id, now: now),
-                       existing.author == principal.uid, existing.envelope == base64 {
-                        return (existing.record(forOwner: forOwner), false)
-                    }
-                    throw rejected(Problem(.rateLimited, "too many messages; slow down", retryAfter: retryAfter))
-                }
+                return Pending { [self] in try await rateLimited(principal, checked, retryAfter: retryAfter, now: now) }
             }
-            ticket = store.createMessage(recipient: recipient, id: id, author: principal.uid, envelope: base64, size: checked.size,
-                                         keyID: keyID, now: now, expiresAt: now + checked.ttl * 1000,
-                                         limits: CreateLimits(maxPending: configuration.maxPendingPerMailbox,
-                                                              maxAuthorBytes: configuration.maxAuthorBytes),
+            ticket = store.createMessage(recipient: recipient, id: id, author: principal.uid, envelope: base64, size: checked.create.size,
+                                         keyID: keyID, now: now, expiresAt: checked.create.expiresAt, limits: createLimits,
                                          // A recipient connected here still gets its wake-up row: if the
                                          // app leaves without acknowledging, the claim wakes it then
                                          // (the claim postpones the row while it stays connected).
@@ -62,22 +50,161 @@ struct MailboxService: Sendable {
         }
         return Pending { [self] in
             do {
-                switch try await ticket.value {
-                case .created(let message, let erasedExpired):
-                    metrics.messagesCreated.increment()
-                    if erasedExpired {
-                        metrics.messagesExpired.increment()
-                        erasure.erased()
-                    }
-                    return (message.record(forOwner: forOwner), true)
-                case .duplicate(let message):
-                    rateLimiter.refund(principal.uid)
-                    return (message.record(forOwner: forOwner), false)
-                }
+                return settle(try await ticket.value, principal, checked)
             } catch {
                 throw rejected(error)
             }
         }
+    }
+
+    /// Sends to many (spec/protocol.md §4.22): the entries of `request`, each checked and stored
+    /// as ``send(_:to:id:envelope:ttlSeconds:keyID:wake:now:)`` would one — the same checks, in
+    /// the same order, through the same functions — under one TTL and one `wake`. The request as
+    /// a whole is refused only for its TTL (`invalid_ttl`), its number of entries or a repeated
+    /// (`to`, `id`) pair (`invalid_entries`). Otherwise every entry gets a result, in entry order:
+    /// the admitted ones take a token each from the author's create bucket in entry order (when it
+    /// runs dry, the rest are `rate_limited`, each with the wait that covers it and the ones
+    /// before it, unless it is an identical retry) and go to the store as one unit, committed in
+    /// one transaction. A failure of that transaction (the database out of reach) fails the
+    /// request, as it would fail a single create; repeating the request is safe.
+    func sendMany(_ principal: Principal, _ request: BatchCreateRequest, now: Int64) -> Pending<[BatchResult]> {
+        let entries = request.entries
+        do {
+            let ttl = request.ttlSeconds ?? configuration.defaultMessageTTL
+            guard ttl >= 1, ttl <= configuration.maxMessageTTL else {
+                throw Problem(.invalidTTL, "ttl_seconds must be 1 to \(configuration.maxMessageTTL)")
+            }
+            guard (1...configuration.maxBatchEntries).contains(entries.count) else {
+                throw Problem(.invalidEntries, "a send to many has 1 to \(configuration.maxBatchEntries) entries, not \(entries.count)")
+            }
+            var pairs = Set<BatchPair>(minimumCapacity: entries.count)
+            for entry in entries where !pairs.insert(BatchPair(to: entry.to, id: entry.id)).inserted {
+                throw Problem(.invalidEntries, "a send to many names each (to, id) pair once")
+            }
+        } catch {
+            let refusal = rejected(error)
+            return Pending { throw refusal }
+        }
+        // Each entry's answer: decided now (a refusal), after a lookup (rate-limited), or by the store.
+        enum Decision: Sendable {
+            case refused(any Error)
+            case rateLimited(CheckedCreate, retryAfter: Int)
+            case queued(CheckedCreate, unit: Int)
+        }
+        var decisions: [Decision] = []
+        var admitted: [MessageCreate] = []
+        decisions.reserveCapacity(entries.count)
+        var short = 0
+        for entry in entries {
+            do {
+                let checked = try checkCreate(principal, to: entry.to, id: entry.id, envelope: entry.envelope, ttlSeconds: request.ttlSeconds,
+                                              keyID: entry.keyID, now: now)
+                if let retryAfter = rateLimiter.take(principal.uid, now: now, short: short) {
+                    short += 1
+                    decisions.append(.rateLimited(checked, retryAfter: retryAfter))
+                } else {
+                    decisions.append(.queued(checked, unit: admitted.count))
+                    admitted.append(checked.create)
+                }
+            } catch {
+                decisions.append(.refused(rejected(error)))
+            }
+        }
+        let tickets = admitted.isEmpty ? [] : store.createMessages(admitted, now: now, limits: createLimits, wake: request.wake ?? true)
+        return Pending { [self, decisions] in
+            var results: [BatchResult] = []
+            results.reserveCapacity(entries.count)
+            for (entry, decision) in zip(entries, decisions) {
+                let outcome: BatchResult.Outcome
+                do {
+                    switch decision {
+                    case .refused(let error):
+                        throw error
+                    case .rateLimited(let checked, let retryAfter):
+                        let (record, created) = try await rateLimited(principal, checked, retryAfter: retryAfter, now: now)
+                        outcome = .stored(created: created, message: record)
+                    case .queued(let checked, let unit):
+                        let value: CreateOutcome
+                        do {
+                            value = try await tickets[unit].value
+                        } catch let refusal as StoreRefusal {
+                            throw rejected(refusal)
+                        }
+                        let (record, created) = settle(value, principal, checked)
+                        outcome = .stored(created: created, message: record)
+                    }
+                } catch let problem as Problem {
+                    outcome = .refused(problem)
+                } catch {
+                    // Not this entry's refusal: the unit's transaction failed (the database out of
+                    // reach, the disk full): the request fails as a single create would.
+                    throw rejected(error)
+                }
+                results.append(BatchResult(to: entry.to, id: entry.id, outcome: outcome))
+            }
+            return results
+        }
+    }
+
+    /// A (`to`, `id`) pair of a send to many: each may be named once.
+    private struct BatchPair: Hashable {
+        let to: String
+        let id: String
+    }
+
+    /// A create that passed every check the relay makes before the rate limit and the store.
+    struct CheckedCreate: Sendable {
+        let create: MessageCreate
+        /// Whether the sender may read the recipient's mailbox (the answer then carries `seq`).
+        let forOwner: Bool
+    }
+
+    /// The checks of a create before the rate limit, in the single create's order (spec/protocol.md
+    /// §9): the uid and the id, the rule `message/create` for the recipient, then the content —
+    /// TTL, envelope text, size and size class, the form of `key_id`. Throws the first refusal.
+    private func checkCreate(_ principal: Principal, to recipient: String, id: String, envelope base64: String, ttlSeconds: Int64?,
+                             keyID: String?, now: Int64) throws -> CheckedCreate {
+        let validation = configuration.sendValidation
+        try validation.checkAddress(to: recipient, id: id)
+        try require(.create, .message, principal, owner: recipient)
+        let checked = try validation.checkContent(envelope: base64, ttlSeconds: ttlSeconds, keyID: keyID)
+        return CheckedCreate(create: MessageCreate(recipient: recipient, id: id, author: principal.uid, envelope: base64, size: checked.size,
+                                                   keyID: keyID, expiresAt: now + checked.ttl * 1000),
+                             forOwner: configuration.rules.allows(.read, .message, principal: principal.uid, owner: recipient))
+    }
+
+    /// The answer to a create the rate limit stopped: an identical retry is answered all the same
+    /// (a client that lost an answer must not be told to slow down for repeating itself; looked up
+    /// only here, off the common path), anything else `rate_limited`.
+    private func rateLimited(_ principal: Principal, _ checked: CheckedCreate, retryAfter: Int,
+                             now: Int64) async throws -> (record: MessageRecord, created: Bool) {
+        let create = checked.create
+        if let existing = try await store.message(recipient: create.recipient, id: create.id, now: now),
+           existing.author == principal.uid, existing.envelope == create.envelope {
+            return (existing.record(forOwner: checked.forOwner), false)
+        }
+        throw rejected(Problem(.rateLimited, "too many messages; slow down", retryAfter: retryAfter))
+    }
+
+    /// The answer to a create the store decided: counted, and an identical retry's token refunded.
+    private func settle(_ outcome: CreateOutcome, _ principal: Principal, _ checked: CheckedCreate) -> (record: MessageRecord, created: Bool) {
+        switch outcome {
+        case .created(let message, let erasedExpired):
+            metrics.messagesCreated.increment()
+            if erasedExpired {
+                metrics.messagesExpired.increment()
+                erasure.erased()
+            }
+            return (message.record(forOwner: checked.forOwner), true)
+        case .duplicate(let message):
+            rateLimiter.refund(principal.uid)
+            return (message.record(forOwner: checked.forOwner), false)
+        }
+    }
+
+    /// What one create may take of the store.
+    private var createLimits: CreateLimits {
+        CreateLimits(maxPending: configuration.maxPendingPerMailbox, maxAuthorBytes: configuration.maxAuthorBytes)
     }
 
     /// A send's refusal or failure, as the client is told it (a store's refusal becomes its

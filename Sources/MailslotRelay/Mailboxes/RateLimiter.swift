@@ -22,15 +22,17 @@ final class RateLimiter: Sendable {
     }
 
     /// Takes one token for `author` at `now` (ms). Nil when allowed; otherwise the whole seconds to
-    /// wait before a token is available (for `Retry-After`).
-    func take(_ author: String, now: Int64) -> Int? {
+    /// wait before a token is available (for `Retry-After`) — before `short + 1` are, when the
+    /// caller already found `short` missing for earlier creates of the same send to many, so
+    /// that each refused entry's wait covers the ones before it.
+    func take(_ author: String, now: Int64, short: Int = 0) -> Int? {
         state.withLock { state in
             prune(&state, now: now)
             var bucket = state.buckets[author] ?? Bucket(tokens: burst, updatedAt: now)
             bucket.tokens = min(burst, bucket.tokens + Double(max(0, now - bucket.updatedAt)) / 1000 * rate)
             bucket.updatedAt = now
             defer { state.buckets[author] = bucket }
-            guard bucket.tokens >= 1 else { return Self.retryAfter(seconds: (1 - bucket.tokens) / rate) }
+            guard bucket.tokens >= 1 else { return Self.retryAfter(seconds: (Double(short) + 1 - bucket.tokens) / rate) }
             bucket.tokens -= 1
             return nil
         }

@@ -24,6 +24,15 @@ public enum ConfigurationCheck {
                 use info or above outside local development.
                 """)
         }
+        // A send to many takes a token per entry: with a burst below the most entries, a full
+        // batch could never pass whole, and its tail would be refused `rate_limited` for ever.
+        if configuration.createBurst < Double(configuration.maxBatchEntries) {
+            problems.append("""
+                the create burst (\(configuration.createBurst)) is below the entries of one send to many \
+                (\(configuration.maxBatchEntries)): a full send to many could never be stored whole. Raise --create-burst \
+                or lower --max-batch-entries.
+                """)
+        }
         if let token = configuration.metricsToken, token.utf8.count < 16 {
             problems.append("the metrics token must be at least 16 characters (e.g. `openssl rand -hex 32`).")
         }

@@ -74,7 +74,8 @@ public struct Relay: Sendable {
                                                                     ownerBurst: configuration.prekeyMailboxBurst,
                                                                     relays: configuration.relays),
                                    readLimiter: ReadLimiter(limit: configuration.maxConcurrentReads, relayLimit: configuration.maxReads),
-                                   erasure: erasure, metrics: metrics)
+                                   erasure: erasure, metrics: metrics,
+                                   batchBudget: BatchBudget(capacity: configuration.maxBatchBytesInFlight))
         // The one route from a commit to the subscriptions: the hub hears the store's commits.
         store.commits.add(mailboxes.hub)
         let storage = try Self.openBlobStorage(configuration: configuration, logger: logger)

@@ -42,9 +42,17 @@ public struct RelayConfiguration: Sendable {
     public var maxMessageTTL = Defaults.maxMessageTTL
     /// The most pending messages in one mailbox.
     public var maxPendingPerMailbox = Defaults.maxPendingPerMailbox
-    /// Per-author creates: sustained rate per second and burst.
-    public var createRate: Double = 100
-    public var createBurst: Double = 500
+    /// Per-author creates: sustained rate per second and burst. Each entry of a send to many is
+    /// one create (spec/protocol.md §5.5): about 10,000 recipients a minute, 2,000 at once.
+    public var createRate: Double = 167
+    public var createBurst: Double = 2000
+    /// The most entries of one send to many (`POST /v1/messages`, `send_many`).
+    public var maxBatchEntries = Defaults.maxBatchEntries
+    /// The largest body of a send to many, in bytes (HTTP body or `send_many` frame).
+    public var maxBatchBytes = Defaults.maxBatchBytes
+    /// The most bytes of send-to-many bodies being read or held at once on this relay, HTTP and
+    /// WebSocket together (spec/protocol.md §5.5): a body that would pass it waits for room.
+    public var maxBatchBytesInFlight = 64 << 20
     /// Delivered-but-unacknowledged messages per subscription.
     public var deliveryWindow = Defaults.deliveryWindow
     /// The largest WebSocket frame accepted, in bytes: a `send` frame with the largest envelope.
@@ -144,7 +152,7 @@ public struct RelayConfiguration: Sendable {
     /// with the largest envelope, a document, a blob create with the most recipients). A request
     /// declaring more is refused before its body is read (`RequestBodyLimit`).
     public var maxRequestBodyBytes: Int {
-        max(Int(blobPartBytes), maxBodyBytes, maxDocumentBytes, 4096 + 132 * maxBlobRecipients, 16 * 1024)
+        max(Int(blobPartBytes), maxBodyBytes, maxDocumentBytes, 4096 + 132 * maxBlobRecipients, maxBatchBytes, 16 * 1024)
     }
 
     /// Wake-ups: the interval, limits and each provider's settings (docs/design/wakeups.md §6).
@@ -238,6 +246,12 @@ public struct RelayConfiguration: Sendable {
         require((1...Self.maxBlobRecipientsLimit).contains(maxBlobRecipients),
                 "the recipients per blob must be from 1 to \(Self.maxBlobRecipientsLimit), not \(maxBlobRecipients).")
         require(maxTransfersPerUID >= 1, "the transfers per uid must be at least 1.")
+        require((1...Self.maxBatchEntriesLimit).contains(maxBatchEntries),
+                "the entries of a send to many must be from 1 to \(Self.maxBatchEntriesLimit), not \(maxBatchEntries).")
+        require((Self.minBatchBytes...Self.maxBatchBytesLimit).contains(maxBatchBytes),
+                "the largest send to many (\(maxBatchBytes) bytes) must be from \(Self.minBatchBytes) (1 MiB) to \(Self.maxBatchBytesLimit) (64 MiB).")
+        require(maxBatchBytesInFlight >= maxBatchBytes,
+                "the send-to-many bodies held at once (\(maxBatchBytesInFlight) bytes) must be at least the largest one (\(maxBatchBytes)).")
         require(minFreeBytes >= 0 && reserveBytes >= 0, "the free-space watermark and the disk reserve must not be negative.")
         problems += push.problems
         return problems
@@ -251,6 +265,10 @@ public struct RelayConfiguration: Sendable {
     /// S3's smallest part but the last (docs.aws.amazon.com/AmazonS3/latest/userguide/qfacts.html).
     public static let minS3PartBytes: Int64 = 5 << 20
     public static let maxBlobRecipientsLimit = 10_000
+    /// Bounds of the send-to-many settings.
+    public static let maxBatchEntriesLimit = 10_000
+    public static let minBatchBytes = 1 << 20
+    public static let maxBatchBytesLimit = 64 << 20
 
     /// The problem of a configuration that trusts no issuer: `serve` then adds its development key.
     static let noIssuerKey = "no issuer public key is configured."

@@ -55,6 +55,20 @@ struct CreateLimits: Sendable {
     var maxAuthorBytes: Int64
 }
 
+/// One create of a unit of creates (``RelayStore/createMessages(_:now:limits:wake:)``): what
+/// ``RelayStore/createMessage(recipient:id:author:envelope:size:keyID:now:expiresAt:limits:wake:)`` takes for one message.
+struct MessageCreate: Sendable, Equatable {
+    let recipient: String
+    let id: String
+    let author: String
+    /// The envelope's base64url text.
+    let envelope: String
+    /// The number of bytes `envelope` stands for.
+    let size: Int
+    let keyID: String?
+    let expiresAt: Int64
+}
+
 /// The outcome of creating a message.
 enum CreateOutcome: Sendable, Equatable {
     /// Stored now. `erasedExpired`: an expired message under the same id was erased to make room.
@@ -163,6 +177,13 @@ protocol RelayStore: BlobRecords, PushRecords {
     /// transaction (docs/design/wakeups.md §2.2); an identical retry queues none, whatever its `wake`.
     func createMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String?, now: Int64,
                        expiresAt: Int64, limits: CreateLimits, wake: Bool) -> CommitTicket<CreateOutcome>
+
+    /// Queues `creates` as one unit (a send to many, spec/protocol.md §4.22): each is decided as
+    /// ``createMessage(recipient:id:author:envelope:size:keyID:now:expiresAt:limits:wake:)`` decides
+    /// one, in order — so an author's quota sees the bytes of the creates before it, and creates to
+    /// one mailbox get ascending `seq` — and all commit in one transaction, or none does. One
+    /// ticket per create, in the same order; each created message is published to ``commits``.
+    func createMessages(_ creates: [MessageCreate], now: Int64, limits: CreateLimits, wake: Bool) -> [CommitTicket<CreateOutcome>]
 
     /// Queues the erasure of message `id` (only if `author` wrote it, when given); the ticket says
     /// whether an unexpired message was erased. An erasure is published to ``commits``.

@@ -37,24 +37,44 @@ final class WriteBatches<Write: Sendable>: Sendable {
     /// committed; `finished` runs when the ticket is resolved, either way.
     func submit<T: Sendable>(_ step: (Outcome<T>) -> Write, committed: (@Sendable (T) -> Void)?,
                              finished: (@Sendable () -> Void)?) -> CommitTicket<T> {
-        let ticket = CommitTicket<T>()
-        let outcome = Outcome<T>()
-        let pending = Pending(
-            write: step(outcome),
-            committed: {
-                if let committed, case .success(let value) = outcome.result { committed(value) }
-            },
-            complete: { commitError in
-                finished?()
-                ticket.resolve(commitError.map { .failure($0) } ?? outcome.result!)
-            })
+        submitMany(1, { _, outcome in step(outcome) }, committed: { _, value in committed?(value) }, finished: finished)[0]
+    }
+
+    /// Queues `count` writes as one unit — `step(i, outcome)` makes the `i`th — and returns their
+    /// tickets, in that order. They are appended under one lock, so one drain takes them all: they
+    /// are applied one after another, in order, and commit in one transaction (with whatever
+    /// other writes wait beside them), or fail together. Each write still has its own outcome
+    /// (a refusal of one leaves the others as they are); `committed(i, value)` runs for each that
+    /// succeeded, in apply order, once the transaction committed; `finished` runs once per ticket.
+    func submitMany<T: Sendable>(_ count: Int, _ step: (Int, Outcome<T>) -> Write,
+                                 committed: (@Sendable (Int, T) -> Void)?,
+                                 finished: (@Sendable () -> Void)?) -> [CommitTicket<T>] {
+        var tickets: [CommitTicket<T>] = []
+        var pendings: [Pending] = []
+        tickets.reserveCapacity(count)
+        pendings.reserveCapacity(count)
+        for index in 0..<count {
+            let ticket = CommitTicket<T>()
+            let outcome = Outcome<T>()
+            tickets.append(ticket)
+            pendings.append(Pending(
+                write: step(index, outcome),
+                committed: {
+                    if let committed, case .success(let value) = outcome.result { committed(index, value) }
+                },
+                complete: { commitError in
+                    finished?()
+                    ticket.resolve(commitError.map { .failure($0) } ?? outcome.result!)
+                }))
+        }
+        guard !pendings.isEmpty else { return tickets }
         let start = state.withLock { state -> Bool in
-            state.queue.append(pending)
+            state.queue.append(contentsOf: pendings)
             defer { state.draining = true }
             return !state.draining
         }
         if start { Task { await self.drain() } }
-        return ticket
+        return tickets
     }
 
     /// Commits batch after batch until nothing waits.

@@ -105,6 +105,21 @@ final class Subscriptions: Sendable {
                     return Self.text(.error(self.problem(error), ref: ref))
                 }
             }
+        case .sendMany(let send):
+            guard let ref = send.ref, !ref.isEmpty, ref.utf8.count <= 64 else {
+                let error = Self.text(.error(Problem(.badRequest, "a send_many needs a ref of 1 to 64 bytes")))
+                return { error }
+            }
+            // The same entry point as POST /v1/messages: one result per entry, or the refusal of
+            // the whole frame (its TTL, its entries) as an error with the ref.
+            let stored = mailboxes.sendMany(principal, send.request, now: clock.now())
+            return {
+                do {
+                    return Self.text(.sentMany(ref: ref, results: try await stored.value))
+                } catch {
+                    return Self.text(.error(self.problem(error), ref: ref))
+                }
+            }
         case .unknown:
             let error = Self.text(.error(Problem(.badRequest, "unknown frame type")))
             return { error }

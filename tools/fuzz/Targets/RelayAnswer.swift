@@ -70,6 +70,13 @@ public func relayAnswerOne(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
             checkPrekeyCount(count)
         case .message(let record), .sent(_, _, let record):
             checkRecord(record)
+        case .sentMany(_, let results):
+            for result in results {
+                switch result.outcome {
+                case .stored(_, let record): checkRecord(record)
+                case .refused(let problem): checkProblem(problem)
+                }
+            }
         case .acked(let id):
             expect(Identifier.isValidMessageID(id), "an acked frame for an id outside the grammar decoded")
         case .error(let problem, _, let id):

@@ -35,6 +35,26 @@ struct ClusterNotification: Sendable, Equatable {
         }
     }
 
+    /// The payloads that announce `mailboxes` from `node`: as many `m` payloads as it takes, each
+    /// within ``maxPayloadBytes``, every mailbox in exactly one — so that a send to many's
+    /// thousand mailboxes never become an `a` (every other relay re-reading every live
+    /// subscription for one message). Empty for no mailboxes.
+    static func changed(node: String, mailboxes: [String]) -> [String] {
+        var payloads: [String] = []
+        let head = "m \(node)"
+        var current = head
+        for mailbox in mailboxes {
+            // A uid is at most 128 bytes: one always fits beside the head.
+            if current != head, current.utf8.count + 1 + mailbox.utf8.count > maxPayloadBytes {
+                payloads.append(current)
+                current = head
+            }
+            current += "\n" + mailbox
+        }
+        if current != head { payloads.append(current) }
+        return payloads
+    }
+
     /// Reads a payload; nil for one this version does not understand (the listener then
     /// re-reads everything rather than guess).
     init?(payload: String) {

@@ -50,7 +50,7 @@ final class PostgresGroupCommit: Sendable {
                 for chunk in Self.chunks(steps) {
                     let (rows, announced) = try await Self.run(chunk.map(\.write), node: node, wakeInterval: wakeInterval, on: connection, logger: logger)
                     for (step, row) in zip(chunk, rows) { step.answer(.success(row)) }
-                    if announced { notifications += 1 }
+                    notifications += announced
                 }
                 return notifications
             }
@@ -89,13 +89,16 @@ final class PostgresGroupCommit: Sendable {
     }
 
     /// Runs `writes` as one `mailslot_write_batch` statement; their rows, in the writes' order, and
-    /// whether the statement sent a notification.
+    /// the notifications sent. The statement sends the first; when the mailboxes do not fit in one
+    /// payload (a send to many's), the others follow as `pg_notify` calls in the same transaction,
+    /// delivered with its commit like the first (``ClusterNotification/changed(node:mailboxes:)``).
     private static func run(_ writes: [PostgresWrite], node: String, wakeInterval: Int64, on connection: PostgresConnection,
-                            logger: Logger) async throws -> (rows: [Row], announced: Bool) {
+                            logger: Logger) async throws -> (rows: [Row], announced: Int) {
         var announced: [String] = []
         var seen = Set<String>()
         for write in writes where write.announced && seen.insert(write.recipient).inserted { announced.append(write.recipient) }
-        let notify = announced.isEmpty ? nil : ClusterNotification(node: node, event: .changed(mailboxes: announced)).payload
+        let payloads = ClusterNotification.changed(node: node, mailboxes: announced)
+        let notify = payloads.first
         var rows = [Row?](repeating: nil, count: writes.count)
         for try await row in try await connection.execute(WriteBatchStatement(writes: writes, notify: notify, wakeInterval: wakeInterval), logger: logger) {
             guard row.ord >= 1, row.ord <= writes.count, rows[Int(row.ord) - 1] == nil else {
@@ -107,7 +110,10 @@ final class PostgresGroupCommit: Sendable {
             guard let row else { throw PostgresSchema.Refusal(description: "mailslot_write_batch left a write unanswered") }
             return row
         }
-        return (answered, notify != nil)
+        for payload in payloads.dropFirst() {
+            try await connection.query("SELECT pg_notify(\(ClusterNotification.channel), \(payload))", logger: logger)
+        }
+        return (answered, payloads.count)
     }
 
     /// `steps` cut into statements of at most ``maxStatementWrites`` writes and about
@@ -141,6 +147,20 @@ final class PostgresGroupCommit: Sendable {
         batches.submit({ outcome in
             Step(write: write) { row in
                 outcome.result = Result { try decode(row.get()) }
+            }
+        }, committed: committed, finished: finished)
+    }
+
+    /// Queues `writes` as one unit (``WriteBatches/submitMany(_:_:committed:finished:)``): applied
+    /// in order in one transaction, each answered by its own row (`decode(i, row)`).
+    /// `committed(i, value)` runs for each that succeeded, in apply order, after the commit.
+    func submitMany<T: Sendable>(_ writes: [PostgresWrite],
+                                 decode: @escaping @Sendable (Int, Row) throws -> T,
+                                 committed: (@Sendable (Int, T) -> Void)? = nil,
+                                 finished: (@Sendable () -> Void)? = nil) -> [CommitTicket<T>] {
+        batches.submitMany(writes.count, { index, outcome in
+            Step(write: writes[index]) { row in
+                outcome.result = Result { try decode(index, row.get()) }
             }
         }, committed: committed, finished: finished)
     }

@@ -205,32 +205,55 @@ final class PostgresStore: RelayStore {
     /// with `wake` queues its wake-ups in the same statement (design §2.2).
     func createMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String?, now: Int64,
                        expiresAt: Int64, limits: CreateLimits, wake: Bool) -> CommitTicket<CreateOutcome> {
-        let write = PostgresWrite(kind: .create, recipient: recipient, id: id, author: author, envelope: envelope, size: Int64(size),
-                                  keyID: keyID ?? "", now: now, expiresAt: expiresAt, limits: limits, wake: wake)
-        return groupSubmit("create_message", write, decode: { row in
-            func stored() throws -> StoredMessage {
-                guard let seq = row.seq, let createdAt = row.createdAt, let storedExpiresAt = row.expiresAt else {
-                    throw PostgresSchema.Refusal(description: "mailslot_write_batch returned no message")
-                }
-                return StoredMessage(seq: seq, recipient: recipient, id: id, author: author, createdAt: createdAt,
-                                     expiresAt: storedExpiresAt, envelope: envelope, size: size, leaseUntil: row.leaseUntil,
-                                     leaseHolder: row.leaseHolder)
-            }
-            switch row.outcome {
-            case .created: return .created(try stored(), erasedExpired: row.erasedExpired)
-            case .duplicate: return .duplicate(try stored())
-            case .conflict: throw StoreRefusal.conflict
-            case .blocked: throw StoreRefusal.blocked
-            case .staleKeys: throw StoreRefusal.staleKeys
-            case .mailboxFull: throw StoreRefusal.mailboxFull
-            case .authorQuota: throw StoreRefusal.authorQuota
-            case .erased, .absent: throw PostgresSchema.Refusal(description: "mailslot_write_batch answered an erasure's outcome for a create")
-            }
-        }, committed: { [commits] outcome in
+        let create = MessageCreate(recipient: recipient, id: id, author: author, envelope: envelope, size: size, keyID: keyID,
+                                   expiresAt: expiresAt)
+        return groupSubmit("create_message", Self.write(create, now: now, limits: limits, wake: wake),
+                           decode: { row in try Self.createOutcome(row, of: create) },
+                           committed: { [commits] outcome in
             // Whether the recipient has registrations is the database's to know: the
             // dispatcher's claim finds out (it is rate-limited, and finds nothing cheaply).
             if case .created(let message, _) = outcome { commits.publish(.created(message, wakeups: wake)) }
         })
+    }
+
+    /// Queues `creates` as one unit (``PostgresGroupCommit/submitMany(_:decode:committed:finished:)``):
+    /// `mailslot_write_batch` applies them in order, deciding each as it decides a lone create,
+    /// in one transaction (several statements when they are many or large).
+    func createMessages(_ creates: [MessageCreate], now: Int64, limits: CreateLimits, wake: Bool) -> [CommitTicket<CreateOutcome>] {
+        let start = ContinuousClock.now
+        return group.submitMany(creates.map { Self.write($0, now: now, limits: limits, wake: wake) },
+                                decode: { index, row in try Self.createOutcome(row, of: creates[index]) },
+                                committed: { [commits] _, outcome in
+            if case .created(let message, _) = outcome { commits.publish(.created(message, wakeups: wake)) }
+        }, finished: { [metrics] in metrics?.store("create_message", ContinuousClock.now - start) })
+    }
+
+    /// The write of one create.
+    private static func write(_ create: MessageCreate, now: Int64, limits: CreateLimits, wake: Bool) -> PostgresWrite {
+        PostgresWrite(kind: .create, recipient: create.recipient, id: create.id, author: create.author, envelope: create.envelope,
+                      size: Int64(create.size), keyID: create.keyID ?? "", now: now, expiresAt: create.expiresAt, limits: limits, wake: wake)
+    }
+
+    /// What `mailslot_write_batch`'s row says of `create`.
+    private static func createOutcome(_ row: PostgresGroupCommit.Row, of create: MessageCreate) throws -> CreateOutcome {
+        func stored() throws -> StoredMessage {
+            guard let seq = row.seq, let createdAt = row.createdAt, let storedExpiresAt = row.expiresAt else {
+                throw PostgresSchema.Refusal(description: "mailslot_write_batch returned no message")
+            }
+            return StoredMessage(seq: seq, recipient: create.recipient, id: create.id, author: create.author, createdAt: createdAt,
+                                 expiresAt: storedExpiresAt, envelope: create.envelope, size: create.size, leaseUntil: row.leaseUntil,
+                                 leaseHolder: row.leaseHolder)
+        }
+        switch row.outcome {
+        case .created: return .created(try stored(), erasedExpired: row.erasedExpired)
+        case .duplicate: return .duplicate(try stored())
+        case .conflict: throw StoreRefusal.conflict
+        case .blocked: throw StoreRefusal.blocked
+        case .staleKeys: throw StoreRefusal.staleKeys
+        case .mailboxFull: throw StoreRefusal.mailboxFull
+        case .authorQuota: throw StoreRefusal.authorQuota
+        case .erased, .absent: throw PostgresSchema.Refusal(description: "mailslot_write_batch answered an erasure's outcome for a create")
+        }
     }
 
     /// The unexpired message `id` of `recipient`'s mailbox.

@@ -34,7 +34,21 @@ final class GroupCommit: Sendable {
     func submit<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T,
                              committed: (@Sendable (T) -> Void)? = nil,
                              finished: (@Sendable () -> Void)? = nil) -> CommitTicket<T> {
-        batches.submit({ outcome in
+        batches.submit({ outcome in Self.step(updates, outcome) }, committed: committed, finished: finished)
+    }
+
+    /// Queues `updates.count` writes as one unit (``WriteBatches/submitMany(_:_:committed:finished:)``):
+    /// applied in order, each in its own savepoint, all in one transaction. `committed(i, value)`
+    /// runs for each that succeeded, in apply order, after the commit.
+    func submitMany<T: Sendable>(_ updates: [@Sendable (Database) throws -> T],
+                                 committed: (@Sendable (Int, T) -> Void)? = nil,
+                                 finished: (@Sendable () -> Void)? = nil) -> [CommitTicket<T>] {
+        batches.submitMany(updates.count, { index, outcome in Self.step(updates[index], outcome) }, committed: committed, finished: finished)
+    }
+
+    /// The step that runs `updates` in a savepoint of its own and records its outcome.
+    private static func step<T: Sendable>(_ updates: @escaping @Sendable (Database) throws -> T,
+                                          _ outcome: WriteBatches<Step>.Outcome<T>) -> Step {
             { db in
                 // GRDB's inSavepoint compiles its SAVEPOINT statements each time; these are
                 // compiled once per connection, and run directly (DirectStatement): two of them
@@ -53,6 +67,5 @@ final class GroupCommit: Sendable {
                     try db.cachedStatement(sql: "RELEASE SAVEPOINT group_write").run()
                 }
             }
-        }, committed: committed, finished: finished)
     }
 }

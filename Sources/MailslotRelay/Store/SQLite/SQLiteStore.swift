@@ -110,10 +110,38 @@ final class SQLiteStore: RelayStore {
     /// the same transaction (design §2.2); an identical retry inserts none.
     func createMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String? = nil, now: Int64,
                        expiresAt: Int64, limits: CreateLimits, wake: Bool = true) -> CommitTicket<CreateOutcome> {
+        let create = MessageCreate(recipient: recipient, id: id, author: author, envelope: envelope, size: size, keyID: keyID,
+                                   expiresAt: expiresAt)
         // Read once, outside the transaction: a registration committed after this create was
         // queued wakes for the next message only, as it would had the create committed first.
         let waking = wake && wakeUIDs.withLock { $0.contains(recipient) }
-        return groupSubmit("create_message", { [diskSpace, wakeInterval] db in
+        return groupSubmit("create_message", createStep(create, now: now, limits: limits, waking: waking),
+                           committed: { [commits] outcome in
+            if case .created(let message, _) = outcome { commits.publish(.created(message, wakeups: waking)) }
+        })
+    }
+
+    /// Queues `creates` as one unit (``GroupCommit/submitMany(_:committed:finished:)``): each is
+    /// the step of ``createMessage(recipient:id:author:envelope:size:keyID:now:expiresAt:limits:wake:)``,
+    /// in its own savepoint, applied in order in one transaction.
+    func createMessages(_ creates: [MessageCreate], now: Int64, limits: CreateLimits, wake: Bool) -> [CommitTicket<CreateOutcome>] {
+        let waking = wakeUIDs.withLock { uids in creates.map { wake && uids.contains($0.recipient) } }
+        let steps = zip(creates, waking).map { createStep($0, now: now, limits: limits, waking: $1) }
+        let start = ContinuousClock.now
+        return group.submitMany(steps, committed: { [commits] index, outcome in
+            if case .created(let message, _) = outcome { commits.publish(.created(message, wakeups: waking[index])) }
+        }, finished: { [metrics] in metrics?.store("create_message", ContinuousClock.now - start) })
+    }
+
+    /// One create's step inside the group commit's transaction: the id in that mailbox (expired →
+    /// erased now; same author and envelope → a duplicate; otherwise a conflict), the block list,
+    /// the key id, the disk, the mailbox's pending count, the author's bytes, then the insert and,
+    /// when `waking`, its wake-up rows.
+    private func createStep(_ create: MessageCreate, now: Int64, limits: CreateLimits,
+                            waking: Bool) -> @Sendable (Database) throws -> CreateOutcome {
+        let (recipient, id, author, envelope, size, keyID, expiresAt) =
+            (create.recipient, create.id, create.author, create.envelope, create.size, create.keyID, create.expiresAt)
+        return { [diskSpace, wakeInterval] db in
             // Every create runs these statements: they go through DirectStatement's binding.
             var erasedExpired = false
             if let existing = try db.cachedStatement(sql: "SELECT seq, expires_at FROM messages WHERE recipient = ? AND id = ?")
@@ -159,9 +187,7 @@ final class SQLiteStore: RelayStore {
             let stored = StoredMessage(seq: seq, recipient: recipient, id: id, author: author, createdAt: now,
                                        expiresAt: expiresAt, envelope: envelope, size: size)
             return .created(stored, erasedExpired: erasedExpired)
-        }, committed: { [commits] outcome in
-            if case .created(let message, _) = outcome { commits.publish(.created(message, wakeups: waking)) }
-        })
+        }
     }
 
     /// The unexpired message `id` of `recipient`'s mailbox.
