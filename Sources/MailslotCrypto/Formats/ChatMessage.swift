@@ -21,11 +21,16 @@ public struct ChatMessage: Sendable, Equatable, Codable {
     public var unknownFields: [String: JSONValue] = [:]
 
     /// A message of `type` from `sender`, composed at `timestamp` (milliseconds).
-    public init(type: MessageType, sender: Sender, payload: Payload, timestamp: Int64, group: GroupReference? = nil) {
+    public init(type: MessageType, sender: Sender, payload: Payload, timestamp: Int64) {
         self.type = type
         self.sender = sender
         self.payload = payload
         self.timestamp = timestamp
+    }
+
+    /// A message of `type` from `sender` for `group` (spec/groups.md §4.1), composed at `timestamp`.
+    public init(type: MessageType, sender: Sender, payload: Payload, timestamp: Int64, group: GroupReference?) {
+        self.init(type: type, sender: sender, payload: payload, timestamp: timestamp)
         self.group = group
     }
 
@@ -218,18 +223,23 @@ public struct Payload: Sendable, Equatable, Codable {
 
     /// A payload with the given fields.
     public init(text: String? = nil, attachments: [Attachment]? = nil, files: [FileReference]? = nil, location: Location? = nil,
-                receipt: Receipt? = nil, typing: Typing? = nil, groupChange: GroupChange? = nil, groupSync: GroupSync? = nil,
-                groupHistory: GroupHistory? = nil) {
+                receipt: Receipt? = nil, typing: Typing? = nil) {
         self.text = text
         self.attachments = attachments
         self.files = files
         self.location = location
         self.receipt = receipt
         self.typing = typing
-        self.groupChange = groupChange
-        self.groupSync = groupSync
-        self.groupHistory = groupHistory
     }
+
+    /// The payload of a `group_change` message.
+    public init(groupChange: GroupChange) { self.groupChange = groupChange }
+
+    /// The payload of a `group_sync` message.
+    public init(groupSync: GroupSync) { self.groupSync = groupSync }
+
+    /// The payload of a `group_history` message.
+    public init(groupHistory: GroupHistory) { self.groupHistory = groupHistory }
 
     private static let known: Set<String> = ["text", "attachments", "files", "location", "receipt", "typing",
                                              "group_change", "group_sync", "group_history"]
