@@ -29,7 +29,11 @@ import Testing
             let users = try await clients(relay, ["alice", "bob", "carol", "dave"])
             let alice = users[0], bob = users[1], carol = users[2], dave = users[3]
 
+            let singleCreates = { relay.sum("mailslot_http_requests_total", labelsContaining: ["PUT", "route=\"/v1/users/{uid}/messages/{id}\""]) }
+            let batches = { relay.sum("mailslot_http_requests_total", labelsContaining: ["POST", "route=\"/v1/messages\""]) }
             let trip = try await alice.createGroup(name: "Trip", members: ["bob", "carol"])
+            // The genesis went to both members in one multi-recipient create, no single create.
+            #expect(batches() == 1 && singleCreates() == 0)
             #expect(trip.members == ["alice", "bob", "carol"] && trip.admins == ["alice"] && trip.version == 1 && trip.isAdmin)
             // The genesis is a change, not a message to show.
             #expect(try await bob.receive().isEmpty)

@@ -7,7 +7,9 @@ import MailslotWire
 // ratchets are established are sealed and stored in ONE transaction with the `sent` row (one WAL
 // checkpoint after it, not one per copy); a member with no ratchet yet (or a version 1 contact)
 // goes through the 1:1 sealing path, which starts one. A member whose identity key changed gets
-// a held copy, sent once trusted; the others go. Before any copy goes to the relay — the first
+// a held copy, sent once trusted; the others go. The copies go to the relay in multi-recipient
+// creates (`POST /v1/messages`), each entry's result deciding its own copy. Before any copy goes
+// to the relay — the first
 // time or on a retry — copies to someone the group no longer has are dropped (removal holds).
 extension MailslotClient {
     /// Seals `message` for each of `recipients` under one new id and stores the group send and
@@ -52,14 +54,61 @@ extension MailslotClient {
         }
     }
 
-    /// Hands the queued copies of group message `id` to the relay, one create per member, each
-    /// result deciding its own copy exactly as 1:1 delivery does. Returns every copy's outcome.
+    /// Hands the queued copies of group message `id` to the relay in multi-recipient creates, each
+    /// entry's result deciding its own copy exactly as 1:1 delivery does. Returns every copy's outcome.
     func deliverCopies(of id: String) async throws -> GroupSendOutcome {
         let me = try await identity()
         try await dropCopiesToNonMembers(of: id, me: me.uid)
-        for copy in try await store.queuedCopies(of: id) { await deliver(copy, reseals: 2) }
+        await deliverBatched(try await store.queuedCopies(of: id))
         return try await groupOutcome(of: id)
     }
+
+    /// Hands `copies` (of one message) to the relay in multi-recipient creates (`POST
+    /// /v1/messages`): at most ``maxBatchEntries`` entries and about ``maxBatchBytes`` of envelopes
+    /// a request. Each entry's result decides its copy as a single create's answer would; a whole
+    /// request that fails leaves its copies queued with backoff. A relay without the route
+    /// (404, 405) is sent one create per copy.
+    func deliverBatched(_ copies: [ClientStore.QueuedCopy]) async {
+        var chunks: [[ClientStore.QueuedCopy]] = [], current: [ClientStore.QueuedCopy] = [], bytes = 0
+        for copy in copies {
+            let size = copy.sealed.envelope.count * 4 / 3 + 200
+            if !current.isEmpty, current.count == Self.maxBatchEntries || bytes + size > Self.maxBatchBytes {
+                chunks.append(current)
+                current = []
+                bytes = 0
+            }
+            current.append(copy)
+            bytes += size
+        }
+        if !current.isEmpty { chunks.append(current) }
+        for chunk in chunks {
+            let entries = chunk.map { BatchEntry(to: $0.recipient, id: $0.messageID, envelope: $0.sealed.envelope, keyID: $0.sealed.keyID) }
+            let results: [BatchResult]
+            do {
+                results = try await authorized { try await api.sendMany(entries, wake: chunk[0].wake, session: $0) }
+            } catch ClientError.relay(let problem) where [404, 405].contains(problem.code.status) {
+                for copy in chunk { await deliver(copy, reseals: 2) }
+                continue
+            } catch {
+                for copy in chunk {
+                    try? await store.copyFailed(copy.messageID, recipient: copy.recipient, error: Self.describe(error), now: Date().timeIntervalSince1970)
+                }
+                continue
+            }
+            for (copy, result) in zip(chunk, results) {
+                switch result.outcome {
+                case .stored: try? await store.markCopy(copy.messageID, recipient: copy.recipient, state: "sent")
+                case .refused(let problem): await settle(copy, ClientError.relay(problem: problem), reseals: 2)
+                }
+            }
+        }
+    }
+
+    /// The most entries of one multi-recipient create (the relay's default `--max-batch-entries`).
+    static let maxBatchEntries = 1000
+    /// About the most bytes of one multi-recipient create's body (under the relay's default
+    /// `--max-batch-bytes`, 8 MiB, with room for the JSON around the envelopes).
+    static let maxBatchBytes = 7 * 1024 * 1024
 
     /// Removal holds (§3.2 step 6): copies of `id` to someone not in the group as folded now are dropped.
     private func dropCopiesToNonMembers(of id: String, me: String) async throws {
@@ -70,6 +119,7 @@ extension MailslotClient {
         }
     }
 
+    /// One create for one copy (a relay without the multi-recipient create, a copy sealed again).
     private func deliver(_ copy: ClientStore.QueuedCopy, reseals: Int) async {
         do {
             _ = try await authorized {
@@ -77,7 +127,15 @@ extension MailslotClient {
                                    wake: copy.wake, session: $0)
             }
             try await store.markCopy(copy.messageID, recipient: copy.recipient, state: "sent")
-        } catch ClientError.relay(let problem) where problem.code == .staleKeys && reseals > 0 {
+        } catch {
+            await settle(copy, error, reseals: reseals)
+        }
+    }
+
+    /// What a refused or failed create of `copy` leaves it: sealed again to the member's current
+    /// keys (`stale_keys`), held (its identity key changed), refused for good, or queued with backoff.
+    private func settle(_ copy: ClientStore.QueuedCopy, _ failure: any Error, reseals: Int) async {
+        do { throw failure } catch ClientError.relay(let problem) where problem.code == .staleKeys && reseals > 0 {
             // The member publishes other keys: sealed again to them under the same id (held on a new identity key).
             do {
                 let contact = try await refreshKeys(of: copy.recipient)
@@ -129,11 +187,8 @@ extension MailslotClient {
         let due = (try? await store.dueCopies(now: now.timeIntervalSince1970)) ?? []
         for id in Set(due.map(\.messageID)).sorted() {
             try? await dropCopiesToNonMembers(of: id, me: me.uid)
-            for copy in due where copy.messageID == id {
-                if (try? await store.copies(of: id).contains { $0.recipient == copy.recipient && $0.state == "queued" }) == true {
-                    await deliver(copy, reseals: 2)
-                }
-            }
+            let still = Set(((try? await store.copies(of: id)) ?? []).filter { $0.state == "queued" }.map(\.recipient))
+            await deliverBatched(due.filter { $0.messageID == id && still.contains($0.recipient) })
         }
     }
 

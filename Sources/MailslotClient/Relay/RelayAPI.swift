@@ -111,6 +111,19 @@ struct RelayAPI: Sendable {
                                                       body: JSONEncoder().encode(SendRequest(envelope: envelope, keyID: keyID, wake: wake ? nil : false))))
     }
 
+    /// Creates many messages at once (`POST /v1/messages`, spec/protocol.md §4.22): one result per
+    /// entry, in entry order, each what the single create would have answered. A relay answering
+    /// another number of results, or results for other (recipient, id) pairs, is not the protocol.
+    func sendMany(_ entries: [BatchEntry], wake: Bool = true, session: String) async throws -> [BatchResult] {
+        let request = BatchCreateRequest(entries: entries, wake: wake ? nil : false)
+        let response = try decode(BatchResponse.self, try await call("POST", "/v1/messages", session: session, body: JSONEncoder().encode(request)))
+        guard response.results.count == entries.count,
+              zip(response.results, entries).allSatisfy({ $0.to == $1.to && $0.id == $1.id }) else {
+            throw ClientError.invalidResponse(detail: "the relay answered a batch of \(entries.count) with \(response.results.count) results, or for other recipients")
+        }
+        return response.results
+    }
+
     func list(_ uid: String, after: String?, session: String) async throws -> MessagePage {
         let query = after.map { "?after=\($0)" } ?? ""
         return try decode(MessagePage.self, try await call("GET", "/v1/users/\(uid)/messages\(query)", session: session))
