@@ -569,6 +569,7 @@ extension Error {
         case let error as TokenError: error.code
         case let error as EnvelopeError: error.code
         case let error as KeyBundleError: error.code
+        case let error as GroupError: error.code
         default: "\(self)"
         }
     }

@@ -14,6 +14,7 @@ import argparse, base64, calendar, decimal, hashlib, hmac, json, math, os, re, s
 
 import nacl.bindings, nacl.exceptions, nacl.public, nacl.signing
 import pyseto
+from group_vectors import GroupError, check_group_vectors, validate_group_body
 from pyseto import Key
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
@@ -818,6 +819,10 @@ def validate_body(body):
                                  and all(map(valid_message_id, pl["receipt"]["message_ids"]))):
         raise bad
     if typ == "typing" and not opt(pl, "typing") and RULES["typing_payload"]:
+        raise bad
+    try:  # spec/groups.md §4: the `group` member and the group_* types
+        validate_group_body(msg, typ, pl)
+    except GroupError:
         raise bad
     return msg
 
@@ -2321,6 +2326,15 @@ def _raises(f):
         return True
 
 
+def body_outcome(body):
+    """"ok" or the code validate_body refuses a chat body with."""
+    try:
+        validate_body(body)
+        return "ok"
+    except FormatError as e:
+        return e.code
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--relay-binary", required=True)
@@ -2341,6 +2355,7 @@ def main():
     check_session_vectors(os.path.join(VECTORS, "sessions.json"))
     check_file_vectors(os.path.join(VECTORS, "files.json"))
     check_openapi_bundles()
+    check_group_vectors(os.path.join(VECTORS, "groups.json"), check, jload, body_outcome)
     # Wake-ups (spec/push.md §7): the Web Push payloads decrypted with Mozilla's http_ece, VAPID
     # verified with py_vapid, the JWTs and webhook signatures recomputed (push_vectors.py).
     if os.path.exists(os.path.join(VECTORS, "push.json")):

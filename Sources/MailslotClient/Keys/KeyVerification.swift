@@ -103,6 +103,7 @@ extension MailslotClient {
         case .offerMissing: throw ClientError.keyChanged(uid: uid)
         }
         for id in try await store.outgoingIDs(to: uid, state: .held) { _ = try? await resend(id) }
+        await releaseHeldCopies(to: uid)  // its copies of group messages, unless the group no longer has it
         return trusted
     }
 }

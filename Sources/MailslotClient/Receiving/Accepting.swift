@@ -38,6 +38,9 @@ extension MailslotClient {
         /// released and sent only after the acknowledgement (``notify(_:)``), so that the author's
         /// resend finds the old copy erased.
         var notice: ClientStore.Queued?
+        /// Group messages held before and shown now that this one moved their group on
+        /// (Groups/GroupReceiving.swift): stored, to be returned too.
+        var others: [ReceivedMessage] = []
     }
 
     /// Fetches every waiting message over HTTP, stores each (or records why it was rejected),
@@ -80,6 +83,7 @@ extension MailslotClient {
                 for record in page.messages {
                     let accepted = try await accept(record, as: me)
                     if let message = accepted.message { received.append(message) }
+                    received.append(contentsOf: accepted.others)
                     try await acknowledge(record.id, owner: me.uid)
                     if let notice = accepted.notice { await notify(notice) }
                 }
@@ -133,7 +137,7 @@ extension MailslotClient {
         }
         do {
             switch try await unseal(envelope, id: record.id, as: me) {
-            case .version1(let opened): return try await acceptVersion1(opened, record)
+            case .version1(let opened): return try await acceptVersion1(opened, record, as: me)
             case .version2(let sealed): return try await acceptVersion2(sealed, record, as: me)
             }
         } catch let error as EnvelopeError {
@@ -157,7 +161,7 @@ extension MailslotClient {
         ClientStore.unreadableCodes.contains(error.code)
     }
 
-    private func acceptVersion1(_ opened: OpenedEnvelope, _ record: MessageRecord) async throws -> Accepted {
+    private func acceptVersion1(_ opened: OpenedEnvelope, _ record: MessageRecord, as me: Identity) async throws -> Accepted {
         guard opened.sender == record.author else { return try await reject(record, .authorMismatch) }
         // Once a contact has written in ratchets, a version 1 envelope from it is a downgrade.
         guard try await !store.usesRatchets(opened.sender) else { return try await reject(record, .downgrade) }
@@ -169,8 +173,9 @@ extension MailslotClient {
         }
         guard pinned else { return try await reject(record, .keyChanged) }
         let message = ReceivedMessage(id: record.id, sender: opened.sender, message: opened.message, body: opened.body)
-        if opened.message.type == .typing { return Accepted(message: message) }  // shown, never stored
+        if opened.message.type == .typing { return try await groupTyping(message) }  // shown, never stored
         try await store.storeReceived(message)
+        if message.message.group != nil { return try await decideGroup(record.id, as: me) }
         return Accepted(message: message)
     }
 
@@ -195,7 +200,26 @@ extension MailslotClient {
         if let receipt = opened.message.payload.receipt, opened.message.type == .receipt, receipt.kind == .unreadable {
             try await undelivered(receipt.messageIDs, reportedBy: opened.sender, in: sealed.ratchetID)
         }
-        return Accepted(message: ReceivedMessage(id: record.id, sender: opened.sender, message: opened.message, body: opened.body))
+        let message = ReceivedMessage(id: record.id, sender: opened.sender, message: opened.message, body: opened.body)
+        if opened.message.type == .typing { return try await groupTyping(message) }
+        if message.message.group != nil { return try await decideGroup(record.id, as: me) }
+        return Accepted(message: message)
+    }
+
+    /// A group message just stored held: decided with every other held one; what is shown now.
+    private func decideGroup(_ id: String, as me: Identity) async throws -> Accepted {
+        let shown = try await decideGroupMessages(as: me)
+        return Accepted(message: shown.first { $0.id == id }, others: shown.filter { $0.id != id })
+    }
+
+    /// A typing indicator, never stored: in a group, shown only from a member of it as this device knows it.
+    private func groupTyping(_ message: ReceivedMessage) async throws -> Accepted {
+        guard let reference = message.message.group else { return Accepted(message: message) }
+        guard let stored = try await store.group(reference.id.rawValue), stored.status == .member,
+              let state = try? GroupState.decode(stored.state), state.isMember(message.sender) else { return Accepted() }
+        var shown = message
+        shown.group = GroupContext(id: reference.id, name: state.name, version: reference.version)
+        return Accepted(message: shown)
     }
 
     /// The contact could not read these messages: they are marked undelivered, and the next

@@ -161,6 +161,7 @@ extension MailslotClient {
                                 // Stored (the stream reads it from the store), or shown once and never stored.
                                 if message.message.type == .typing { signal.ephemeral(message) } else { signal.stored() }
                             }
+                            if !accepted.others.isEmpty { signal.stored() }  // held group messages released
                             // Acknowledged only now, after the store: the relay erases it. Not
                             // after the app handled it: the store keeps it until then.
                             try await outbound.write(.text(try Self.ackText(record.id)))

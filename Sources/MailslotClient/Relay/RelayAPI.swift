@@ -51,6 +51,23 @@ public enum ClientError: Error, Equatable, Sendable {
     /// tells which providers it has.
     case pushProviderDisabled(provider: PushProviderKind)
 
+    /// This device knows no group `id` (it never was a member, or never received its welcome).
+    case unknownGroup(GroupID)
+    /// This user is not a member of group `id` (removed, or left): it sends nothing to it.
+    case notGroupMember(GroupID)
+    /// This user is not an admin of group `id`: only admins add, remove, promote, demote and rename.
+    case notGroupAdmin(GroupID)
+    /// The change is not one the fold would accept (spec/groups.md §3.2): demoting or removing a
+    /// senior admin, adding a member, removing a non-member, leaving members without an admin;
+    /// `reason` says which, for people. Nothing was stored or sent.
+    case groupChangeNotAllowed(reason: String)
+    /// The group would exceed the format's limits: over 1,000 members or 48 KiB of state (long
+    /// uids fit fewer members). Nothing was stored or sent.
+    case groupTooLarge
+    /// A group name or member list the format refuses (`code`, spec/groups.md §2.3: a name over
+    /// 128 bytes or with control characters, an invalid uid). Nothing was stored or sent.
+    case invalidGroup(code: String)
+
     /// The reason stored with a message held because its recipient's identity key changed.
     static let keyChangedCode = "key_changed"
 }
@@ -92,6 +109,19 @@ struct RelayAPI: Sendable {
     func send(to recipient: String, id: String, envelope: [UInt8], keyID: String?, wake: Bool = true, session: String) async throws -> MessageRecord {
         try decode(MessageRecord.self, try await call("PUT", "/v1/users/\(recipient)/messages/\(id)", session: session,
                                                       body: JSONEncoder().encode(SendRequest(envelope: envelope, keyID: keyID, wake: wake ? nil : false))))
+    }
+
+    /// Creates many messages at once (`POST /v1/messages`, spec/protocol.md §4.22): one result per
+    /// entry, in entry order, each what the single create would have answered. A relay answering
+    /// another number of results, or results for other (recipient, id) pairs, is not the protocol.
+    func sendMany(_ entries: [BatchEntry], wake: Bool = true, session: String) async throws -> [BatchResult] {
+        let request = BatchCreateRequest(entries: entries, wake: wake ? nil : false)
+        let response = try decode(BatchResponse.self, try await call("POST", "/v1/messages", session: session, body: JSONEncoder().encode(request)))
+        guard response.results.count == entries.count,
+              zip(response.results, entries).allSatisfy({ $0.to == $1.to && $0.id == $1.id }) else {
+            throw ClientError.invalidResponse(detail: "the relay answered a batch of \(entries.count) with \(response.results.count) results, or for other recipients")
+        }
+        return response.results
     }
 
     func list(_ uid: String, after: String?, session: String) async throws -> MessagePage {

@@ -104,6 +104,7 @@ extension MailslotClient {
         for queued in try await store.due(now: now.timeIntervalSince1970) {
             _ = await deliver(queued)
         }
+        await flushGroupCopies(now: now)
         await resumeDownloads()
         return try await store.outgoing().filter { $0.state == .queued || $0.state == .uploading }.count
     }

@@ -16,6 +16,8 @@ public struct ReceivedMessage: Sendable, Equatable {
     /// returned by ``MailslotClient/receive()`` or ``MailslotClient/messages(onState:)``;
     /// ``MailslotClient/attachments(of:)`` tells where they stand now.
     public internal(set) var attachments: [ReceivedAttachment] = []
+    /// The group it was sent to, as this device knows it; nil for a 1:1 message.
+    public internal(set) var group: GroupContext?
 }
 
 /// A message this client sent or is still sending.
@@ -90,8 +92,9 @@ extension ClientStore {
     func knows(_ id: String) async throws -> Bool {
         try await pool.read { db in
             try Bool.fetchOne(db, sql: """
-                SELECT 1 FROM inbox WHERE id = ? UNION SELECT 1 FROM rejected WHERE id = ? AND reason NOT IN (?, ?, ?, ?)
-                """, arguments: StatementArguments([id, id] + Self.unreadableCodes)) ?? false
+                SELECT 1 FROM inbox WHERE id = ? UNION SELECT 1 FROM group_held WHERE message_id = ?
+                UNION SELECT 1 FROM rejected WHERE id = ? AND reason NOT IN (?, ?, ?, ?)
+                """, arguments: StatementArguments([id, id, id] + Self.unreadableCodes)) ?? false
         }
     }
 
@@ -198,6 +201,13 @@ extension ClientStore {
     static func storeReceived(_ message: ReceivedMessage, _ db: Database) throws {
         try db.execute(sql: "DELETE FROM rejected WHERE id = ?", arguments: [message.id])
         // Not handled yet: the app has not seen it (``MailslotClient/messages(onState:)`` yields it until it is).
+        // A group message is decided first (held, refused or shown: Groups/GroupReceiving.swift),
+        // in this transaction only stored, as the ratchet's advance is.
+        if let group = message.message.group {
+            try hold(HeldGroupMessage(messageID: message.id, groupID: group.id.rawValue, version: group.version, sender: message.sender,
+                                      body: message.body, receivedAt: Date().timeIntervalSince1970), db)
+            return
+        }
         try db.execute(sql: "INSERT OR IGNORE INTO inbox (id, sender, type, body, received_at, handled) VALUES (?, ?, ?, ?, ?, 0)",
                        arguments: [message.id, message.sender, message.message.type.rawValue, Data(message.body), Date().timeIntervalSince1970])
         if db.changesCount > 0 { try storeAttachments(of: message, db) }
@@ -218,7 +228,8 @@ extension ClientStore {
                     try db.execute(sql: "UPDATE inbox SET handled = 1 WHERE id = ?", arguments: [id])
                     continue
                 }
-                messages.append(ReceivedMessage(id: id, sender: row["sender"], message: message, body: Array(body)))
+                messages.append(ReceivedMessage(id: id, sender: row["sender"], message: message, body: Array(body),
+                                                group: try Self.groupContext(of: message, db)))
             }
             return messages
         }

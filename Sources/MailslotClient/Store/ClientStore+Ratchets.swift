@@ -195,14 +195,14 @@ extension ClientStore {
         }
     }
 
-    private static func ratchet(_ state: Data?) -> Ratchet? {
+    static func ratchet(_ state: Data?) -> Ratchet? {
         guard let state else { return nil }
         var bytes = [UInt8](state)
         defer { wipe(&bytes) }
         return Ratchet(serialized: bytes)
     }
 
-    private static func save(_ ratchet: Ratchet, contact: String, _ db: Database, now: Double) throws {
+    static func save(_ ratchet: Ratchet, contact: String, _ db: Database, now: Double) throws {
         var state = ratchet.serialized()
         defer { wipe(&state) }
         try db.execute(sql: """

@@ -241,6 +241,84 @@ final class ClientStore: Sendable {
                 ALTER TABLE sent ADD COLUMN wake INTEGER;
                 """)
         }
+        // v10: groups (issue 30, docs/design/groups.md §7.1; the design's "v7", taken by then).
+        // The relay keeps no group state: all of it is here. `groups`: the folded state of each
+        // group this device knows, as JSON (spec/groups.md §1), with the version this device folds
+        // from (`origin`: 1, or the version of the change that welcomed it, whose `base` is kept)
+        // and whether this user is still in it. `group_changes`: every verified signed change,
+        // accepted by the fold or not (authority is decided in the fold, never at arrival).
+        // `group_states`: every state hash this device reached, to tell "a state I never had"
+        // from "one I have passed". `group_held`: group messages not decided yet — stored, opened,
+        // in the transaction that advances their ratchet, then decided (shown, held for a change
+        // not seen yet, or rejected). `group_copies`: one row per member per group message sent,
+        // each with its own envelope (every copy is sealed in its own pairwise ratchet); the
+        // `sent` row of a group send has recipient '' and summarises them. `group_asks`: when this
+        // device last asked a peer for changes, and last answered one (the bounds of §3.3–§3.4).
+        migrator.registerMigration("v10: groups") { db in
+            try db.execute(sql: """
+                CREATE TABLE groups (
+                    id TEXT PRIMARY KEY,
+                    state BLOB NOT NULL,
+                    state_hash BLOB NOT NULL,
+                    version INTEGER NOT NULL,
+                    origin INTEGER NOT NULL,
+                    base BLOB,
+                    status TEXT NOT NULL,
+                    removed_by TEXT,
+                    updated_at REAL NOT NULL
+                ) WITHOUT ROWID;
+                CREATE TABLE group_changes (
+                    group_id TEXT NOT NULL,
+                    change_id BLOB NOT NULL,
+                    version INTEGER NOT NULL,
+                    author TEXT NOT NULL,
+                    change BLOB NOT NULL,
+                    accepted INTEGER NOT NULL,
+                    received_at REAL NOT NULL,
+                    PRIMARY KEY (group_id, change_id)
+                ) WITHOUT ROWID;
+                CREATE INDEX group_changes_by_version ON group_changes (group_id, version);
+                CREATE TABLE group_states (
+                    group_id TEXT NOT NULL,
+                    version INTEGER NOT NULL,
+                    state_hash BLOB NOT NULL,
+                    PRIMARY KEY (group_id, version, state_hash)
+                ) WITHOUT ROWID;
+                CREATE TABLE group_held (
+                    message_id TEXT PRIMARY KEY,
+                    group_id TEXT NOT NULL,
+                    version INTEGER NOT NULL,
+                    sender TEXT NOT NULL,
+                    body BLOB NOT NULL,
+                    received_at REAL NOT NULL
+                ) WITHOUT ROWID;
+                CREATE INDEX group_held_by_group ON group_held (group_id, version);
+                CREATE TABLE group_copies (
+                    message_id TEXT NOT NULL,
+                    recipient TEXT NOT NULL,
+                    envelope BLOB,
+                    key_id TEXT,
+                    state TEXT NOT NULL,
+                    attempts INTEGER NOT NULL DEFAULT 0,
+                    next_attempt_at REAL NOT NULL DEFAULT 0,
+                    last_error TEXT,
+                    resealed INTEGER NOT NULL DEFAULT 0,
+                    PRIMARY KEY (message_id, recipient)
+                ) WITHOUT ROWID;
+                CREATE INDEX group_copies_due ON group_copies (state, next_attempt_at);
+                CREATE TABLE group_asks (
+                    group_id TEXT NOT NULL,
+                    peer TEXT NOT NULL,
+                    asked_at REAL NOT NULL,
+                    answered_at REAL,
+                    PRIMARY KEY (group_id, peer)
+                ) WITHOUT ROWID;
+                ALTER TABLE inbox ADD COLUMN group_id TEXT;
+                ALTER TABLE sent ADD COLUMN group_id TEXT;
+                ALTER TABLE rejected ADD COLUMN group_id TEXT;
+                ALTER TABLE uploads ADD COLUMN group_id TEXT;
+                """)
+        }
         return migrator
     }
 }

@@ -37,11 +37,17 @@ public struct RejectedMessage: Sendable, Equatable {
         case senderHasNoKeys
         /// A version 1 envelope from a contact that writes in ratchets (a downgrade).
         case downgrade
+        /// A group message or change refused by the group rules (spec/groups.md): `code` is
+        /// `group_not_member` (its sender is not a member of the group as this device knows it),
+        /// `group_left` (this user is out of the group), `group_state_unknown` / `group_unknown`
+        /// (held past the bounds without the change it built on), or a change's refusal
+        /// (`group_bad_signature`, `group_author_mismatch`, `group_duplicate_genesis`, …).
+        case group(code: String)
 
         /// The stable code stored and shown (`envelope_cannot_decrypt`, `author_mismatch`, …).
         public var code: String {
             switch self {
-            case .unreadable(let code), .invalidEnvelope(let code): code
+            case .unreadable(let code), .invalidEnvelope(let code), .group(let code): code
             case .envelopeMissing: "envelope_missing"
             case .authorMismatch: "author_mismatch"
             case .keyChanged: ClientError.keyChangedCode
@@ -59,6 +65,7 @@ public struct RejectedMessage: Sendable, Equatable {
             case "sender_has_no_keys": self = .senderHasNoKeys
             case "envelope_downgrade": self = .downgrade
             case _ where ClientStore.unreadableCodes.contains(code): self = .unreadable(code: code)
+            case _ where code.hasPrefix("group_"): self = .group(code: code)
             default: self = .invalidEnvelope(code: code)
             }
         }
@@ -102,7 +109,8 @@ extension ClientStore {
                              arguments: [sender, sender]).compactMap { row in
                 let body: Data = row["body"]
                 guard let message = try? ChatMessage.decode(Array(body)) else { return nil }
-                return (ReceivedMessage(id: row["id"], sender: row["sender"], message: message, body: Array(body)),
+                return (ReceivedMessage(id: row["id"], sender: row["sender"], message: message, body: Array(body),
+                                        group: try Self.groupContext(of: message, db)),
                         Date(timeIntervalSince1970: row["received_at"]))
             }
         }

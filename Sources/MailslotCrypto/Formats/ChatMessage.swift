@@ -14,6 +14,9 @@ public struct ChatMessage: Sendable, Equatable, Codable {
     public var sender: Sender
     /// The content.
     public var payload: Payload
+    /// The group this message is for, and the sender's state of it when it sent (spec/groups.md
+    /// §4); nil for a 1:1 message. Any type may carry it.
+    public var group: GroupReference?
     /// Top-level fields this version does not know, kept for round trips.
     public var unknownFields: [String: JSONValue] = [:]
 
@@ -25,7 +28,13 @@ public struct ChatMessage: Sendable, Equatable, Codable {
         self.timestamp = timestamp
     }
 
-    private static let known: Set<String> = ["timestamp", "type", "sender", "payload"]
+    /// A message of `type` from `sender` for `group` (spec/groups.md §4.1), composed at `timestamp`.
+    public init(type: MessageType, sender: Sender, payload: Payload, timestamp: Int64, group: GroupReference?) {
+        self.init(type: type, sender: sender, payload: payload, timestamp: timestamp)
+        self.group = group
+    }
+
+    private static let known: Set<String> = ["timestamp", "type", "sender", "payload", "group"]
 
     /// The deepest nesting a body may have.
     public static let maxJSONDepth = 32
@@ -37,6 +46,7 @@ public struct ChatMessage: Sendable, Equatable, Codable {
         type = try container.decode(MessageType.self, forKey: AnyCodingKey("type"))
         sender = try container.decode(Sender.self, forKey: AnyCodingKey("sender"))
         payload = try container.decode(Payload.self, forKey: AnyCodingKey("payload"))
+        group = try container.decodeIfPresent(GroupReference.self, forKey: AnyCodingKey("group"))
         unknownFields = try container.unknownFields(excluding: Self.known)
     }
 
@@ -47,6 +57,7 @@ public struct ChatMessage: Sendable, Equatable, Codable {
         try container.encode(type, forKey: AnyCodingKey("type"))
         try container.encode(sender, forKey: AnyCodingKey("sender"))
         try container.encode(payload, forKey: AnyCodingKey("payload"))
+        try container.encodeIfPresent(group, forKey: AnyCodingKey("group"))
         try container.encodeUnknownFields(unknownFields)
     }
 
@@ -68,6 +79,8 @@ public struct ChatMessage: Sendable, Equatable, Codable {
         let message: ChatMessage
         do { message = try JSONDecoder().decode(ChatMessage.self, from: Data(body)) } catch let error as EnvelopeError {
             throw error  // a member's own check (a file reference) says what is wrong
+        } catch let error as GroupError {
+            throw .invalidBody("a group member of the body is malformed (\(error))")
         } catch {
             throw .invalidBody("the body is not a chat message in JSON")
         }
@@ -107,6 +120,19 @@ public struct ChatMessage: Sendable, Equatable, Codable {
             }
         case .typing:
             guard payload.typing != nil else { throw .invalidBody("a typing indicator needs payload.typing") }
+        case .groupChange:
+            guard let group else { throw .invalidBody("a group_change needs group") }
+            guard let change = payload.groupChange else { throw .invalidBody("a group_change needs payload.group_change") }
+            guard change.version == group.version else { throw .invalidBody("payload.group_change.version must equal group.version") }
+        case .groupSync:
+            guard group != nil else { throw .invalidBody("a group_sync needs group") }
+            guard payload.groupSync != nil else { throw .invalidBody("a group_sync needs payload.group_sync") }
+        case .groupHistory:
+            guard group != nil else { throw .invalidBody("a group_history needs group") }
+            guard let history = payload.groupHistory else { throw .invalidBody("a group_history needs payload.group_history") }
+            guard (1...GroupLimits.maxHistoryChanges).contains(history.changes.count) else {
+                throw .invalidBody("payload.group_history.changes must hold 1 to \(GroupLimits.maxHistoryChanges) changes")
+            }
         default:
             break  // a type from a newer client: carried as it is
         }
@@ -142,6 +168,12 @@ public struct MessageType: RawRepresentable, Sendable, Hashable, Codable, Expres
     public static let receipt: MessageType = "receipt"
     /// A typing indicator in `payload.typing`; clients show it and do not store it.
     public static let typing: MessageType = "typing"
+    /// A signed change to a group in `payload.group_change` (spec/groups.md §2), with `group`.
+    public static let groupChange: MessageType = "group_change"
+    /// A member asking for the changes of a group it lacks, in `payload.group_sync` (spec/groups.md §4.3).
+    public static let groupSync: MessageType = "group_sync"
+    /// An answer to a `group_sync`: signed changes in `payload.group_history` (spec/groups.md §4.3).
+    public static let groupHistory: MessageType = "group_history"
 }
 
 /// Who sent a message, as the sender describes themselves. Only `id` is verified.
@@ -180,6 +212,12 @@ public struct Payload: Sendable, Equatable, Codable {
     public var receipt: Receipt?
     /// A typing indicator.
     public var typing: Typing?
+    /// A signed group change (type `group_change`).
+    public var groupChange: GroupChange?
+    /// A request for a group's changes (type `group_sync`).
+    public var groupSync: GroupSync?
+    /// Changes answering a request (type `group_history`).
+    public var groupHistory: GroupHistory?
     /// Payload fields this version does not know, kept for round trips.
     public var unknownFields: [String: JSONValue] = [:]
 
@@ -194,7 +232,17 @@ public struct Payload: Sendable, Equatable, Codable {
         self.typing = typing
     }
 
-    private static let known: Set<String> = ["text", "attachments", "files", "location", "receipt", "typing"]
+    /// The payload of a `group_change` message.
+    public init(groupChange: GroupChange) { self.groupChange = groupChange }
+
+    /// The payload of a `group_sync` message.
+    public init(groupSync: GroupSync) { self.groupSync = groupSync }
+
+    /// The payload of a `group_history` message.
+    public init(groupHistory: GroupHistory) { self.groupHistory = groupHistory }
+
+    private static let known: Set<String> = ["text", "attachments", "files", "location", "receipt", "typing",
+                                             "group_change", "group_sync", "group_history"]
 
     /// Decodes a payload, keeping unknown fields.
     public init(from decoder: any Decoder) throws {
@@ -205,6 +253,9 @@ public struct Payload: Sendable, Equatable, Codable {
         location = try container.decodeIfPresent(Location.self, forKey: AnyCodingKey("location"))
         receipt = try container.decodeIfPresent(Receipt.self, forKey: AnyCodingKey("receipt"))
         typing = try container.decodeIfPresent(Typing.self, forKey: AnyCodingKey("typing"))
+        groupChange = try container.decodeIfPresent(GroupChange.self, forKey: AnyCodingKey("group_change"))
+        groupSync = try container.decodeIfPresent(GroupSync.self, forKey: AnyCodingKey("group_sync"))
+        groupHistory = try container.decodeIfPresent(GroupHistory.self, forKey: AnyCodingKey("group_history"))
         unknownFields = try container.unknownFields(excluding: Self.known)
     }
 
@@ -217,6 +268,9 @@ public struct Payload: Sendable, Equatable, Codable {
         try container.encodeIfPresent(location, forKey: AnyCodingKey("location"))
         try container.encodeIfPresent(receipt, forKey: AnyCodingKey("receipt"))
         try container.encodeIfPresent(typing, forKey: AnyCodingKey("typing"))
+        try container.encodeIfPresent(groupChange, forKey: AnyCodingKey("group_change"))
+        try container.encodeIfPresent(groupSync, forKey: AnyCodingKey("group_sync"))
+        try container.encodeIfPresent(groupHistory, forKey: AnyCodingKey("group_history"))
         try container.encodeUnknownFields(unknownFields)
     }
 }
@@ -323,4 +377,94 @@ public struct Typing: Sendable, Equatable, Codable {
 
     /// An indicator that the sender is (or stopped) typing.
     public init(active: Bool) { self.active = active }
+}
+
+/// The `group` member of a group message (spec/groups.md §4.1): which group, and the sender's
+/// state of it when it sent — its version and state hash, so a receiver learns when it is behind.
+public struct GroupReference: Sendable, Equatable, Codable {
+    /// The group.
+    public var id: GroupID
+    /// The sender's state's version: 1 … 2^53 − 1.
+    public var version: UInt64
+    /// The hash of the sender's state (32 bytes; 43 characters of base64url on the wire).
+    public var stateHash: [UInt8]
+
+    /// The reference to `state`, as its members send it.
+    public init(_ state: GroupState) {
+        id = state.id
+        version = state.version
+        stateHash = state.hash
+    }
+
+    /// A reference with these fields (checked when a message is decoded, not here).
+    public init(id: GroupID, version: UInt64, stateHash: [UInt8]) {
+        self.id = id
+        self.version = version
+        self.stateHash = stateHash
+    }
+
+    private enum Keys: String, CodingKey { case id, version, stateHash = "state_hash" }
+
+    /// Decodes the member, refusing a version out of range or a hash that is not 32 bytes.
+    /// Unknown members inside it are ignored.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: Keys.self)
+        id = try container.decode(GroupID.self, forKey: .id)
+        version = try container.decode(UInt64.self, forKey: .version)
+        guard (1...GroupLimits.maxVersion).contains(version) else { throw GroupError.malformed("group.version must be 1 … 2^53 − 1") }
+        let text = try container.decode(String.self, forKey: .stateHash)
+        guard let bytes = Base64URL.decode(text), bytes.count == 32 else {
+            throw GroupError.malformed("group.state_hash must be strict base64url of 32 bytes")
+        }
+        stateHash = bytes
+    }
+
+    /// Encodes the member.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: Keys.self)
+        try container.encode(id, forKey: .id)
+        try container.encode(Base64URL.encode(stateHash), forKey: .stateHash)
+        try container.encode(version, forKey: .version)
+    }
+}
+
+/// A request for the changes of a group (type `group_sync`, spec/groups.md §4.3): "send me the
+/// changes of version ≥ `from` you know; 0: I do not know this group".
+public struct GroupSync: Sendable, Equatable, Codable {
+    /// The lowest version wanted; 0 when the asker does not know the group.
+    public var from: UInt64
+
+    /// A request from version `from`.
+    public init(from: UInt64) { self.from = from }
+
+    private enum Keys: String, CodingKey { case from }
+
+    /// Decodes the request, refusing a version over 2^53 − 1.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: Keys.self)
+        from = try container.decode(UInt64.self, forKey: .from)
+        guard from <= GroupLimits.maxVersion else { throw GroupError.malformed("group_sync.from must be 0 … 2^53 − 1") }
+    }
+
+    /// Encodes the request.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: Keys.self)
+        try container.encode(from, forKey: .from)
+    }
+}
+
+/// An answer to a `group_sync` (type `group_history`, spec/groups.md §4.3): 1 … 64 signed
+/// changes, ascending by version, and, for an asker that did not know the group, the state
+/// before the first of them.
+public struct GroupHistory: Sendable, Equatable, Codable {
+    /// The changes, each still signed by its author (the answerer vouches for none).
+    public var changes: [GroupChange]
+    /// The state the asker starts from when it did not know the group.
+    public var base: GroupState?
+
+    /// An answer with these changes and optional base.
+    public init(changes: [GroupChange], base: GroupState? = nil) {
+        self.changes = changes
+        self.base = base
+    }
 }

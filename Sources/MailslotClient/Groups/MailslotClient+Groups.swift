@@ -1,0 +1,202 @@
+import Foundation
+import GRDB
+import MailslotWire
+
+// The group API (docs/design/groups.md §7.2; spec/groups.md). Groups live on the clients only:
+// the relay sees, as for 1:1 messages, who sends to whom. Every change is signed by its author's
+// identity key and sent to every member, old and new, through the pairwise sessions; every
+// member folds the same changes into the same state, whatever order they came in.
+extension MailslotClient {
+    /// Creates a group named `name` with `members` (this user is added as its first admin) and
+    /// sends its genesis to every member, each in its pairwise session.
+    ///
+    /// ```swift
+    /// let trip = try await client.createGroup(name: "Trip", members: ["bob", "carol"])
+    /// try await client.send(text: "see you at 8", toGroup: trip.id)
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - name: 1–128 bytes of UTF-8, no control characters.
+    ///   - members: The other members' uids (at most 999).
+    /// - Returns: The group as created (version 1). Its genesis is in the outbox: members that
+    ///   could not be reached get it on ``flush()``.
+    /// - Throws: Before anything is stored: ``ClientError/invalidUID(text:)``,
+    ///   ``ClientError/noKeys(uid:)`` (a member has no keys), ``ClientError/invalidGroup(code:)``
+    ///   (the name), ``ClientError/groupTooLarge``, ``ClientError/notSignedIn``.
+    public func createGroup(name: String, members: [String]) async throws -> ChatGroup {
+        for uid in members where !Identifier.isValidUID(uid) { throw ClientError.invalidUID(text: uid) }
+        let me = try await identity()
+        // Keys first, like a send: a member with none fails the call before anything is stored.
+        for uid in Set(members) where uid != me.uid {
+            do { _ = try await contact(uid) } catch ClientError.keyChanged { continue }
+        }
+        let made: (change: GroupChange, state: GroupState)
+        do { made = try GroupChange.genesis(name: name, creator: me.uid, members: members, key: me.signing) } catch { throw Self.clientError(error) }
+        let group = made.state.id
+        try await store.pool.write { db in
+            _ = try ClientStore.take(made.change, group: group, me: me.uid, db)
+        }
+        let message = ChatMessage(type: .groupChange, sender: Sender(id: me.uid), payload: Payload(groupChange: made.change),
+                                  timestamp: Int64(Date().timeIntervalSince1970 * 1000), group: GroupReference(made.state))
+        _ = try await fanOut(message, to: made.state.members, group: group, as: me)
+        return try await self.group(group)
+    }
+
+    /// Adds `uids` to `group` (admins only). The new members get the change with the group's
+    /// state (`base`), and no history; everyone else gets the change.
+    /// - Throws: ``ClientError/notGroupAdmin(_:)``, ``ClientError/groupChangeNotAllowed(reason:)``
+    ///   (one is a member already), ``ClientError/groupTooLarge``, ``ClientError/noKeys(uid:)``,
+    ///   ``ClientError/unknownGroup(_:)``, ``ClientError/notGroupMember(_:)``.
+    @discardableResult
+    public func addMembers(_ uids: [String], to group: GroupID) async throws -> GroupChangeOutcome {
+        for uid in uids where !Identifier.isValidUID(uid) { throw ClientError.invalidUID(text: uid) }
+        for uid in Set(uids) { do { _ = try await contact(uid) } catch ClientError.keyChanged { continue } }
+        return try await change(group, GroupOperations(add: uids), adminOnly: true)
+    }
+
+    /// Removes `uids` from `group` (admins only; an admin only juniors). They get the change, and
+    /// no group message after it from this device: their queued and held copies are dropped.
+    @discardableResult
+    public func removeMembers(_ uids: [String], from group: GroupID) async throws -> GroupChangeOutcome {
+        try await change(group, GroupOperations(remove: uids), adminOnly: true)
+    }
+
+    /// Makes members `uids` admins of `group`, after every admin there is (admins only).
+    @discardableResult
+    public func promote(_ uids: [String], in group: GroupID) async throws -> GroupChangeOutcome {
+        try await change(group, GroupOperations(promote: uids), adminOnly: true)
+    }
+
+    /// Makes admins `uids` plain members of `group` again (admins only, juniors only).
+    @discardableResult
+    public func demote(_ uids: [String], in group: GroupID) async throws -> GroupChangeOutcome {
+        try await change(group, GroupOperations(demote: uids), adminOnly: true)
+    }
+
+    /// Renames `group` (admins only).
+    @discardableResult
+    public func rename(_ group: GroupID, to name: String) async throws -> GroupChangeOutcome {
+        try await change(group, GroupOperations(name: name), adminOnly: true)
+    }
+
+    /// Leaves `group`. The last admin names a successor (by default the remaining member with
+    /// the smallest uid), so that the group keeps an admin.
+    @discardableResult
+    public func leave(_ group: GroupID, successor: String? = nil) async throws -> GroupChangeOutcome {
+        let me = try await identity()
+        let state = try await memberState(group, me: me.uid)
+        var operations = GroupOperations.leave(me.uid)
+        if state.admins == [me.uid], let next = successor ?? state.members.first(where: { $0 != me.uid }) {
+            operations = GroupOperations(remove: [me.uid], promote: [next])
+        } else if let successor {
+            operations = GroupOperations(remove: [me.uid], promote: [successor])
+        }
+        return try await change(group, operations, adminOnly: false)
+    }
+
+    /// The groups this device knows, members' and left ones (with their status), by name.
+    public func groups() async throws -> [ChatGroup] {
+        let me = try await identity()
+        return try await store.pool.read { db in
+            try String.fetchAll(db, sql: "SELECT id FROM groups").compactMap { try ClientStore.chatGroup($0, me: me.uid, db) }
+        }.sorted { ($0.name, $0.id) < ($1.name, $1.id) }
+    }
+
+    /// Group `id` as this device folded it.
+    /// - Throws: ``ClientError/unknownGroup(_:)``.
+    public func group(_ id: GroupID) async throws -> ChatGroup {
+        let me = try await identity()
+        guard let group = try await store.pool.read({ db in try ClientStore.chatGroup(id.rawValue, me: me.uid, db) }) else {
+            throw ClientError.unknownGroup(id)
+        }
+        return group
+    }
+
+    /// Group `id`'s members' uids, sorted.
+    public func members(of group: GroupID) async throws -> [String] { try await self.group(group).members }
+
+    /// Sends a message to every member of `group`: one id, each copy sealed in the pairwise
+    /// session with its member, the members' copies stored in one transaction.
+    ///
+    /// ```swift
+    /// let outcome = try await client.send(text: "hello all", toGroup: trip.id)
+    /// for (member, copy) in outcome.copies { if case .held = copy { askToCompare(member) } }
+    /// ```
+    ///
+    /// - Returns: Each member's copy's outcome (``GroupSendOutcome``). A member whose identity
+    ///   key changed gets its copy once trusted; the others go at once.
+    /// - Throws: Only when nothing was stored: ``ClientError/unknownGroup(_:)``,
+    ///   ``ClientError/notGroupMember(_:)`` (removed, or left), ``ClientError/cannotSeal(code:)``.
+    @discardableResult
+    public func send(_ payload: Payload, type: MessageType = .text, toGroup group: GroupID, name: String? = nil) async throws -> GroupSendOutcome {
+        let me = try await identity()
+        let state = try await memberState(group, me: me.uid)
+        let message = ChatMessage(type: type, sender: Sender(id: me.uid, name: name), payload: payload,
+                                  timestamp: Int64(Date().timeIntervalSince1970 * 1000), group: GroupReference(state))
+        return try await fanOut(message, to: state.members, group: group, as: me)
+    }
+
+    /// Sends a text to every member of `group`: ``send(_:type:toGroup:name:)`` with a text payload.
+    @discardableResult
+    public func send(text: String, toGroup group: GroupID) async throws -> GroupSendOutcome {
+        try await send(Payload(text: text), toGroup: group)
+    }
+
+    /// Where each copy of group message `id` stands, by member (dropped copies left out).
+    public func copies(of id: String) async throws -> GroupSendOutcome { try await groupOutcome(of: id) }
+
+    // MARK: Changes
+
+    /// The folded state of `group` when this user is a member of it.
+    private func memberState(_ group: GroupID, me: String) async throws -> GroupState {
+        guard let stored = try await store.group(group.rawValue), let state = try? GroupState.decode(stored.state) else {
+            throw ClientError.unknownGroup(group)
+        }
+        guard stored.status == .member, state.isMember(me) else { throw ClientError.notGroupMember(group) }
+        return state
+    }
+
+    /// Builds, signs, applies and sends a change of `operations` on `group`'s folded tip: to
+    /// every member, old and new, and to the removed (who must learn they are out); the copies to
+    /// new members carry the state the change builds on (`base`).
+    private func change(_ group: GroupID, _ operations: GroupOperations, adminOnly: Bool) async throws -> GroupChangeOutcome {
+        let me = try await identity()
+        let state = try await memberState(group, me: me.uid)
+        if adminOnly, !state.isAdmin(me.uid) { throw ClientError.notGroupAdmin(group) }
+        let made: (change: GroupChange, state: GroupState)
+        do { made = try GroupChange.build(on: state, author: me.uid, operations: operations, key: me.signing) } catch { throw Self.clientError(error) }
+        try await store.pool.write { db in
+            _ = try ClientStore.take(made.change, group: group, me: me.uid, db)
+        }
+        let added = Set(operations.add ?? [])
+        let told = Set(state.members).union(operations.remove ?? []).subtracting(added)
+        let reference = GroupReference(made.state)
+        let timestamp = Int64(Date().timeIntervalSince1970 * 1000)
+        var copies: [String: SendOutcome] = [:]
+        var messageID: String?
+        if !told.subtracting([me.uid]).isEmpty {
+            let message = ChatMessage(type: .groupChange, sender: Sender(id: me.uid), payload: Payload(groupChange: made.change),
+                                      timestamp: timestamp, group: reference)
+            let outcome = try await fanOut(message, to: told.sorted(), group: group, as: me)
+            copies.merge(outcome.copies) { $1 }
+            messageID = outcome.messageID
+        }
+        if !added.isEmpty {
+            let message = ChatMessage(type: .groupChange, sender: Sender(id: me.uid), payload: Payload(groupChange: made.change.with(base: state)),
+                                      timestamp: timestamp, group: reference)
+            let outcome = try await fanOut(message, to: added.sorted(), group: group, as: me)
+            copies.merge(outcome.copies) { $1 }
+            messageID = messageID ?? outcome.messageID
+        }
+        return GroupChangeOutcome(group: try await self.group(group), send: GroupSendOutcome(messageID: messageID ?? "", copies: copies))
+    }
+
+    /// A format refusal as the client's error.
+    static func clientError(_ error: GroupError) -> ClientError {
+        switch error {
+        case .notAllowed(let reason): .groupChangeNotAllowed(reason: reason)
+        case .tooLarge: .groupTooLarge
+        default: .invalidGroup(code: error.code)
+        }
+    }
+}
