@@ -81,6 +81,7 @@ extension SpecVectorTests {
                                                                      operations: GroupOperations(add: ["bob", "carol"], promote: ["alice"], name: "Trip"),
                                                                      stateHash: g1.hash, key: groupKey("alice"))), "alice", "group_malformed"),
             ("bad_base_other_state", try json(add.with(base: s2)), "alice", "group_bad_base"),
+            ("bad_base_hash", try json(add.with(base: try GroupTests.genesis(["alice", "bob"]).state)), "alice", "group_bad_base"),
             ("bad_base_not_a_state", try json(add.with(base: g1)) { object in
                 var base = object["base"] as! [String: Any]
                 base["admins"] = ["zed"]
@@ -127,8 +128,9 @@ extension SpecVectorTests {
         let b4 = try change("bob", s3, GroupOperations(remove: ["dave"]))
         add("race", g1, [a2, a3, b3, c3, a4, b4])
         add("race_joiner", s2, [b3, a3, c3])
-        add("add_remove_same", g1, [a2, try change("alice", s2, GroupOperations(add: ["dave"])), try change("bob", s2, GroupOperations(name: "x")),
+        add("add_then_remove", g1, [a2, try change("alice", s2, GroupOperations(add: ["dave"])), try change("bob", s2, GroupOperations(name: "x")),
                                     try change("alice", s3, GroupOperations(remove: ["dave"])), try change("bob", s3, GroupOperations(add: ["carol"]))])
+        add("promote_vs_remove", g1, [a2, try change("alice", s2, GroupOperations(remove: ["carol"])), try change("bob", s2, GroupOperations(promote: ["carol"]))])
         add("rename_both", g1, [a2, try change("bob", s2, GroupOperations(name: "Bob's")), try change("alice", s2, GroupOperations(name: "Alice's"))])
         add("demote_vs_act", g1, [a2, try change("alice", s2, GroupOperations(demote: ["bob"])), try change("bob", s2, GroupOperations(add: ["eve"]))])
         add("junior_removes_senior", g1, [a2, try change("bob", s2, GroupOperations(remove: ["alice"]))])
