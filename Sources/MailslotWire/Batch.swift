@@ -1,6 +1,6 @@
 import Foundation
 
-// One send to many (spec/protocol.md §4.22, §8.3): `POST /v1/messages` and the WebSocket
+// One send to many (spec/protocol.md §4.25, §8.3): `POST /v1/messages` and the WebSocket
 // `send_many` frame carry entries of the single create (`PUT /v1/users/{to}/messages/{id}`) under
 // one author, one TTL and one `wake`; the relay answers one result per entry, in entry order, each
 // what the single create would have answered. Nothing is shared between the entries but those

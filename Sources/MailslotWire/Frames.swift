@@ -8,7 +8,8 @@ public enum ClientFrame: Sendable, Equatable {
     case send(SendFrame)
     /// `{"type":"send_many","ref":…,"entries":[…],"ttl_seconds"?:…,"wake"?:…}`: the same as
     /// `POST /v1/messages`; answered with a `sent_many` frame (one result per entry) or an `error`
-    /// frame with the same `ref`. It may be larger than other frames (`--max-batch-bytes`).
+    /// frame with the same `ref`. It is bounded by the frame size like every frame (spec/protocol.md
+    /// §8.3); a larger send to many goes by `POST /v1/messages`.
     case sendMany(SendManyFrame)
     /// A type this version does not know: the relay answers it with an `error` frame.
     case unknown(type: String)

@@ -389,6 +389,18 @@ struct GroupTests {
         g1 = s2
     }
 
+    /// A full group is made in one change: its genesis names 1,000 members and the creator again
+    /// as admin (1,001 uids); one member more is refused.
+    @Test func aFullGroupIsCreatedInOneChange() throws {
+        let others = (1...999).map { String(format: "m%04d", $0) }
+        let (genesis, state) = try GroupChange.genesis(group: Self.group, name: "full", creator: "alice", members: others, key: Self.key("alice"))
+        #expect(state.members.count == GroupLimits.maxMembers)
+        try genesis.verify(group: Self.group, authorKey: Self.key("alice").publicKey)
+        #expect(throws: GroupError.self) {
+            try GroupChange.genesis(group: Self.group, name: "over", creator: "alice", members: others + ["m1000"], key: Self.key("alice"))
+        }
+    }
+
     @Test func capDropsAdds() throws {
         let members = (1...998).map { String(format: "m%04d", $0) }
         let (_, g1) = try GroupChange.genesis(group: Self.group, name: "big", creator: "alice", members: members, key: Self.key("alice"))

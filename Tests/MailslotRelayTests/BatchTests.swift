@@ -4,7 +4,7 @@ import MailslotWire
 import Testing
 @testable import MailslotRelay
 
-/// One send to many (spec/protocol.md §4.22): `POST /v1/messages` and the socket's `send_many`,
+/// One send to many (spec/protocol.md §4.25): `POST /v1/messages` and the socket's `send_many`,
 /// one result per entry in entry order, each what the single create would have answered.
 @Suite struct BatchTests {
     static func entry(_ to: String, _ id: String, envelope: [UInt8]? = nil, keyID: String? = nil) -> [String: Any] {
@@ -191,16 +191,17 @@ import Testing
         let second = try await budget.reserve(4)
         #expect(budget.available == 0)
         let waiting = Task { try await budget.reserve(5) }
-        try await Task.sleep(for: .milliseconds(50))
-        #expect(budget.available == 0, "the third waits")
+        try await eventually("the third reader waits") { budget.waiting == 1 }
+        #expect(budget.available == 0, "nothing is reserved for a reader that waits")
         first.release()
         let third = try await waiting.value
         #expect(budget.available == 1)
         // A waiter whose task is cancelled leaves the queue and holds nothing.
         let cancelled = Task { try await budget.reserve(10) }
-        try await Task.sleep(for: .milliseconds(20))
+        try await eventually("the reader waits") { budget.waiting == 1 }
         cancelled.cancel()
         await #expect(throws: CancellationError.self) { try await cancelled.value }
+        #expect(budget.waiting == 0, "a cancelled reader leaves the queue")
         second.release()
         third.release()
         #expect(budget.available == 10)

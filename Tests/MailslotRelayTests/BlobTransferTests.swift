@@ -60,7 +60,9 @@ import MailslotWire
     }
 
     @Test func aBodyLargerThanAnyRouteTakesIsRefusedBeforeItIsRead() async throws {
-        try await withTestRelay(configure: BlobTests.smallParts) { relay in
+        // Parts and sends to many of 1 MiB at most, so that a part of 1 MiB + 1 byte is larger
+        // than any route takes.
+        try await withTestRelay(configure: { BlobTests.smallParts(&$0); $0.maxBatchBytes = 1 << 20 }) { relay in
             let alice = try await relay.signIn("alice").session
             let blob = TestBlob(plainSize: 1_500_000)
             #expect(relay.relay.configuration.maxRequestBodyBytes == 1 << 20)

@@ -5,7 +5,7 @@ import Synchronization
 import Testing
 @testable import MailslotRelay
 
-// The store's part of a send to many (spec/protocol.md §4.22, design groups §4.6), on both
+// The store's part of a send to many (spec/protocol.md §4.25, design groups §4.6), on both
 // backends: a unit of creates decided one by one with the single create's refusals, in order, in
 // one transaction, each created message published once.
 extension StoreContractTests {

@@ -7,7 +7,8 @@ import base64, hashlib, json, re
 
 import nacl.bindings, nacl.exceptions, nacl.signing
 
-MAX_MEMBERS, MAX_STATE_BYTES, MAX_NAME, MAX_OP_UIDS, MAX_VERSION, MAX_HISTORY = 1000, 49152, 128, 1000, (1 << 53) - 1, 64
+# MAX_OP_UIDS: a full group's genesis names its 1,000 members and its creator once more (spec/groups.md §1.1).
+MAX_MEMBERS, MAX_STATE_BYTES, MAX_NAME, MAX_OP_UIDS, MAX_VERSION, MAX_HISTORY = 1000, 49152, 128, 1001, (1 << 53) - 1, 64
 ZERO32 = bytes(32)
 
 # Every MUST of spec/groups.md the vectors exercise, as a switch (all on); mutations.py turns each

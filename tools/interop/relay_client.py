@@ -105,6 +105,8 @@ class Relay:
                 [self.binary, "serve", "--listen", f"127.0.0.1:{self.port}", "--data", self.data,
                  "--issuer-public-key", self.issuer_public, "--audience", AUDIENCE,
                  "--create-burst", str(CREATE_BURST), "--create-rate", str(CREATE_RATE),
+                 # a send to many may not be larger than the burst (the relay refuses to start otherwise)
+                 "--max-batch-entries", str(CREATE_BURST),
                  "--max-pending", str(MAX_PENDING), "--window", str(WINDOW), "--log-level", "warning",
                  # a throwaway relay: no disk reserve, no free-space watermark (the Swift tests cover them)
                  "--min-free-bytes", "0", "--disk-reserve-bytes", "0",

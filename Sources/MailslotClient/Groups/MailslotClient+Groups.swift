@@ -17,7 +17,7 @@ extension MailslotClient {
     ///
     /// - Parameters:
     ///   - name: 1–128 bytes of UTF-8, no control characters.
-    ///   - members: The other members' uids (at most 999).
+    ///   - members: The other members' uids (at most 999: a group has at most 1,000 members).
     /// - Returns: The group as created (version 1). Its genesis is in the outbox: members that
     ///   could not be reached get it on ``flush()``.
     /// - Throws: Before anything is stored: ``ClientError/invalidUID(text:)``,

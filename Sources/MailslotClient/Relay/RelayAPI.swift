@@ -111,7 +111,7 @@ struct RelayAPI: Sendable {
                                                       body: JSONEncoder().encode(SendRequest(envelope: envelope, keyID: keyID, wake: wake ? nil : false))))
     }
 
-    /// Creates many messages at once (`POST /v1/messages`, spec/protocol.md §4.22): one result per
+    /// Creates many messages at once (`POST /v1/messages`, spec/protocol.md §4.25): one result per
     /// entry, in entry order, each what the single create would have answered. A relay answering
     /// another number of results, or results for other (recipient, id) pairs, is not the protocol.
     func sendMany(_ entries: [BatchEntry], wake: Bool = true, session: String) async throws -> [BatchResult] {

@@ -11,8 +11,10 @@ public enum GroupLimits {
     public static let maxStateBytes = 49_152
     /// The longest a group name may be, in UTF-8 bytes.
     public static let maxNameBytes = 128
-    /// The most uids a change's operations may name, all lists together.
-    public static let maxOperationUIDs = 1_000
+    /// The most uids a change's operations may name, all lists together: one more than
+    /// ``maxMembers``, because the genesis of a full group names its 1,000 members in `add` and its
+    /// creator once more in `promote`.
+    public static let maxOperationUIDs = maxMembers + 1
     /// The highest version: 2^53 − 1, so that a version is always a JSON-safe integer.
     public static let maxVersion: UInt64 = (1 << 53) - 1
     /// The most changes one `group_history` answer carries.
@@ -70,7 +72,7 @@ public enum GroupError: Error, Equatable, Sendable, CustomStringConvertible {
 public struct GroupID: RawRepresentable, Hashable, Comparable, Sendable, Codable, CustomStringConvertible {
     /// The 22 characters.
     public let rawValue: String
-    /// The 16 bytes, as the canonical forms (§1.2, §1.3) carry them.
+    /// The 16 bytes, as the canonical forms (spec/groups.md §1.2, §2.2) carry them.
     public let bytes: [UInt8]
 
     /// The id written as `rawValue`, or nil unless it is exactly 22 characters of strict
@@ -173,7 +175,7 @@ public struct GroupState: Sendable, Equatable, Hashable {
         self.admins = admins
     }
 
-    /// The state a genesis change makes (spec/groups.md §1.3): version 1, no previous, the
+    /// The state a genesis change makes (spec/groups.md §2.3, check 5): version 1, no previous, the
     /// genesis's name and members, its author the only admin. The change must be a genesis
     /// (``GroupChange/checkGenesis()``); `group_malformed` otherwise.
     public init(genesis change: GroupChange, group: GroupID) throws(GroupError) {

@@ -83,7 +83,7 @@ struct Routes: Sendable {
                                                              wake: body.wake ?? true, now: configuration.clock.now()).value
             return JSONBody.response(record, status: created ? .created : .ok)
         }
-        // A send to many (spec/protocol.md §4.22): its body may be far larger than any other JSON
+        // A send to many (spec/protocol.md §4.25): its body may be far larger than any other JSON
         // body, so the relay-wide budget of such bodies is reserved before it is read.
         router.post("/v1/messages") { request, _ in
             let principal = try await principal(request)

@@ -1,8 +1,9 @@
 import Synchronization
 
-/// The bytes of send-to-many bodies (spec/protocol.md §4.22, §5.5) a relay reads or holds at
-/// once, HTTP and WebSocket together. A body up to `--max-batch-bytes` may be far larger than any
-/// other request; without a relay-wide bound, many connections could each park one in memory.
+/// The bytes of send-to-many bodies (spec/protocol.md §4.25, §5.5) a relay reads or holds at
+/// once: `POST /v1/messages` bodies (a `send_many` frame is bounded by the frame size instead). A
+/// body up to `--max-batch-bytes` may be far larger than any other request; without a relay-wide
+/// bound, many connections could each park one in memory.
 /// A reader reserves the body's bytes before reading it; when the budget has no room, it waits
 /// (in arrival order) — its body stays unread, and TCP pushes back on its sender — until earlier
 /// reservations are released. A wait is never refused: the request goes on once there is room.
@@ -51,6 +52,9 @@ final class BatchBudget: Sendable {
 
     /// The bytes not reserved now (for tests and metrics).
     var available: Int { state.withLock { $0.available } }
+
+    /// The readers waiting for room now (for tests and metrics).
+    var waiting: Int { state.withLock { $0.waiters.count } }
 
     /// Reserves `bytes` (at most the whole budget), waiting for room in arrival order. Throws
     /// `CancellationError` when the task is cancelled while it waits (its connection went away).

@@ -57,7 +57,7 @@ struct MailboxService: Sendable {
         }
     }
 
-    /// Sends to many (spec/protocol.md §4.22): the entries of `request`, each checked and stored
+    /// Sends to many (spec/protocol.md §4.25): the entries of `request`, each checked and stored
     /// as ``send(_:to:id:envelope:ttlSeconds:keyID:wake:now:)`` would one — the same checks, in
     /// the same order, through the same functions — under one TTL and one `wake`. The request as
     /// a whole is refused only for its TTL (`invalid_ttl`), its number of entries or a repeated

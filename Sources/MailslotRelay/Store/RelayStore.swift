@@ -178,7 +178,7 @@ protocol RelayStore: BlobRecords, PushRecords {
     func createMessage(recipient: String, id: String, author: String, envelope: String, size: Int, keyID: String?, now: Int64,
                        expiresAt: Int64, limits: CreateLimits, wake: Bool) -> CommitTicket<CreateOutcome>
 
-    /// Queues `creates` as one unit (a send to many, spec/protocol.md §4.22): each is decided as
+    /// Queues `creates` as one unit (a send to many, spec/protocol.md §4.25): each is decided as
     /// ``createMessage(recipient:id:author:envelope:size:keyID:now:expiresAt:limits:wake:)`` decides
     /// one, in order — so an author's quota sees the bytes of the creates before it, and creates to
     /// one mailbox get ascending `seq` — and all commit in one transaction, or none does. One
