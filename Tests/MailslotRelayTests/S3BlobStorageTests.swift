@@ -305,7 +305,9 @@ import Testing
     /// A store that cannot be reached is `unavailable` (retry later) for every call; nothing is
     /// left in the spool.
     @Test func unreachableStoreIsUnavailable() async throws {
-        let port = try LoopbackPort.unused()  // nothing listens there
+        let refusing = try LoopbackPort.refusing()  // nothing listens there, and nothing can meanwhile
+        defer { refusing.close() }
+        let port = refusing.port
         var timeouts = S3Client.Timeouts()
         timeouts.connect = .seconds(1)
         timeouts.call = .seconds(5)

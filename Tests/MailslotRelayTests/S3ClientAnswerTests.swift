@@ -223,9 +223,10 @@ import Testing
 
     /// Nothing listening: a retryable `unavailable(.connectionFailed)`.
     @Test func refusedConnectionIsUnavailable() async throws {
-        let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton).bind(host: "127.0.0.1", port: 0).get()
-        let port = try #require(channel.localAddress?.port)
-        try await channel.close()
+        // Held bound and not listening for the whole test: another test's server cannot take it.
+        let refusing = try LoopbackPort.refusing()
+        defer { refusing.close() }
+        let port = refusing.port
         // The HTTP client retries refused connections until the connect timeout: keep it short.
         var timeouts = S3Client.Timeouts()
         timeouts.connect = .seconds(1)
