@@ -105,10 +105,10 @@ extension MailslotClient {
     }
 
     /// The most entries of one multi-recipient create (the relay's default `--max-batch-entries`).
-    static let maxBatchEntries = 1000
+    static let maxBatchEntries = Defaults.maxBatchEntries
     /// About the most bytes of one multi-recipient create's body (under the relay's default
-    /// `--max-batch-bytes`, 8 MiB, with room for the JSON around the envelopes).
-    static let maxBatchBytes = 7 * 1024 * 1024
+    /// `--max-batch-bytes`, with an eighth left for the JSON around the envelopes).
+    static let maxBatchBytes = Defaults.maxBatchBytes / 8 * 7
 
     /// Removal holds (§3.2 step 6): copies of `id` to someone not in the group as folded now are dropped.
     private func dropCopiesToNonMembers(of id: String, me: String) async throws {

@@ -117,8 +117,7 @@ struct RelayAPI: Sendable {
     func sendMany(_ entries: [BatchEntry], wake: Bool = true, session: String) async throws -> [BatchResult] {
         let request = BatchCreateRequest(entries: entries, wake: wake ? nil : false)
         let response = try decode(BatchResponse.self, try await call("POST", "/v1/messages", session: session, body: JSONEncoder().encode(request)))
-        guard response.results.count == entries.count,
-              zip(response.results, entries).allSatisfy({ $0.to == $1.to && $0.id == $1.id }) else {
+        guard BatchResponse.results(response.results, answer: entries) else {
             throw ClientError.invalidResponse(detail: "the relay answered a batch of \(entries.count) with \(response.results.count) results, or for other recipients")
         }
         return response.results
