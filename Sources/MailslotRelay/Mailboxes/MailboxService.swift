@@ -68,6 +68,7 @@ struct MailboxService: Sendable {
     /// one transaction. A failure of that transaction (the database out of reach) fails the
     /// request, as it would fail a single create; repeating the request is safe.
     func sendMany(_ principal: Principal, _ request: BatchCreateRequest, now: Int64) -> Pending<[BatchResult]> {
+        let admittedAt = ContinuousClock.now
         let entries = request.entries
         do {
             let ttl = request.ttlSeconds ?? configuration.defaultMessageTTL
@@ -130,6 +131,9 @@ struct MailboxService: Sendable {
                         } catch let refusal as StoreRefusal {
                             throw rejected(refusal)
                         }
+                        // The last admitted entry's write is the unit's last: once it is decided,
+                        // the batch is committed (mailslot_batch_seconds, docs/operations.md).
+                        if unit == tickets.count - 1 { metrics.batchCommitted(since: admittedAt) }
                         let (record, created) = settle(value, principal, checked)
                         outcome = .stored(created: created, message: record)
                     }
