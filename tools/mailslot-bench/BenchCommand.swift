@@ -10,11 +10,12 @@ struct MailslotBench: AsyncParsableCommand {
         abstract: "Measure a Mailslot relay with real WebSocket senders and recipients.",
         discussion: """
             `run` (the default) measures throughput and latency; `crash` kills the relay again and again \
-            and checks that nothing answered is lost. Exit status: 0 all checks passed; 1 a check failed \
+            and checks that nothing answered is lost; `group` sends group messages to M members through the \
+            relay's send to many. Exit status: 0 all checks passed; 1 a check failed \
             (lost, duplicated, refused or left-over messages; the crash test's FAIL); 64 bad flags; \
             69 the relay cannot be reached or started; 70 the run could not proceed.
             """,
-        subcommands: [RunCommand.self, TransferCommand.self, CrashCommand.self],
+        subcommands: [RunCommand.self, TransferCommand.self, GroupCommand.self, CrashCommand.self],
         defaultSubcommand: RunCommand.self
     )
 }
