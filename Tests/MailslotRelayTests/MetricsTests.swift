@@ -74,6 +74,28 @@ import MailslotWire
         }
     }
 
+    /// `mailslot_batch_seconds` (docs/operations.md): one sample per send to many that stored
+    /// something, HTTP or WebSocket; none for a batch whose every entry was refused.
+    @Test func eachSendToManyThatStoresIsOneBatchSample() async throws {
+        try await withTestRelay { relay in
+            let alice = try await relay.signIn("alice").session
+            #expect(try await scrape(relay).samples["mailslot_batch_seconds_count"] == 0)
+            let stored = try BatchTests.results(try await BatchTests.post(relay, alice, [BatchTests.entry("bob", messageID(1)),
+                                                                                            BatchTests.entry("carol", messageID(1))]))
+            #expect(stored.allSatisfy { $0.created == true })
+            let refused = try BatchTests.results(try await BatchTests.post(relay, alice, [BatchTests.entry("bob", messageID(2), envelope: randomBytes(700))]))
+            #expect(refused.first?.problem?.code == .invalidEnvelope)
+            let socket = try await TestSocket.subscribed(relay, "alice", session: alice)
+            try await socket.send(.sendMany(SendManyFrame(ref: "r1", entries: [BatchEntry(to: "dave", id: messageID(3), envelope: randomBytes(512))])))
+            #expect(try await socket.next()?.type == "sent_many")
+            await socket.close()
+            let after = try await scrape(relay).samples
+            #expect(after["mailslot_batch_seconds_count"] == 2, "the HTTP batch and the socket's; not the refused one")
+            #expect((after["mailslot_batch_seconds_sum"] ?? 0) > 0)
+            #expect(after[#"mailslot_batch_seconds_bucket{le="5.0"}"#] == 2)
+        }
+    }
+
     @Test func metricsNeedTheTokenWhenOneIsConfigured() async throws {
         let token = "a-metrics-token-of-32-characters"
         try await withTestRelay(configure: { $0.metricsToken = token }) { relay async throws in

@@ -12,8 +12,8 @@ struct GroupCommand: AsyncParsableCommand {
             M throwaway members (v2 key bundles) form one group (a real signed-state reference in every body). \
             The first --senders members take turns (round robin) sending a text group message; each message is \
             sealed by its sender for every other member in the pairwise ratchet with them (the client's format \
-            and calls, spec/ratchet.md), and sent as one `send_many` frame. One message is in flight at a time: \
-            after each answer the bench reads the relay's `mailslot_batch_seconds` histogram, whose change is \
+            and calls, spec/ratchet.md), and sent as one send to many (`POST /v1/messages`, as the client library sends it). One message is \
+            in flight at a time: after each answer the bench reads the relay's `mailslot_batch_seconds` histogram, whose change is \
             that batch's commit time (admission to commit). Each sender's first message (ratchets started, the \
             first send to a fresh group) goes before the clock and is reported apart. --online percent of the \
             members (the senders always among them) hold a subscription and ack what they get; the others \

@@ -30,21 +30,13 @@ struct GroupMemberLedger: Sendable {
     mutating func note(_ text: String) { if unexpected.count < 20 { unexpected.append(text) } }
 }
 
-/// A `sent_many` answer a sender's socket received: its raw frame and when it arrived.
-struct GroupAnswer: Sendable {
-    let frame: Data
-    let monotonic: UInt64
-}
-
-/// A member's subscription: it records and acks every group message delivered, and (for a
-/// sender) hands `sent_many` answers to the run.
+/// A member's subscription: it records and acks every group message delivered.
 enum GroupMemberSocket {
-    /// Connects `user`; deliveries go to `ledger`, `sent_many` answers to `answers` by ref.
-    static func start(user: BenchUser, http: RelayHTTP, keepBelow: Int, ledger: Locked<GroupMemberLedger>,
-                      answers: Locked<[String: GroupAnswer]>) -> Socket {
+    /// Connects `user`; deliveries go to `ledger`.
+    static func start(user: BenchUser, http: RelayHTTP, keepBelow: Int, ledger: Locked<GroupMemberLedger>) -> Socket {
         Socket(url: http.subscribeURL(user.uid), session: user.session, logger: Socket.logger) { frames, outbound in
             for try await frame in frames {
-                if let ack = read(frame, keepBelow: keepBelow, ledger: ledger, answers: answers) {
+                if let ack = read(frame, keepBelow: keepBelow, ledger: ledger) {
                     try await outbound.write(ack)
                 }
             }
@@ -53,8 +45,7 @@ enum GroupMemberSocket {
 
     /// Reads one frame; returns the ack to write, if any. Only the message's id and envelope are
     /// read here (no decryption): the bench shares the relay's cores during the clock.
-    private static func read(_ frame: ByteBuffer, keepBelow: Int, ledger: Locked<GroupMemberLedger>,
-                             answers: Locked<[String: GroupAnswer]>) -> String? {
+    private static func read(_ frame: ByteBuffer, keepBelow: Int, ledger: Locked<GroupMemberLedger>) -> String? {
         let monotonic = Monotonic.now()
         let wall = WallClock.milliseconds()
         return frame.withUnsafeReadableBytes { raw -> String? in
@@ -87,13 +78,6 @@ enum GroupMemberSocket {
                 ledger.withLock { $0.note("a sent frame on a group member's socket") }
                 return nil
             case .other:
-                // `sent_many` answers: found by their type, kept whole for the run to decode.
-                if let type = bytes.string("\"type\":\""), type.elementsEqual("sent_many".utf8), let ref = bytes.string("\"ref\":\"") {
-                    let key = String(decoding: ref, as: UTF8.self)
-                    let data = Data(raw)
-                    answers.withLock { $0[key] = GroupAnswer(frame: data, monotonic: monotonic) }
-                    return nil
-                }
                 guard let decoded = try? JSONDecoder().decode(RelayFrame.self, from: Data(raw)) else {
                     ledger.withLock { $0.note("a frame that is not JSON") }
                     return nil

@@ -47,10 +47,6 @@ final class Socket: Sendable {
         }
     }
 
-    /// The writer for client frames once the socket is open (nil before): `group` sends its
-    /// `send_many` frames on the sender's own subscription, beside the acks its reader writes.
-    var outbound: FrameWriter? { writer.current }
-
     /// How the socket ended, if it ended without the bench asking it to.
     var unexpectedEnd: String? { closeWasRequested ? nil : ending.current }
 
