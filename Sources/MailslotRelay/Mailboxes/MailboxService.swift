@@ -133,7 +133,7 @@ struct MailboxService: Sendable {
                         }
                         // The last admitted entry's write is the unit's last: once it is decided,
                         // the batch is committed (mailslot_batch_seconds, docs/operations.md).
-                        if unit == tickets.count - 1 { metrics.batchCommitted(since: admittedAt) }
+                        if unit == tickets.count - 1 { metrics.batchCommitted(admitted: admittedAt, committed: tickets[unit].resolvedAt ?? .now) }
                         let (record, created) = settle(value, principal, checked)
                         outcome = .stored(created: created, message: record)
                     }

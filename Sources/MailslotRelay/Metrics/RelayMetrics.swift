@@ -47,7 +47,8 @@ final class RelayMetrics: Sendable {
     let blobBytesReceived: CoreMetrics.Counter
     let blobBytesSent: CoreMetrics.Counter
     /// Sends to many (spec/protocol.md §4.25), HTTP and WebSocket alike: from the request's
-    /// admission (its body read and parsed) to the commit of its admitted entries. Recorded only
+    /// admission (its body read and parsed) to the commit of its admitted entries (their tickets
+    /// resolved, the deliveries handed to the hub). Recorded only
     /// for a batch that stored something; `mailslot-bench group` reads it for the commit time.
     let batchSeconds: CoreMetrics.Timer
     /// The store's hot operations, made once: a lookup by name in the registry costs a lock.
@@ -142,9 +143,9 @@ final class RelayMetrics: Sendable {
         (storeTimers[operation] ?? storeTimer(operation)).recordNanoseconds(Self.nanoseconds(duration))
     }
 
-    /// A send to many admitted at `admitted` has committed its entries.
-    func batchCommitted(since admitted: ContinuousClock.Instant) {
-        batchSeconds.recordNanoseconds(Self.nanoseconds(ContinuousClock.now - admitted))
+    /// A send to many admitted at `admitted` committed its entries at `committed`.
+    func batchCommitted(admitted: ContinuousClock.Instant, committed: ContinuousClock.Instant) {
+        batchSeconds.recordNanoseconds(Self.nanoseconds(committed - admitted))
     }
 
     private func storeTimer(_ operation: String) -> CoreMetrics.Timer {

@@ -5,7 +5,7 @@ import Synchronization
 final class CommitTicket<T: Sendable>: Sendable {
     private enum State {
         case waiting(CheckedContinuation<T, any Error>?)
-        case resolved(Result<T, any Error>)
+        case resolved(Result<T, any Error>, at: ContinuousClock.Instant)
     }
 
     private let state = Mutex<State>(.waiting(nil))
@@ -17,10 +17,19 @@ final class CommitTicket<T: Sendable>: Sendable {
     func resolve(_ result: Result<T, any Error>) {
         let waiter = state.withLock { state -> CheckedContinuation<T, any Error>? in
             guard case .waiting(let waiter) = state else { return nil }
-            state = .resolved(result)
+            state = .resolved(result, at: .now)
             return waiter
         }
         waiter?.resume(with: result)
+    }
+
+    /// When the result was given (right after the commit and its deliveries were handed to the
+    /// hub): nil while it waits. The awaiting task may run much later on a busy relay, so a
+    /// commit's time is read here (`mailslot_batch_seconds`), not when the value is awaited.
+    var resolvedAt: ContinuousClock.Instant? {
+        state.withLock { state in
+            if case .resolved(_, let at) = state { at } else { nil }
+        }
     }
 
     /// The write's result: waits for the commit if it has not happened yet.
@@ -29,7 +38,7 @@ final class CommitTicket<T: Sendable>: Sendable {
             try await withCheckedThrowingContinuation { continuation in
                 let result = state.withLock { state -> Result<T, any Error>? in
                     switch state {
-                    case .resolved(let result): return result
+                    case .resolved(let result, _): return result
                     case .waiting: state = .waiting(continuation); return nil
                     }
                 }
