@@ -47,8 +47,8 @@ final class RelayMetrics: Sendable {
     let blobBytesReceived: CoreMetrics.Counter
     let blobBytesSent: CoreMetrics.Counter
     /// Sends to many (spec/protocol.md §4.25), HTTP and WebSocket alike: from the request's
-    /// admission (its body read and parsed) to the commit of its admitted entries (their tickets
-    /// resolved, the deliveries handed to the hub). Recorded only
+    /// admission (its body read and parsed) to the commit of its admitted entries' transaction
+    /// (``CommitTicket/resolvedAt``), before their deliveries are handed to the hub. Recorded only
     /// for a batch that stored something; `mailslot-bench group` reads it for the commit time.
     let batchSeconds: CoreMetrics.Timer
     /// The store's hot operations, made once: a lookup by name in the registry costs a lock.

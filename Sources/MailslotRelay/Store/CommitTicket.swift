@@ -13,18 +13,19 @@ final class CommitTicket<T: Sendable>: Sendable {
     /// A ticket whose result is not known yet.
     init() {}
 
-    /// Gives the write's result, once; later results are ignored.
-    func resolve(_ result: Result<T, any Error>) {
+    /// Gives the write's result, decided at `at` (its transaction's commit), once; later results
+    /// are ignored.
+    func resolve(_ result: Result<T, any Error>, at: ContinuousClock.Instant = .now) {
         let waiter = state.withLock { state -> CheckedContinuation<T, any Error>? in
             guard case .waiting(let waiter) = state else { return nil }
-            state = .resolved(result, at: .now)
+            state = .resolved(result, at: at)
             return waiter
         }
         waiter?.resume(with: result)
     }
 
-    /// When the result was given (right after the commit and its deliveries were handed to the
-    /// hub): nil while it waits. The awaiting task may run much later on a busy relay, so a
+    /// When the result was decided (its transaction's commit, before the deliveries it makes are
+    /// handed to the hub): nil while it waits. The awaiting task may run much later on a busy relay, so a
     /// commit's time is read here (`mailslot_batch_seconds`), not when the value is awaited.
     var resolvedAt: ContinuousClock.Instant? {
         state.withLock { state in

@@ -21,7 +21,8 @@ final class WriteBatches<Write: Sendable>: Sendable {
         let write: Write
         /// Runs after a successful commit, in apply order, before any caller resumes.
         let committed: @Sendable () -> Void
-        let complete: @Sendable ((any Error)?) -> Void
+        /// Resolves the ticket: with the batch's error, or (nil) its outcome, committed at the instant given.
+        let complete: @Sendable ((any Error)?, ContinuousClock.Instant) -> Void
     }
 
     private let commit: @Sendable ([Write]) async throws -> Void
@@ -62,9 +63,9 @@ final class WriteBatches<Write: Sendable>: Sendable {
                 committed: {
                     if let committed, case .success(let value) = outcome.result { committed(index, value) }
                 },
-                complete: { commitError in
+                complete: { commitError, at in
                     finished?()
-                    ticket.resolve(commitError.map { .failure($0) } ?? outcome.result!)
+                    ticket.resolve(commitError.map { .failure($0) } ?? outcome.result!, at: at)
                 }))
         }
         guard !pendings.isEmpty else { return tickets }
@@ -89,10 +90,14 @@ final class WriteBatches<Write: Sendable>: Sendable {
             if batch.isEmpty { return }
             do {
                 try await commit(batch.map(\.write))
+                // The commit's instant, before the deliveries are handed out: what a ticket's
+                // `resolvedAt` says (mailslot_batch_seconds).
+                let committedAt = ContinuousClock.now
                 for pending in batch { pending.committed() }
-                for pending in batch { pending.complete(nil) }
+                for pending in batch { pending.complete(nil, committedAt) }
             } catch {
-                for pending in batch { pending.complete(error) }
+                let failedAt = ContinuousClock.now
+                for pending in batch { pending.complete(error, failedAt) }
             }
         }
     }
