@@ -9,17 +9,19 @@ struct GroupCommand: AsyncParsableCommand {
         commandName: "group",
         abstract: "Send group messages to M members through the relay's send to many; report commit, sealing and delivery times.",
         discussion: """
-            M throwaway members (v2 key bundles) form one group (a real signed-state reference in every body). \
-            The first --senders members take turns (round robin) sending a text group message; each message is \
-            sealed by its sender for every other member in the pairwise ratchet with them (the client's format \
-            and calls, spec/ratchet.md), and sent as one send to many (`POST /v1/messages`, as the client library sends it). One message is \
-            in flight at a time: after each answer the bench reads the relay's `mailslot_batch_seconds` histogram, whose change is \
-            that batch's commit time (admission to commit). Each sender's first message (ratchets started, the \
-            first send to a fresh group) goes before the clock and is reported apart. --online percent of the \
-            members (the senders always among them) hold a subscription and ack what they get; the others \
-            connect after the clock and receive their backlog. Every copy received is opened and checked \
-            (up to a bound, after the clock). Loopback relays only: commit → delivery compares the relay's \
-            clock with the bench's. With --json the last line of stdout is one JSON object.
+            M throwaway members (v2 key bundles) form one group: every body's `group` member names its state \
+            (id, version, hash; spec/groups.md). The first --senders members take turns sending a text group \
+            message, sealed by its sender for every other member in the pairwise ratchet with them (the client \
+            library's format and calls, spec/ratchet.md) and sent as one send to many (`POST /v1/messages`, as \
+            the client library sends it). One message is in flight at a time: after each answer the bench reads \
+            the relay's `mailslot_batch_seconds` histogram, whose change is that batch's commit time (admission \
+            to commit). Each sender's first message (its ratchets started: the first send to a fresh group) goes \
+            before the clock and is reported apart. --online percent of the members (the senders always among \
+            them) hold a subscription and ack what they get; the others connect after the clock and receive their \
+            backlog. Every copy received is opened and checked (up to about 50,000 copies, after the clock). \
+            Relay CPU per copy covers storing, delivering and erasing it; the bench's /metrics reads are taken \
+            out. Commit → delivery compares the relay's clock with the bench's: loopback relays only. With \
+            --json the last line of stdout is one JSON object.
             """
     )
 
