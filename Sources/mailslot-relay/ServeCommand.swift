@@ -94,6 +94,8 @@ struct ServeCommand: AsyncParsableCommand {
     var blobUploadTTL: String?
     @Option(help: ArgumentHelp("Most recipients of one attachment [MAILSLOT_MAX_BLOB_RECIPIENTS] (default 1000).", valueName: "N"))
     var maxBlobRecipients: String?
+    @Option(help: ArgumentHelp("Attachment bytes per second, uploads and downloads of all users together, e.g. 200MB; 0: no cap [MAILSLOT_MAX_TRANSFER_RATE] (default 0).", valueName: "BYTES_PER_S"))
+    var maxTransferRate: String?
     @Option(help: ArgumentHelp("Where attachments live: files (under the data folder) or s3://BUCKET[/PREFIX]?endpoint=URL; credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY [MAILSLOT_BLOB_STORE] (default files).", valueName: "STORE"))
     var blobStore: String?
     @Option(help: ArgumentHelp("Bearer token for scraping /metrics, 16+ characters [MAILSLOT_METRICS_TOKEN]; prefer the variable. Without one, /metrics answers only on a loopback address.", valueName: "TOKEN"))
@@ -156,7 +158,7 @@ struct ServeCommand: AsyncParsableCommand {
             ("max-document-bytes", maxDocumentBytes), ("sweep-interval", sweepInterval),
             ("max-file-bytes", maxFileBytes), ("max-author-blob-bytes", maxAuthorBlobBytes), ("max-uploads-per-author", maxUploadsPerAuthor),
             ("blob-part-bytes", blobPartBytes), ("blob-upload-ttl", blobUploadTTL), ("max-blob-recipients", maxBlobRecipients),
-            ("blob-store", blobStore), ("metrics-token", metricsToken),
+            ("max-transfer-rate", maxTransferRate), ("blob-store", blobStore), ("metrics-token", metricsToken),
             ("push-wake-interval", pushWakeInterval), ("max-push-registrations", maxPushRegistrations), ("push-concurrency", pushConcurrency),
             ("push-timeout", pushTimeout), ("push-allow-private-addresses", pushAllowPrivateAddresses ? "true" : nil),
             ("push-ca-file", pushCaFile), ("vapid-key", vapidKey), ("vapid-subject", vapidSubject), ("apns-key", apnsKey),

@@ -25,6 +25,21 @@ import Testing
         }
     }
 
+    /// `--max-transfer-rate` reaches the spawned relay's `serve`: a rate it takes runs (and is
+    /// reported), one under its 1 MB/s floor stops the relay from starting, with its reason.
+    @Test func theTransferRateCapReachesTheSpawnedRelay() async throws {
+        let bench = ProcessRunner.builtProduct("mailslot-bench")
+        let small = ["transfer", "--spawn", "--clients", "1", "--files", "1", "--size", "1MiB", "--json", "--quiet"]
+        let capped = try await ProcessRunner.run(bench, small + ["--max-transfer-rate", "500MB"])
+        #expect(capped.status == 0, "\(capped.stdout)\n\(capped.stderr)")
+        let line = try #require(capped.stdout.split(separator: "\n").last.map { Data($0.utf8) })
+        let json = try #require(try JSONSerialization.jsonObject(with: line) as? [String: Any])
+        #expect(json["ok"] as? Bool == true && json["max_transfer_rate"] as? Int == 500_000_000, "\(json)")
+        let refused = try await ProcessRunner.run(bench, small + ["--max-transfer-rate", "1000"])
+        #expect(refused.status != 0)
+        #expect((refused.stdout + refused.stderr).contains("the transfer rate (1000 bytes/s)"), "\(refused.stdout)\n\(refused.stderr)")
+    }
+
     @Test func sizesTakeBinaryAndDecimalUnits() {
         #expect(TransferCommand.bytes("256MiB") == 256 << 20)
         #expect(TransferCommand.bytes("1GiB") == 1 << 30)

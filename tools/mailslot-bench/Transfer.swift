@@ -14,6 +14,8 @@ struct TransferSettings: Sendable {
     let alongsideRate: Double?
     /// How long the ordinary messages run, with and without transfers.
     let alongsideSeconds: Double
+    /// The spawned relay's `--max-transfer-rate`, bytes per second (nil: not given, the relay's default).
+    let maxTransferRate: Int64?
     let quiet: Bool
 }
 
@@ -109,7 +111,8 @@ struct TransferRun {
         var lines: [String] = []
         lines.append("mailslot-bench transfer, \(s.mode.rawValue) mode — \(target.description)")
         lines.append("  \(s.clients) clients, \(s.files) files of \(Format.bytes(Int(s.size))) (ciphertext \(cipherSize) B, parts of \(Format.bytes(Int(Defaults.blobPartSize))))"
-                     + (s.alongsideRate.map { ", in cycles beside \(Int($0)) msg/s for \(Int(s.alongsideSeconds)) s" } ?? ""))
+                     + (s.alongsideRate.map { ", in cycles beside \(Int($0)) msg/s for \(Int(s.alongsideSeconds)) s" } ?? "")
+                     + (s.maxTransferRate.map { ", relay capped at \($0) B/s" } ?? ""))
         let unit = s.mode == .relay ? "ciphertext" : "file bytes, encrypt+upload / download+open"
         lines.append(String(format: "  upload:   %d files in %.2f s: %.0f MB/s (%@); relay CPU %@ ms/MiB", up.files, up.seconds, rate(up), unit,
                             Format.optional(cpu(up), "%.2f")))
@@ -131,7 +134,7 @@ struct TransferRun {
             ("download_relay_cpu_ms_per_mib", .number(cpu(down))),
             ("relay_rss_before_bytes", .int(rssBefore)), ("relay_rss_peak_sampled_bytes", .int(rssPeakSampled)), ("relay_rss_growth_bytes", .int(growth)),
             ("relay_hwm_growth_bytes", .int(hwmGrowth)),
-            ("alongside_rate", .number(s.alongsideRate)), ("p99_ms_alone", .number(baselineP99)), ("p99_ms_beside", .number(alongsideP99)),
+            ("max_transfer_rate", .int(s.maxTransferRate.map(Int.init))), ("alongside_rate", .number(s.alongsideRate)), ("p99_ms_alone", .number(baselineP99)), ("p99_ms_beside", .number(alongsideP99)),
             ("ok", .bool(problems.isEmpty)), ("problems", .array(problems.map(JSON.string))),
         ])
         return RunReport(summary: lines.joined(separator: "\n"), json: json, problems: problems)

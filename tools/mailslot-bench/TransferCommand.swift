@@ -36,6 +36,9 @@ struct TransferCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("With --spawn: the relay's --max-file-bytes (default: the relay's, 100 MiB; the bench raises it to fit --size).", valueName: "SIZE"))
     var maxFileBytes: String?
 
+    @Option(help: ArgumentHelp("With --spawn: the relay's --max-transfer-rate, blob bytes per second of all transfers together (e.g. 200MB; 0: no cap; default: the relay's, no cap).", valueName: "BYTES_PER_S"))
+    var maxTransferRate: String?
+
     @Option(help: ArgumentHelp("Ordinary messages per second beside the transfers (0: none).", valueName: "PER_SEC"))
     var alongsideRate: Double = 0
 
@@ -49,6 +52,10 @@ struct TransferCommand: AsyncParsableCommand {
         guard (1...256).contains(clients) else { throw ValidationError("--clients must be 1 to 256") }
         guard let bytes = Self.bytes(size), bytes >= 1, bytes <= 64 << 30 else { throw ValidationError("--size must be 1 byte to 64GiB, e.g. 256MiB") }
         if let maxFileBytes { guard Self.bytes(maxFileBytes) != nil else { throw ValidationError("--max-file-bytes must be a size, e.g. 2GiB") } }
+        if let maxTransferRate {
+            guard target.spawn else { throw ValidationError("--max-transfer-rate goes with --spawn (a relay started elsewhere has its own)") }
+            guard Self.bytes(maxTransferRate) != nil else { throw ValidationError("--max-transfer-rate must be bytes per second, e.g. 200MB or 0") }
+        }
         guard alongsideRate >= 0, alongsideRate <= 100_000 else { throw ValidationError("--alongside-rate must be 0 to 100000") }
         guard alongsideSeconds > 0, alongsideSeconds <= 3600 else { throw ValidationError("--alongside-seconds must be more than 0 and at most 3600") }
     }
@@ -69,7 +76,7 @@ struct TransferCommand: AsyncParsableCommand {
         let plainSize = Self.bytes(size)!
         let settings = TransferSettings(mode: mode, files: files, size: plainSize, clients: clients,
                                         alongsideRate: alongsideRate > 0 ? alongsideRate : nil, alongsideSeconds: alongsideSeconds,
-                                        quiet: output.quiet)
+                                        maxTransferRate: maxTransferRate.flatMap(Self.bytes), quiet: output.quiet)
         var relayArguments: [String] = []
         let limit = maxFileBytes.flatMap(Self.bytes) ?? max(plainSize, Defaults.maxFileBytes)
         if limit != Defaults.maxFileBytes {
@@ -78,6 +85,8 @@ struct TransferCommand: AsyncParsableCommand {
             let sealed = FileCipher.size(plainSize: limit) ?? limit
             if sealed > Defaults.maxAuthorBlobBytes { relayArguments += ["--max-author-blob-bytes", "\(sealed)"] }
         }
+        // The relay checks the rate's bounds itself (1 MB/s to 1 TB/s, or 0) and says why it refuses one.
+        if let rate = maxTransferRate.flatMap(Self.bytes) { relayArguments += ["--max-transfer-rate", "\(rate)"] }
         try await RunReport.measure(json: output.json, start: {
             try await RelayTarget.start(target, maxEnvelopeBytes: nil, extraArguments: target.spawn ? relayArguments : [])
         }) { relay in

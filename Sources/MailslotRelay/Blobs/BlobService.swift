@@ -16,6 +16,8 @@ struct BlobService: Sendable {
     /// The author's message create bucket: a blob create takes one token of it.
     let rateLimiter: RateLimiter
     let transfers: TransferLimiter
+    /// The relay-wide transfer bandwidth cap (`--max-transfer-rate`); nil: none.
+    let bandwidth: TransferBandwidth?
     let eraser: BlobEraser
     let metrics: RelayMetrics
     let logger: Logger
@@ -243,9 +245,12 @@ struct BlobService: Sendable {
         }
         let etag: String?
         do {
-            etag = try await storage.writePart(key: blob.storageKey, upload: blob.uploadHandle, number: upload.number,
-                                               offset: upload.range.lowerBound, length: Int64(upload.range.count), digest: upload.digest,
-                                               body: body)
+            if let bandwidth {
+                // Paced above the storage, so that both stores keep the cap.
+                etag = try await write(upload, body: PacedBody(base: body, bandwidth: bandwidth))
+            } else {
+                etag = try await write(upload, body: body)
+            }
         } catch {
             if error == .digestMismatch { metrics.blobPartsRefused.increment() }
             if error == .uploadLost {
@@ -286,6 +291,13 @@ struct BlobService: Sendable {
         return record(current, for: upload.principal.uid)
     }
 
+    /// Hands the part's body to the storage.
+    private func write<Body: AsyncSequence & Sendable>(_ upload: PartUpload, body: Body) async throws(BlobStorageFailure) -> String?
+    where Body.Element == ByteBuffer {
+        try await storage.writePart(key: upload.blob.storageKey, upload: upload.blob.uploadHandle, number: upload.number,
+                                    offset: upload.range.lowerBound, length: Int64(upload.range.count), digest: upload.digest, body: body)
+    }
+
     // MARK: Downloads
 
     /// A download that passed its checks: the bytes to send and the permit it holds.
@@ -317,11 +329,24 @@ struct BlobService: Sendable {
         return Download(blob: blob, range: range, partial: header != nil, permit: permit)
     }
 
-    /// Hands the download's bytes to `write`, chunk by chunk, each written before the next is read.
+    /// Hands the download's bytes to `write`, chunk by chunk, each written before the next is
+    /// read — and, under a transfer bandwidth cap, read only once the bucket has paid for the last.
     func read(_ download: Download, into write: (ByteBuffer) async throws -> Void) async throws {
         try await storage.read(key: download.blob.storageKey, range: download.range) { buffer in
-            try await write(buffer)
-            metrics.blobBytesSent.increment(by: buffer.readableBytes)
+            guard let bandwidth else {
+                try await write(buffer)
+                metrics.blobBytesSent.increment(by: buffer.readableBytes)
+                return
+            }
+            // Capped: in slices (views of the chunk, not copies), each paid before the next is
+            // written, so that a download's silences between slices stay short however many
+            // transfers share the cap (a client times out a silent connection, not a slow one).
+            var rest = buffer
+            while let slice = rest.readSlice(length: min(rest.readableBytes, TransferBandwidth.sliceBytes)), slice.readableBytes > 0 {
+                try await write(slice)
+                metrics.blobBytesSent.increment(by: slice.readableBytes)
+                try await bandwidth.pace(slice.readableBytes)
+            }
         }
         withExtendedLifetime(download.permit) {}
     }

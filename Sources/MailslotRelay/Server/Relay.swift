@@ -89,7 +89,10 @@ public struct Relay: Sendable {
                                 interval: configuration.sweepInterval,
                                 orphans: (storage as? S3BlobStorage).map { S3OrphanUploadSweeper(storage: $0, records: store, clock: now) })
         blobs = BlobService(records: store, storage: storage, configuration: configuration, rateLimiter: mailboxes.rateLimiter,
-                            transfers: TransferLimiter(limit: configuration.maxTransfersPerUID), eraser: blobEraser, metrics: metrics,
+                            transfers: TransferLimiter(limit: configuration.maxTransfersPerUID),
+                            bandwidth: configuration.maxTransferRate > 0
+                                ? TransferBandwidth(rate: configuration.maxTransferRate, clock: configuration.transferClock) : nil,
+                            eraser: blobEraser, metrics: metrics,
                             logger: logger)
         let pushMetrics = PushMetrics(registry: metrics.registry)
         push = PushService(store: store, settings: configuration.push, rules: configuration.rules,

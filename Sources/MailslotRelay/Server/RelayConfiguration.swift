@@ -132,6 +132,10 @@ public struct RelayConfiguration: Sendable {
     public var maxBlobRecipients = Defaults.maxBlobRecipients
     /// Where blob bytes live: files under the data folder, or an S3-compatible object store.
     public var blobStore = BlobStore.files
+    /// Blob transfer bytes per second on this relay, part uploads and downloads together
+    /// (`TransferBandwidth`); 0: no cap. Off by default: what suits a machine depends on its cores
+    /// and on where its clients are (docs/operations.md, "Transfer bandwidth").
+    public var maxTransferRate: Int64 = 0
     /// The most part uploads and downloads of one uid in progress on this relay (fixed outside tests).
     var maxTransfersPerUID = Defaults.maxTransfersPerUID
     /// Where the relay reads "now" (sign-in and session expiry, message expiry and the sweep, rate
@@ -139,6 +143,9 @@ public struct RelayConfiguration: Sendable {
     /// instead of sleeping (MailslotTestSupport's `TestClock`). Package-only: no setting, no
     /// public API.
     package var clock = RelayClock.system
+    /// Where the transfer bandwidth cap reads the time and sleeps: the continuous clock outside
+    /// tests, which give one whose sleeps only move its time. Package-only, as ``clock``.
+    package var transferClock = TransferClock.system
 
     /// Where blob bytes live.
     public enum BlobStore: Sendable, Equatable {
@@ -246,6 +253,8 @@ public struct RelayConfiguration: Sendable {
         require((1...Self.maxBlobRecipientsLimit).contains(maxBlobRecipients),
                 "the recipients per blob must be from 1 to \(Self.maxBlobRecipientsLimit), not \(maxBlobRecipients).")
         require(maxTransfersPerUID >= 1, "the transfers per uid must be at least 1.")
+        require(maxTransferRate == 0 || (Self.minTransferRate...Self.maxTransferRateLimit).contains(maxTransferRate),
+                "the transfer rate (\(maxTransferRate) bytes/s) must be 0 (no cap) or from \(Self.minTransferRate) (1 MB/s) to \(Self.maxTransferRateLimit) (1 TB/s).")
         require((1...Self.maxBatchEntriesLimit).contains(maxBatchEntries),
                 "the entries of a send to many must be from 1 to \(Self.maxBatchEntriesLimit), not \(maxBatchEntries).")
         require((Self.minBatchBytes...Self.maxBatchBytesLimit).contains(maxBatchBytes),
@@ -265,6 +274,11 @@ public struct RelayConfiguration: Sendable {
     /// S3's smallest part but the last (docs.aws.amazon.com/AmazonS3/latest/userguide/qfacts.html).
     public static let minS3PartBytes: Int64 = 5 << 20
     public static let maxBlobRecipientsLimit = 10_000
+    /// The least `--max-transfer-rate` but 0 (1 MB/s): below it a single part of the default
+    /// size would take seconds, and clients' timeouts would fail transfers rather than slow them.
+    public static let minTransferRate: Int64 = 1_000_000
+    /// The most `--max-transfer-rate` (1 TB/s): far above any disk or network.
+    public static let maxTransferRateLimit: Int64 = TransferBandwidth.maxRate
     /// The most entries `--max-batch-entries` may allow.
     public static let maxBatchEntriesLimit = 10_000
     /// The least `--max-batch-bytes` (1 MiB): room for about a dozen of the largest envelopes.

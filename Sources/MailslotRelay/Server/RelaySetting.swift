@@ -48,6 +48,24 @@ public struct RelaySetting: Sendable {
         RelaySetting(flag, variable, value: { $0[keyPath: keyPath] }) { $0[keyPath: keyPath] = $1 }
     }
 
+    /// Bytes (per second, for a rate) as an operator types them: `200000000`, `200MB`, `1.5GB`,
+    /// `256MiB`, with an optional `/s`; decimal units are powers of ten, binary ones of two. Nil
+    /// for anything else, a negative number or more than `Int64` holds.
+    static func bytes(_ text: String) -> Int64? {
+        var text = Substring(text)
+        if text.hasSuffix("/s") { text = text.dropLast(2) }
+        let units: [(String, Double)] = [("KiB", 0x400), ("MiB", 0x10_0000), ("GiB", 0x4000_0000), ("TiB", 0x100_0000_0000),
+                                         ("kB", 1e3), ("KB", 1e3), ("MB", 1e6), ("GB", 1e9), ("TB", 1e12), ("B", 1)]
+        guard let (suffix, factor) = units.first(where: { text.hasSuffix($0.0) }) else {
+            return Int64(text).flatMap { $0 >= 0 ? $0 : nil }
+        }
+        let number = text.dropLast(suffix.count)
+        guard !number.isEmpty, number.allSatisfy({ $0.isASCII && ($0.isNumber || $0 == ".") }), let value = Double(number) else { return nil }
+        let bytes = (value * factor).rounded()
+        guard bytes.isFinite, bytes < 9.2e18 else { return nil }
+        return Int64(bytes)
+    }
+
     /// `100` for 100.0: numbers as an operator types them.
     static func written<T: LosslessStringConvertible>(_ value: T) -> String {
         if let double = value as? Double, double == double.rounded(), abs(double) < 1e15 { return String(Int64(double)) }
@@ -138,6 +156,12 @@ extension RelayConfiguration {
         .number("blob-upload-ttl", "MAILSLOT_BLOB_UPLOAD_TTL", \.blobUploadTTL, atLeast: 60),
         .number("max-blob-recipients", "MAILSLOT_MAX_BLOB_RECIPIENTS", \.maxBlobRecipients, atLeast: 1,
                 atMost: RelayConfiguration.maxBlobRecipientsLimit),
+        RelaySetting("max-transfer-rate", "MAILSLOT_MAX_TRANSFER_RATE", value: { String($0.maxTransferRate) }) { configuration, text in
+            guard let rate = RelaySetting.bytes(text) else {
+                throw RelayConfigurationError("--max-transfer-rate (MAILSLOT_MAX_TRANSFER_RATE) takes bytes per second, e.g. 200MB or 200000000 (0: no cap), not '\(text)'")
+            }
+            configuration.maxTransferRate = rate
+        },
         RelaySetting("blob-store", "MAILSLOT_BLOB_STORE", value: {
             switch $0.blobStore {
             case .files: "files"
