@@ -205,8 +205,8 @@ extension MailslotClient {
             do {
                 try await authorized { try await api.delete(owner: copy.recipient, id: id, session: $0) }
                 erased.append(copy.recipient)
-            } catch ClientError.relay(let problem) where problem.code == .notFound {
-                continue  // received (acknowledged), or expired: nothing to erase
+            } catch ClientError.relay(let problem) where problem.code == .forbidden || problem.code == .notFound {
+                continue  // to its author, gone: received (acknowledged) or expired (spec/protocol.md §4.11)
             } catch {
                 logger.info("could not unsend a group copy", metadata: ["id": "\(id)", "recipient": "\(copy.recipient)", "error": "\(Self.describe(error))"])
             }
