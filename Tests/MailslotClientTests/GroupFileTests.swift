@@ -54,4 +54,34 @@ import Testing
             }
         }
     }
+
+    /// A group file sent while the relay cannot be reached waits in the outbox (its upload stored
+    /// with its group) and goes, to every member, at the next flush.
+    @Test func aGroupFileCutOffGoesOnAtTheNextFlush() async throws {
+        try await withTestRelay(store: try .configured.singleNode, configure: { $0.blobPartBytes = 1 << 20 }) { relay in
+            let alice = try relay.client("alice")
+            let bob = try relay.client("bob", attachments: AttachmentPolicy(downloadAutomaticallyBelow: .max))
+            let carol = try relay.client("carol", attachments: AttachmentPolicy(downloadAutomaticallyBelow: .max))
+            for client in [alice, bob, carol] { try await client.signIn() }
+            let group = try await alice.createGroup(name: "Crew", members: ["bob", "carol"])
+            let bytes = randomBytes(1_500_000)
+            let source = try AttachmentTests.file(bytes, in: relay, named: "notes.txt")
+
+            let offline = try relay.client("alice", url: URL(string: "http://127.0.0.1:9")!)
+            let transfer = try await offline.send(file: OutgoingFile(url: source, mediaType: "text/plain"), toGroup: group.id)
+            #expect(try await transfer.outcome() == .queued(id: transfer.messageID, reason: .unreachable))
+            #expect(try await alice.outgoing().first { $0.id == transfer.messageID }?.state == .uploading)
+            #expect(try await alice.store.uploads().map(\.groupID) == [group.id.rawValue])
+
+            _ = try await alice.flush()
+            #expect(try await alice.copies(of: transfer.messageID).allSent)
+            #expect(try await alice.store.uploads().isEmpty)
+            for member in [bob, carol] {
+                let received = try #require(try await member.receive().first { $0.id == transfer.messageID })
+                #expect(received.group?.id == group.id)
+                guard case .saved(let path) = received.attachments.first?.state else { Issue.record("not saved"); return }
+                #expect(FileManager.default.contents(atPath: path.path) == Data(bytes))
+            }
+        }
+    }
 }
