@@ -159,6 +159,35 @@ import Testing
         }
     }
 
+    /// A relay configured under the default batch size (`--max-batch-entries 5`): the client's
+    /// first send to many of 11 copies is refused whole (`invalid_entries`); it halves it, down
+    /// to what the relay takes, every copy is stored, and the next send starts at the size that
+    /// worked (no refusal again).
+    @Test func aRelayTakingSmallerBatchesGetsEveryCopy() async throws {
+        try await withTestRelay(configure: { $0.maxBatchEntries = 5 }) { relay in
+            let others = (1...11).map { String(format: "m%02d", $0) }
+            let users = try await clients(relay, ["alice"] + others)
+            let alice = users[0]
+            let batches = { (status: String) in
+                relay.sum("mailslot_http_requests_total", labelsContaining: ["POST", "route=\"/v1/messages\"", "status=\"\(status)\""])
+            }
+            let group = try await alice.createGroup(name: "Twelve", members: others)
+            #expect(batches("400") == 1, "the first batch of 11 is refused once, then never again")
+            for member in users.dropFirst() {
+                #expect(try await member.receive().isEmpty)
+                #expect(try await member.group(group.id).members.count == 12)
+            }
+            let storedBefore = batches("200")
+            let sent = try await alice.send(text: "all twelve", toGroup: group.id)
+            #expect(sent.allSent && sent.copies.count == 11)
+            #expect(batches("400") == 1 && batches("200") - storedBefore == 3, "11 copies in creates of at most 5: 5, 5, 1")
+            for uid in others { #expect(try await mailbox(uid, relay) == [sent.messageID]) }
+            for member in users.dropFirst() {
+                #expect(try await member.receive().map(\.message.payload.text) == ["all twelve"])
+            }
+        }
+    }
+
     /// A member's key change (issue 30 item 5): its copy is held until trusted, the others go;
     /// trusted, it goes under the same id. The reinstalled device does not know the group: it
     /// holds the message, asks, gets the history and then shows it.

@@ -217,6 +217,16 @@ extension ClientStore {
         return over
     }
 
+    /// Refuses every held message over the bounds (``heldOverBounds(_:now:)``), as kept rejected:
+    /// `group_state_unknown` for a group this device knows, `group_unknown` for one it never
+    /// learned (spec/groups.md §4.3, §5).
+    static func rejectHeldOverBounds(_ db: Database, now: Double) throws {
+        for over in try heldOverBounds(db, now: now) {
+            try rejectHeld(over.id, author: over.sender, groupID: over.groupID,
+                           reason: over.known ? "group_state_unknown" : "group_unknown", db, now: now)
+        }
+    }
+
     /// The most held messages of one group (docs/design/groups.md §3.3).
     static let maxHeldPerGroup = 256
     /// The most held messages in all.

@@ -100,7 +100,7 @@ extension ClientStore {
 
     /// Every stored change of group `id` as events, in version order (then as stored).
     static func groupEvents(of id: GroupID, _ db: Database) throws -> [GroupEvent] {
-        guard let stored = try group(id.rawValue, db), let state = try? GroupState.decode(stored.state) else { return [] }
+        guard let stored = try group(id.rawValue, db), let state = try? GroupState.decode(folded: stored.state) else { return [] }
         let me = try myUID(db) ?? ""
         let changes = try Row.fetchAll(db, sql: """
             SELECT change_id, version, change, accepted, received_at FROM group_changes WHERE group_id = ?
@@ -125,7 +125,7 @@ extension ClientStore {
 
     /// The events of the stored change `changeID` of `group`.
     private static func eventsOfChange(_ changeID: [UInt8], group id: GroupID, _ db: Database) throws -> [GroupEvent] {
-        guard let stored = try group(id.rawValue, db), let state = try? GroupState.decode(stored.state),
+        guard let stored = try group(id.rawValue, db), let state = try? GroupState.decode(folded: stored.state),
               let row = try Row.fetchOne(db, sql: "SELECT * FROM group_changes WHERE group_id = ? AND change_id = ?",
                                          arguments: [id.rawValue, Data(changeID)]),
               let change = try? GroupChange.decode(Array(row["change"] as Data)) else { return [] }

@@ -112,7 +112,7 @@ extension MailslotClient {
     private func dropCopiesToNonMembers(of id: String, me: String) async throws {
         try await store.pool.write { db in
             guard let groupID = try String.fetchOne(db, sql: "SELECT group_id FROM sent WHERE id = ?", arguments: [id]),
-                  let stored = try ClientStore.group(groupID, db), let state = try? GroupState.decode(stored.state) else { return }
+                  let stored = try ClientStore.group(groupID, db), let state = try? GroupState.decode(folded: stored.state) else { return }
             try ClientStore.dropCopies(in: groupID, notIn: stored.status == .member ? state.members : [], db)
         }
     }
@@ -208,7 +208,7 @@ extension MailslotClient {
     func sendControl(_ type: MessageType, payload: Payload, group: GroupID, to peer: String, as me: Identity) async {
         do {
             let reference: GroupReference
-            if let stored = try await store.group(group.rawValue), let state = try? GroupState.decode(stored.state) {
+            if let stored = try await store.group(group.rawValue), let state = try? GroupState.decode(folded: stored.state) {
                 reference = GroupReference(state)
             } else {
                 // Not known here (an ask for a welcome): version 1 and no state hash it could have had.

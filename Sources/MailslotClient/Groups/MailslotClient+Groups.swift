@@ -239,7 +239,7 @@ extension MailslotClient {
 
     /// The folded state of `group` when this user is a member of it.
     func memberState(_ group: GroupID, me: String) async throws -> GroupState {
-        guard let stored = try await store.group(group.rawValue), let state = try? GroupState.decode(stored.state) else {
+        guard let stored = try await store.group(group.rawValue), let state = try? GroupState.decode(folded: stored.state) else {
             throw ClientError.unknownGroup(group)
         }
         guard stored.status == .member, state.isMember(me) else { throw ClientError.notGroupMember(group) }
