@@ -7,6 +7,10 @@ import Testing
 /// One send to many (spec/protocol.md §4.25): `POST /v1/messages` and the socket's `send_many`,
 /// one result per entry in entry order, each what the single create would have answered.
 @Suite struct BatchTests {
+    /// The backends the HTTP-level limits and per-entry results run on: SQLite, and PostgreSQL
+    /// when this run has a cluster (`tools/postgres run -- swift test --filter BatchTests`).
+    static let stores: [TestStore] = TestDatabase.unavailable == nil ? [.sqlite, .postgres] : [.sqlite]
+
     static func entry(_ to: String, _ id: String, envelope: [UInt8]? = nil, keyID: String? = nil) -> [String: Any] {
         var entry: [String: Any] = ["to": to, "id": id, "envelope": Base64URL.encode(envelope ?? randomBytes(512))]
         if let keyID { entry["key_id"] = keyID }
@@ -31,8 +35,8 @@ import Testing
         return bundle.keyID
     }
 
-    @Test func eachEntryGetsTheSingleCreatesAnswerAndOneRefusalStopsNoOther() async throws {
-        try await withTestRelay(configure: { $0.maxPendingPerMailbox = 1 }) { relay in
+    @Test(arguments: stores) func eachEntryGetsTheSingleCreatesAnswerAndOneRefusalStopsNoOther(store: TestStore) async throws {
+        try await withTestRelay(store: store, configure: { $0.maxPendingPerMailbox = 1 }) { relay in
             let alice = try await relay.signIn("alice").session, mallory = try await relay.signIn("mallory").session
             let carol = try await relay.signIn("carol").session, dave = try await relay.signIn("dave").session
             // carol blocked alice; dave's keys moved on; erin's mailbox is full; frank holds the
@@ -76,8 +80,8 @@ import Testing
         }
     }
 
-    @Test func theWholeRequestIsRefusedOnlyForItsShape() async throws {
-        try await withTestRelay(configure: { $0.maxBatchEntries = 3; $0.createBurst = 3 }) { relay in
+    @Test(arguments: stores) func theWholeRequestIsRefusedOnlyForItsShape(store: TestStore) async throws {
+        try await withTestRelay(store: store, configure: { $0.maxBatchEntries = 3; $0.createBurst = 3 }) { relay in
             let alice = try await relay.signIn("alice").session
             let id = messageID(1)
             let none = try await Self.post(relay, alice, [])
@@ -104,8 +108,8 @@ import Testing
         }
     }
 
-    @Test func aBodyOverTheBatchLimitIs413() async throws {
-        try await withTestRelay(configure: { $0.maxBatchBytes = RelayConfiguration.minBatchBytes }) { relay in
+    @Test(arguments: stores) func aBodyOverTheBatchLimitIs413(store: TestStore) async throws {
+        try await withTestRelay(store: store, configure: { $0.maxBatchBytes = RelayConfiguration.minBatchBytes }) { relay in
             let alice = try await relay.signIn("alice").session
             // 64 KiB envelopes (87,382 characters each): 13 of them pass 1 MiB of body, 11 fit.
             let entries = (0..<13).map { Self.entry("u\($0)", messageID(1), envelope: randomBytes(64 * 1024)) }

@@ -95,8 +95,10 @@ import Glibc
 
     /// While the pool cannot write, the stream takes at most two chunks from the body (the one
     /// waiting for the pool and the one collected): the body's back-pressure, not a queue,
-    /// absorbs a slow disk. The pool's only thread is held for 300 ms; a stream that queued every
-    /// chunk would read the whole body meanwhile.
+    /// absorbs a slow disk. The pool's only thread is held until the stream stops to wait for it
+    /// (observed, no timer); a stream that queued every chunk would read the whole body
+    /// meanwhile (the body lets the pool go once it has given more than two chunks, so that
+    /// such a stream fails here rather than hangs).
     @Test func aBusyPoolStopsTheBodyAfterTwoChunks() async throws {
         let pool = BlobIOPool(threads: 1, niceness: 5)
         let file = TemporaryFile()
@@ -106,17 +108,23 @@ import Glibc
         let mostWhileClosed = Atomic<Int>(0)
         let chunk = 4096, piece = 1000
         let pieces = Array(repeating: piece, count: 100)
+        let bound = 2 * (chunk + piece)
+        @Sendable func openOnce() {
+            if !open.exchange(true, ordering: .acquiringAndReleasing) { gate.signal() }
+        }
         let body = PiecesBody(pieces: pieces) { given in
-            if !open.load(ordering: .acquiring) { mostWhileClosed.max(given) }
+            guard !open.load(ordering: .acquiring) else { return }
+            mostWhileClosed.max(given)
+            if given > bound { openOnce() }
         }
-        let opener = Task {
-            try await Task.sleep(for: .milliseconds(300))
-            open.store(true, ordering: .releasing)
-            gate.signal()
+        let waits = Atomic<Int>(0)
+        let stream = PartStream(pool: pool, chunkBytes: chunk) {
+            waits.add(1, ordering: .relaxed)
+            openOnce()  // the stream stopped taking the body: the pool may go on
         }
-        let digest = try await PartStream(pool: pool, chunkBytes: chunk).write(body, length: Int64(piece * pieces.count), to: file.descriptor, at: 0)
-        try await opener.value
+        let digest = try await stream.write(body, length: Int64(piece * pieces.count), to: file.descriptor, at: 0)
         try await gated.value
+        #expect(waits.load(ordering: .relaxed) >= 1, "the stream never waited for the pool")
         let most = mostWhileClosed.load(ordering: .relaxed)
         #expect(most >= chunk, "the stream should have collected while the pool was busy")
         #expect(most <= 2 * (chunk + piece), "\(most) bytes taken from the body while the pool could not write")

@@ -108,8 +108,13 @@ extension StoreContractTests {
             let heard = Mutex<[ClusterEvent]>([])
             let listener = try #require(stores[1].cluster)
             listener.start { event in heard.withLock { $0.append(event) } }
-            // The listener's first event may be the recheck of its start; wait for it to settle.
-            try await Task.sleep(for: .milliseconds(300))
+            // Listening observed, not waited for: the other node announces a subscription until
+            // the listener hears it (a notification sent before LISTEN took effect is lost).
+            let announcer = try #require(stores[0].cluster)
+            try await eventually("the listener hears the other node") {
+                _ = try await announcer.announceSubscription(to: "listener-probe")
+                return heard.withLock { $0 }.contains { if case .subscribed("listener-probe", _) = $0 { true } else { false } }
+            }
             heard.withLock { $0.removeAll() }
             let members = (0..<1000).map { "member-\($0)-" + String(repeating: "z", count: 29) }
             let creates = members.map { Self.batchCreate(to: $0, id: "group-message-1") }

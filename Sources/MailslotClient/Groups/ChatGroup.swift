@@ -86,7 +86,7 @@ extension ClientStore {
     /// The group context of a stored group message (nil for a 1:1 message).
     static func groupContext(of message: ChatMessage, _ db: Database) throws -> GroupContext? {
         guard let reference = message.group else { return nil }
-        let name = try group(reference.id.rawValue, db).flatMap { try? GroupState.decode($0.state).name } ?? ""
+        let name = try group(reference.id.rawValue, db).flatMap { try? GroupState.decode(folded: $0.state).name } ?? ""
         return GroupContext(id: reference.id, name: name, version: reference.version)
     }
 }

@@ -206,10 +206,25 @@ extension ClientStore {
             SELECT * FROM (SELECT *, row_number() OVER (ORDER BY received_at DESC, message_id DESC) AS rank
                            FROM group_held WHERE NOT \(knownGroups)) WHERE rank > ?
             """, arguments: [maxHeldUnknown]), known: false)
-        add(try Row.fetchAll(db, sql: """
-            SELECT * FROM (SELECT *, row_number() OVER (ORDER BY received_at DESC, message_id DESC) AS rank FROM group_held) WHERE rank > ?
-            """, arguments: [maxHeld]), known: true)
+        // The total bound takes messages of both kinds: each is refused with its own kind's code
+        // (spec/groups.md §4.3), `group_unknown` for a group this device never learned.
+        for known in [true, false] {
+            add(try Row.fetchAll(db, sql: """
+                SELECT * FROM (SELECT *, row_number() OVER (ORDER BY received_at DESC, message_id DESC) AS rank FROM group_held)
+                WHERE rank > ? AND \(known ? "" : "NOT ")\(knownGroups)
+                """, arguments: [maxHeld]), known: known)
+        }
         return over
+    }
+
+    /// Refuses every held message over the bounds (``heldOverBounds(_:now:)``), as kept rejected:
+    /// `group_state_unknown` for a group this device knows, `group_unknown` for one it never
+    /// learned (spec/groups.md §4.3, §5).
+    static func rejectHeldOverBounds(_ db: Database, now: Double) throws {
+        for over in try heldOverBounds(db, now: now) {
+            try rejectHeld(over.id, author: over.sender, groupID: over.groupID,
+                           reason: over.known ? "group_state_unknown" : "group_unknown", db, now: now)
+        }
     }
 
     /// The most held messages of one group (docs/design/groups.md §3.3).
@@ -234,12 +249,15 @@ extension ClientStore {
     // MARK: Copies
 
     /// Stores a group send: the `sent` row (recipient '', its state summarising the copies) and one
-    /// copy per recipient, sealed (queued) or held (nil: the member's identity key changed).
+    /// copy per recipient, sealed (queued) or held (nil: the member's identity key changed). A
+    /// file sent to a group has its `sent` row already (state `uploading`): it becomes the send's.
     static func enqueueGroupSend(id: String, groupID: String, message: ChatMessage, body: [UInt8],
                                  copies: [(recipient: String, sealed: Sealed?)], wake: Bool?, _ db: Database,
                                  now: Double = Date().timeIntervalSince1970) throws {
         try db.execute(sql: """
             INSERT INTO sent (id, recipient, type, body, envelope, key_id, state, created_at, wake, group_id) VALUES (?, '', ?, ?, NULL, NULL, 'queued', ?, ?, ?)
+            ON CONFLICT (id) DO UPDATE SET type = excluded.type, body = excluded.body, state = 'queued', last_error = NULL,
+                wake = excluded.wake, group_id = excluded.group_id
             """, arguments: [id, message.type.rawValue, Data(body), now, wake, groupID])
         for copy in copies {
             try db.execute(sql: "INSERT INTO group_copies (message_id, recipient, envelope, key_id, state) VALUES (?, ?, ?, ?, ?)",

@@ -68,7 +68,7 @@ extension ClientStore {
     @discardableResult
     static func refold(_ group: GroupID, me: String, _ db: Database) throws -> GroupFold.Result? {
         guard var stored = try self.group(group.rawValue, db), let baseJSON = stored.base,
-              let start = try? GroupState.decode(baseJSON) else { return nil }
+              let start = try? GroupState.decode(folded: baseJSON) else { return nil }
         let storedChanges = try changes(of: group.rawValue, db)
         let decoded = storedChanges.compactMap { try? GroupChange.decode($0.json) }
         let result = GroupFold.fold(from: start, changes: decoded)
@@ -101,7 +101,7 @@ extension ClientStore {
 
     /// The folded state of group `id` and this user's status in it, as a ``ChatGroup``.
     static func chatGroup(_ id: String, me: String, _ db: Database) throws -> ChatGroup? {
-        guard let stored = try group(id, db), let state = try? GroupState.decode(stored.state) else { return nil }
+        guard let stored = try group(id, db), let state = try? GroupState.decode(folded: stored.state) else { return nil }
         return ChatGroup(state, status: stored.chatStatus, me: me)
     }
 }

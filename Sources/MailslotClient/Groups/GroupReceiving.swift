@@ -53,12 +53,7 @@ extension MailslotClient {
             decisions.asks += step.asks
             decisions.answers += step.answers
         }
-        try await store.pool.write { db in
-            for over in try ClientStore.heldOverBounds(db, now: Date().timeIntervalSince1970) {
-                try ClientStore.rejectHeld(over.id, author: over.sender, groupID: over.groupID,
-                                           reason: over.known ? "group_state_unknown" : "group_unknown", db)
-            }
-        }
+        try await store.pool.write { db in try ClientStore.rejectHeldOverBounds(db, now: Date().timeIntervalSince1970) }
         for ask in decisions.asks where try await store.mayAsk(ask.group.rawValue, peer: ask.peer) {
             await sendControl(.groupSync, payload: Payload(groupSync: GroupSync(from: ask.from)), group: ask.group, to: ask.peer, as: me)
         }
@@ -114,11 +109,19 @@ extension MailslotClient {
                 try ClientStore.unhold(id, db)
                 if let missing { decisions.asks.append((group, sender, missing)) }
                 try noteStateHash(reference, from: sender, into: &decisions, db)
+                // Shown as events ("alice added dave"), in the inbox like any message: handed to
+                // the app at least once, in order with the conversation.
+                var shown = message
+                let events = try ClientStore.groupEvents(of: message.message, db)
+                shown.events = events
+                shown.group = try events.first?.group ?? ClientStore.groupContext(of: message.message, db)
+                try ClientStore.storeGroupMessage(shown, db)
+                decisions.shown.append(shown)
             }
         case .groupSync:
             try ClientStore.unhold(id, db)
             guard let sync = message.message.payload.groupSync, let stored = try ClientStore.group(group.rawValue, db),
-                  stored.status == .member, let state = try? GroupState.decode(stored.state) else { return }
+                  stored.status == .member, let state = try? GroupState.decode(folded: stored.state) else { return }
             // Members are answered; former members (in some state this device had) learn the
             // change that removed them; anyone else gets nothing: no oracle for who is in a group.
             if state.isMember(sender) {
@@ -148,7 +151,7 @@ extension MailslotClient {
     private static func decideMessage(_ message: ReceivedMessage, reference: GroupReference, me: String,
                                       into decisions: inout GroupDecisions, _ db: Database) throws {
         let group = reference.id
-        guard let stored = try ClientStore.group(group.rawValue, db), let state = try? GroupState.decode(stored.state) else {
+        guard let stored = try ClientStore.group(group.rawValue, db), let state = try? GroupState.decode(folded: stored.state) else {
             decisions.asks.append((group, message.sender, 0))  // rule 3: held until the welcome
             return
         }
@@ -191,7 +194,7 @@ extension MailslotClient {
     /// At most one answer per (group, peer) every 10 s (a former member: once a day).
     func answerSync(_ group: GroupID, peer: String, from: UInt64, as me: Identity) async {
         do {
-            guard let stored = try await store.group(group.rawValue), let state = try? GroupState.decode(stored.state) else { return }
+            guard let stored = try await store.group(group.rawValue), let state = try? GroupState.decode(folded: stored.state) else { return }
             let member = state.isMember(peer)
             guard try await store.mayAnswer(group.rawValue, peer: peer, interval: member ? 10 : 86_400) else { return }
             let all = try await store.changes(of: group.rawValue).compactMap { try? GroupChange.decode($0.json) }
@@ -206,7 +209,7 @@ extension MailslotClient {
                 if !adding.isGenesis {
                     // The state the adding change built on, as this device folded it; a device that
                     // did not fold through it leaves the answer to another member.
-                    guard let startJSON = stored.base, let start = try? GroupState.decode(startJSON) else { return }
+                    guard let startJSON = stored.base, let start = try? GroupState.decode(folded: startJSON) else { return }
                     base = GroupFold.fold(from: start, changes: all).states.first { $0.version == adding.version - 1 && $0.hash == adding.previous }
                     if base == nil { return }
                 }

@@ -216,7 +216,7 @@ extension MailslotClient {
     private func groupTyping(_ message: ReceivedMessage) async throws -> Accepted {
         guard let reference = message.message.group else { return Accepted(message: message) }
         guard let stored = try await store.group(reference.id.rawValue), stored.status == .member,
-              let state = try? GroupState.decode(stored.state), state.isMember(message.sender) else { return Accepted() }
+              let state = try? GroupState.decode(folded: stored.state), state.isMember(message.sender) else { return Accepted() }
         var shown = message
         shown.group = GroupContext(id: reference.id, name: state.name, version: reference.version)
         return Accepted(message: shown)

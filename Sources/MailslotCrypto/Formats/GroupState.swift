@@ -9,6 +9,12 @@ public enum GroupLimits {
     /// The longest a state's JSON (``GroupState/encoded()``) may be, in bytes: 48 KiB, so that
     /// the `base` of a change fits a 64 KiB envelope with room to spare.
     public static let maxStateBytes = 49_152
+    /// The longest a state the fold itself produced may be (spec/groups.md §3.2, `merge`'s last
+    /// resort): a state at ``maxStateBytes`` whose next version gains a digit is one byte
+    /// over, and a version has at most 16 digits. A device stores and reads its own folded
+    /// states under this bound (``GroupState/decode(folded:)``), so that what its fold reached
+    /// is what it reads back; everything received is held to ``maxStateBytes``.
+    public static let maxFoldedStateBytes = maxStateBytes + 16
     /// The longest a group name may be, in UTF-8 bytes.
     public static let maxNameBytes = 128
     /// The most uids a change's operations may name, all lists together: one more than
@@ -141,6 +147,13 @@ public struct GroupState: Sendable, Equatable, Hashable {
 
     /// A state with these fields, checked against spec/groups.md §1.2; `group_malformed` otherwise.
     public init(id: GroupID, version: UInt64, previous: [UInt8], name: String, members: [String], admins: [String]) throws(GroupError) {
+        try self.init(id: id, version: version, previous: previous, name: name, members: members, admins: admins,
+                      maxBytes: GroupLimits.maxStateBytes)
+    }
+
+    /// A state checked as above, its JSON at most `maxBytes` long.
+    init(id: GroupID, version: UInt64, previous: [UInt8], name: String, members: [String], admins: [String],
+         maxBytes: Int) throws(GroupError) {
         guard (1...GroupLimits.maxVersion).contains(version) else { throw .malformed("version must be 1 … 2^53 − 1") }
         guard previous.count == 32 else { throw .malformed("previous must be 32 bytes") }
         guard version > 1 || previous == Self.noPrevious else { throw .malformed("a version 1 state has 32 zero bytes as previous") }
@@ -159,8 +172,8 @@ public struct GroupState: Sendable, Equatable, Hashable {
         self.name = name
         self.members = members
         self.admins = admins
-        guard encodedCount <= GroupLimits.maxStateBytes else {
-            throw .malformed("the state's JSON is over \(GroupLimits.maxStateBytes) bytes")
+        guard encodedCount <= maxBytes else {
+            throw .malformed("the state's JSON is over \(maxBytes) bytes")
         }
     }
 
@@ -260,11 +273,24 @@ public struct GroupState: Sendable, Equatable, Hashable {
     /// Reads a state's JSON: strict JSON, then §1.2. Unknown members are ignored (and not kept:
     /// the hash covers the known fields only). `group_malformed` for anything else.
     public static func decode(_ json: [UInt8]) throws(GroupError) -> GroupState {
+        try decode(json, maxBytes: GroupLimits.maxStateBytes)
+    }
+
+    /// Reads a state this device's own fold produced and stored: the checks of ``decode(_:)``,
+    /// the size up to ``GroupLimits/maxFoldedStateBytes`` (the fold's last resort may go a few
+    /// bytes over §1.1, spec/groups.md §3.2; such a state must read back as it was stored).
+    public static func decode(folded json: [UInt8]) throws(GroupError) -> GroupState {
+        try decode(json, maxBytes: GroupLimits.maxFoldedStateBytes)
+    }
+
+    private static func decode(_ json: [UInt8], maxBytes: Int) throws(GroupError) -> GroupState {
         do { try StrictJSON.validate(json, maxDepth: 4) } catch {
             throw .malformed("the state is not strict JSON")
         }
         do {
-            return try JSONDecoder().decode(GroupState.self, from: Data(json))
+            let decoder = JSONDecoder()
+            decoder.userInfo[maxBytesKey] = maxBytes
+            return try decoder.decode(GroupState.self, from: Data(json))
         } catch let error as GroupError {
             throw error
         } catch {
@@ -314,8 +340,12 @@ extension GroupState: Codable {
         try self.init(id: try container.decode(GroupID.self, forKey: .id), version: try container.decode(UInt64.self, forKey: .version),
                       previous: previousBytes, name: try container.decode(String.self, forKey: .name),
                       members: try container.decode([String].self, forKey: .members),
-                      admins: try container.decode([String].self, forKey: .admins))
+                      admins: try container.decode([String].self, forKey: .admins),
+                      maxBytes: decoder.userInfo[Self.maxBytesKey] as? Int ?? GroupLimits.maxStateBytes)
     }
+
+    /// The size bound a ``decode(folded:)`` passes to ``init(from:)``.
+    static let maxBytesKey = CodingUserInfoKey(rawValue: "mailslot.groupState.maxBytes")!
 
     /// Encodes the state's known fields.
     public func encode(to encoder: any Encoder) throws {

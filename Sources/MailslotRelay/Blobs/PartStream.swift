@@ -27,11 +27,15 @@ struct PartStream {
 
     let pool: BlobIOPool
     let chunkBytes: Int
+    /// Called each time the stream stops taking the body to wait for the pool to finish the
+    /// previous chunk: the back-pressure, observable (tests see the stream stop without a timer).
+    let waitsForPool: @Sendable () -> Void
 
-    init(pool: BlobIOPool, chunkBytes: Int = Self.chunkBytes) {
+    init(pool: BlobIOPool, chunkBytes: Int = Self.chunkBytes, waitsForPool: @escaping @Sendable () -> Void = {}) {
         precondition(chunkBytes > 0)
         self.pool = pool
         self.chunkBytes = chunkBytes
+        self.waitsForPool = waitsForPool
     }
 
     /// Writes exactly `length` bytes of `body` to `descriptor` from `offset` and returns their
@@ -57,7 +61,10 @@ struct PartStream {
                 chunk.append(buffer)
                 chunkSize += buffer.readableBytes
                 if chunkSize >= chunkBytes {
-                    try await inFlight?.value
+                    if let inFlight {
+                        waitsForPool()
+                        try await inFlight.value
+                    }
                     inFlight = submit(chunk, hasher: hasher, descriptor: descriptor, at: offset + submitted)
                     submitted += Int64(chunkSize)
                     chunk = []
