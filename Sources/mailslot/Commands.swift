@@ -40,7 +40,14 @@ struct Send: AsyncParsableCommand {
             reached the message is queued (exit 75): `mailslot flush` sends it later. With --no-wake the message wakes none \
             of the recipient's devices (`mailslot push`): it waits until they connect.
 
-            --json prints one object: \(Output.outcomeFieldsHelp)
+            With --group GROUP (the group's id, or its name when no other group of this profile has it: `mailslot group \
+            list`) instead of a uid, the message goes to every member, each copy sealed in the pairwise session, under one \
+            id. It prints the id, then the members whose copy was not sent, with why: held (their identity key changed: \
+            compare `mailslot fingerprint UID`, then `mailslot trust UID --safety-number DIGITS` sends it; exit 65), refused \
+            by the relay (exit 69), queued (exit 75). A group you are no longer in is refused (exit 65).
+
+            --json prints one object: \(Output.outcomeFieldsHelp) With --group: id, group {id, name}, state (sent, or \
+            partial), copies [{to, state (queued, refused, held), reason}] for the members whose copy was not sent.
             """)
     @OptionGroup var options: GlobalOptions
     @Argument(help: "The recipient's uid (not with --group: then the text comes first).") var uid: String?
@@ -274,9 +281,14 @@ struct Rejected: AsyncParsableCommand {
             --safety-number DIGITS`; messages after that open). A sent message is refused when the relay will not store it \
             (blocked, invalid, …).
 
+            A group message is rejected by the group rules with a group_ code: group_not_member (its sender is not a member \
+            as this profile knows the group), group_left (you are out of the group), group_state_unknown or group_unknown \
+            (it named a state of the group that never came), or a change that does not verify (group_bad_signature, …).
+
             --json prints one object per message: direction ("in": received and rejected, "out": sent and refused), id, from \
-            (the author the relay named, for "in") or to (the recipient, for "out"), reason (an error code), at (when: received, \
-            or written for "out"; RFC 3339 UTC).
+            (the author the relay named, for "in") or to (the recipient, for "out"), reason (an error code), group {id, name} \
+            (for a group message: name empty when this profile does not know the group), at (when: received, or written for \
+            "out"; RFC 3339 UTC).
             """)
     @OptionGroup var options: GlobalOptions
 
@@ -284,9 +296,16 @@ struct Rejected: AsyncParsableCommand {
         try await reporting {
             let client = try Profile(options).client()
             let output = Output(json: options.json)
+            let names = Dictionary(try await client.groups().map { ($0.id, $0.name) }) { first, _ in first }
             let incoming = try await client.rejected().map { rejected in
-                (rejected.receivedAt, ["direction": "in", "id": rejected.id, "from": rejected.author, "reason": rejected.reason.code] as [String: Any],
-                 "← \(rejected.author) \(rejected.id) rejected: \(rejected.reason)")
+                var fields: [String: Any] = ["direction": "in", "id": rejected.id, "from": rejected.author, "reason": rejected.reason.code]
+                var group = ""
+                if let id = rejected.group {
+                    // A group refusal names its group (the name only when this profile knows it).
+                    fields["group"] = ["id": id.rawValue, "name": names[id] ?? ""]
+                    group = "[\(names[id] ?? id.rawValue)] "
+                }
+                return (rejected.receivedAt, fields, "← \(group)\(rejected.author) \(rejected.id) rejected: \(rejected.reason)")
             }
             let outgoing = try await client.outgoing().filter { $0.state == .refused }.map { refused in
                 (refused.createdAt, ["direction": "out", "id": refused.id, "to": refused.recipient, "reason": refused.reason?.description ?? "refused"] as [String: Any],

@@ -160,7 +160,11 @@ import Testing
             try await run("bob", ["send", "--group", "Trip", "stale"], relay)
             #expect(try await run("carol", ["receive"], relay).isEmpty)
             let rejected = lines(try await run("carol", ["rejected", "--json"], relay))
-            #expect(rejected.contains { $0["from"] as? String == "bob" && $0["reason"] as? String == "group_left" }, "\(rejected)")
+            let stale = rejected.first { $0["from"] as? String == "bob" && $0["reason"] as? String == "group_left" }
+            #expect((stale?["group"] as? [String: Any])?["id"] as? String == group, "\(rejected)")
+            #expect((stale?["group"] as? [String: Any])?["name"] as? String == "Trip")
+            let rejectedText = try await run("carol", ["rejected"], relay)
+            #expect(rejectedText.contains("← [Trip] bob ") && rejectedText.contains("rejected: group_left"), "\(rejectedText)")
         }
     }
 
