@@ -40,7 +40,7 @@ struct GroupCreate: AsyncParsableCommand {
             is 1 to 128 bytes, no control characters. Members the relay cannot be reached for get the group with the next \
             `mailslot flush`.
 
-            --json prints one object: id, and the group's fields as `group show --json` prints them.
+            --json prints one object: \(GroupFields.help)
             """)
     @OptionGroup var options: GlobalOptions
     @Argument(help: "The group's name.") var name: String
@@ -221,8 +221,8 @@ enum GroupFields {
         Prints `group NAME: version N`, then each member whose copy of the change was not sent, with why (exit codes: \
         `mailslot group --help`).
 
-        --json prints one object: the group as `group show --json` prints it, and copies: [{to, state, reason}] for the \
-        copies not sent.
+        --json prints one object: the group as `group show --json` prints it (\(help.dropLast())), and copies: [{to, \
+        state (queued, refused, held), reason}] for the copies not sent.
         """
 
     /// `group`'s JSON fields (``help``).
