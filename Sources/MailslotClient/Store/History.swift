@@ -113,7 +113,8 @@ extension ClientStore {
                 let body: Data = row["body"]
                 guard let message = try? ChatMessage.decode(Array(body)) else { return nil }
                 return (ReceivedMessage(id: row["id"], sender: row["sender"], message: message, body: Array(body),
-                                        group: try Self.groupContext(of: message, db)),
+                                        group: try Self.groupContext(of: message, db),
+                                        events: try Self.groupEvents(of: message, db)),
                         Date(timeIntervalSince1970: row["received_at"]))
             }
         }
