@@ -35,14 +35,21 @@ import Testing
         return try #require(sent.first?["id"] as? String)
     }
 
-    /// The texts `uid`'s `receive --json` prints, by sender, each checked to be under `group`.
+    /// What `uid`'s `receive --json` prints, each line checked to be under `group`: a message as
+    /// `from: text`, a group event as `by event members`.
     func receive(_ uid: String, group: String, _ relay: TestRelay, sourceLocation: SourceLocation = #_sourceLocation) async throws -> [String] {
         let received = lines(try await run(uid, ["receive", "--json"], relay, sourceLocation: sourceLocation))
         for message in received {
             let named = message["group"] as? [String: Any]
             #expect(named?["name"] as? String == "Trip" && named?["id"] as? String == group, "\(message)", sourceLocation: sourceLocation)
         }
-        return received.compactMap { message in (message["text"] as? String).map { "\(message["from"] ?? ""): \($0)" } }
+        return received.compactMap { message in
+            if let event = message["event"] as? String {
+                let members = (message["members"] as? [String])?.joined(separator: ",") ?? ""
+                return "\(message["by"] ?? "") \(event)" + (members.isEmpty ? "" : " \(members)")
+            }
+            return (message["text"] as? String).map { "\(message["from"] ?? ""): \($0)" }
+        }
     }
 
     /// A group id's form (spec/groups.md §1.2): 22 characters of base64url.
@@ -67,11 +74,9 @@ import Testing
             let created = lines(try await run("alice", ["group", "create", "Trip", "bob", "carol", "--json"], relay))
             let group = try #require(created.first?["id"] as? String)
             #expect(Self.isGroupID(group), "\(created)")
-            #expect(try await run("alice", ["group", "create", "Other", "bob"], relay).trimmingCharacters(in: .newlines).count == 22,
-                    "text output: the id alone")
-            // The genesis arrives as group bookkeeping: nothing printed, the group known.
-            #expect(try await receive("bob", group: group, relay).isEmpty)
-            #expect(try await receive("carol", group: group, relay).isEmpty)
+            // The genesis arrives as an event.
+            #expect(try await receive("bob", group: group, relay) == ["alice created alice,bob,carol"])
+            #expect(try await receive("carol", group: group, relay) == ["alice created alice,bob,carol"])
             let carolsView = lines(try await run("carol", ["group", "show", "Trip", "--json"], relay)).first
             #expect(carolsView?["members"] as? [String] == ["alice", "bob", "carol"], "\(carolsView ?? [:])")
 
@@ -87,9 +92,10 @@ import Testing
             // dave is added: he sees what is sent after, not before.
             let added = try await run("alice", ["group", "add", "Trip", "dave"], relay)
             #expect(added.contains("group Trip: version 2"), "\(added)")
-            for uid in ["bob", "carol"] { #expect(try await receive(uid, group: group, relay).isEmpty) }
+            #expect(try await run("bob", ["receive"], relay).contains("[Trip] · alice added dave"))
+            #expect(try await receive("carol", group: group, relay) == ["alice added dave"])
             _ = try await send("alice", "welcome dave", to: "Trip", relay)
-            #expect(try await receive("dave", group: group, relay) == ["alice: welcome dave"])
+            #expect(try await receive("dave", group: group, relay) == ["alice added dave", "alice: welcome dave"], "the change first")
             #expect(try await receive("bob", group: group, relay) == ["alice: welcome dave"])
             #expect(try await receive("carol", group: group, relay) == ["alice: welcome dave"])
             let davesHistory = lines(try await run("dave", ["history", "--group", "Trip", "--json"], relay))
@@ -97,7 +103,8 @@ import Testing
 
             // carol is removed; everyone still in learns it before writing again.
             #expect(try await run("alice", ["group", "remove", "Trip", "carol"], relay).contains("group Trip: version 3"))
-            for uid in ["bob", "dave", "carol"] { #expect(try await receive(uid, group: group, relay).isEmpty) }
+            for uid in ["bob", "dave"] { #expect(try await receive(uid, group: group, relay) == ["alice removed carol"]) }
+            #expect(try await receive("carol", group: group, relay) == ["alice removed_you"])
             let carolsGroups = lines(try await run("carol", ["group", "list", "--all", "--json"], relay))
             #expect(carolsGroups.first { $0["id"] as? String == group }?["status"] as? String == "removed", "\(carolsGroups)")
             #expect(try await run("carol", ["group", "list"], relay).contains("Trip") == false, "a removed group is listed with --all only")
@@ -144,6 +151,7 @@ import Testing
             #expect(try await relay.run(["--profile", "alice", "send", "--group", "Nowhere", "hi"]).status == 64)
             let first = try await run("alice", ["group", "create", "Twins", "bob"], relay).trimmingCharacters(in: .newlines)
             let second = try await run("alice", ["group", "create", "Twins", "carol"], relay).trimmingCharacters(in: .newlines)
+            #expect(Self.isGroupID(first) && Self.isGroupID(second), "text output: the id alone")
             let ambiguous = try await relay.run(["--profile", "alice", "group", "show", "Twins"])
             #expect(ambiguous.status == 64 && ambiguous.stderr.contains(first) && ambiguous.stderr.contains(second), "\(ambiguous.stderr)")
             #expect(try await relay.run(["--profile", "alice", "send", "--group", "Twins", "bob", "hi"]).status == 64, "a uid with --group")
