@@ -176,6 +176,39 @@ import Testing
         }
     }
 
+    /// Admins promote, rename and leave; a junior admin cannot demote the creator (65); the last
+    /// admin to leave hands the group to the remaining member with the smallest uid, and says so.
+    @Test func adminsPromoteRenameAndLeave() async throws {
+        try await withTestRelay { relay in
+            try await logIn(["alice", "bob", "carol"], relay)
+            let group = try await run("alice", ["group", "create", "Trip", "bob", "carol"], relay).trimmingCharacters(in: .newlines)
+            for uid in ["bob", "carol"] { try await run(uid, ["receive"], relay) }
+            #expect(try await run("alice", ["group", "promote", "Trip", "bob"], relay).contains("group Trip: version 2"))
+            #expect(try await run("bob", ["receive"], relay).contains("[Trip] · alice made bob admin"))
+            #expect(try await run("bob", ["group", "rename", "Trip", "Trip 2026"], relay).contains("group Trip 2026: version 3"))
+            #expect(try await run("alice", ["receive"], relay).contains("· bob renamed the group to Trip 2026"))
+            let demote = try await relay.run(["--profile", "bob", "group", "demote", "Trip 2026", "alice"])
+            #expect(demote.status == 65, "a junior admin demotes no senior: \(demote.status) \(demote.stderr)")
+
+            let left = try #require(lines(try await run("alice", ["group", "leave", "Trip 2026", "--json"], relay)).first)
+            #expect(left["status"] as? String == "left" && left["successor"] is NSNull, "bob is an admin already: \(left)")
+            #expect(try await run("alice", ["group", "list"], relay).isEmpty, "a left group is listed with --all only")
+            let all = lines(try await run("alice", ["group", "list", "--all", "--json"], relay))
+            #expect(all.count == 1 && all.first?["status"] as? String == "left", "\(all)")
+            #expect(try await run("bob", ["receive"], relay).contains("[Trip 2026] · alice left"))
+            let byBob = try #require(lines(try await run("bob", ["group", "show", group, "--json"], relay)).first)
+            #expect(byBob["admins"] as? [String] == ["bob"] && byBob["members"] as? [String] == ["bob", "carol"], "\(byBob)")
+
+            // bob is the last admin: leaving hands the group to carol, and says so.
+            let handed = try await run("bob", ["group", "leave", group], relay)
+            #expect(handed.contains("left group Trip 2026; carol is now an admin"), "\(handed)")
+            try await run("carol", ["receive"], relay)
+            let byCarol = try #require(lines(try await run("carol", ["group", "show", "Trip 2026", "--json"], relay)).first)
+            #expect(byCarol["admins"] as? [String] == ["carol"] && byCarol["members"] as? [String] == ["carol"], "\(byCarol)")
+            #expect(byCarol["name"] as? String == "Trip 2026" && byCarol["status"] as? String == "member")
+        }
+    }
+
     /// Every group command documents itself, and the top-level help lists `group`.
     @Test func helpDescribesTheGroupCommands() async throws {
         try await withTestRelay { relay in
