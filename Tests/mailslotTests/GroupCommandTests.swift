@@ -176,6 +176,38 @@ import Testing
         }
     }
 
+    /// A member whose identity key changed: their copy is held, the others go, and the send says
+    /// so per member with exit 65 (issue 30 item 5); `trust` then sends the held copy.
+    @Test func aMembersKeyChangeHoldsOnlyTheirCopy() async throws {
+        try await withTestRelay { relay in
+            try await logIn(["alice", "bob", "carol"], relay)
+            try await run("alice", ["group", "create", "Trip", "bob", "carol"], relay)
+            for uid in ["bob", "carol"] { try await run(uid, ["receive"], relay) }
+            let reinstall = try await relay.run(["login", "--profile", "carol-new", "--relay", relay.url(for: "carol").absoluteString,
+                                                 "--token", try relay.token("carol")])
+            #expect(reinstall.status == 0, "\(reinstall.stderr)")
+
+            let text = try await relay.run(["--profile", "alice", "send", "--group", "Trip", "after the reinstall"])
+            #expect(text.status == 65, "\(text.status) \(text.stderr)")
+            #expect(text.stdout.contains("sent to 1 of 2; held for carol (key changed"), "\(text.stdout)")
+            #expect(text.stderr.contains("mailslot trust carol --safety-number DIGITS"), "\(text.stderr)")
+            let json = try await relay.run(["--profile", "alice", "send", "--group", "Trip", "again", "--json"])
+            #expect(json.status == 65)
+            let outcome = try #require(lines(json.stdout).first)
+            #expect(outcome["state"] as? String == "partial", "\(outcome)")
+            let copies = outcome["copies"] as? [[String: Any]] ?? []
+            #expect(copies.count == 1 && copies.first?["to"] as? String == "carol" && copies.first?["state"] as? String == "held", "\(copies)")
+            #expect(try await receive("bob", group: (outcome["group"] as? [String: Any])?["id"] as? String ?? "", relay)
+                    == ["alice: after the reinstall", "alice: again"], "the other members' copies went")
+
+            // alice compares the new number with carol and trusts it: the held copies go.
+            let number = try #require(lines(try await run("carol-new", ["fingerprint", "alice", "--json"], relay)).first?["safety_number"] as? String)
+            try await run("alice", ["trust", "carol", "--safety-number", number], relay)
+            let history = lines(try await run("alice", ["history", "--group", "Trip", "--json"], relay))
+            #expect(history.filter { $0["text"] != nil }.allSatisfy { $0["state"] as? String == "sent" }, "\(history)")
+        }
+    }
+
     /// Admins promote, rename and leave; a junior admin cannot demote the creator (65); the last
     /// admin to leave hands the group to the remaining member with the smallest uid, and says so.
     @Test func adminsPromoteRenameAndLeave() async throws {
