@@ -42,7 +42,8 @@ struct Send: AsyncParsableCommand {
 
             With --group GROUP (the group's id, or its name when no other group of this profile has it: `mailslot group \
             list`) instead of a uid, the message goes to every member, each copy sealed in the pairwise session, under one \
-            id. It prints the id, then the members whose copy was not sent, with why: held (their identity key changed: \
+            id; with --file, the file is uploaded once (one blob for all the members) and a small picture is not sent inline. \
+            It prints the id, then the members whose copy was not sent, with why: held (their identity key changed: \
             compare `mailslot fingerprint UID`, then `mailslot trust UID --safety-number DIGITS` sends it; exit 65), refused \
             by the relay (exit 69), queued (exit 75). A group you are no longer in is refused (exit 65).
 
@@ -70,8 +71,11 @@ struct Send: AsyncParsableCommand {
             if let recipient, !Identifier.isValidUID(recipient) { throw ValidationError("'\(recipient)' is not a valid uid") }
             if let file {
                 if noWake { throw CLIError.usage("--no-wake is for text and location messages, not with --file") }
-                guard let recipient else { throw CLIError.usage("--file with --group is not supported by this build yet: send the text, or the file to each member") }
-                try await sendFile(file, caption: text, mediaType: mediaType, to: recipient)
+                if let group {
+                    try await sendFile(file, caption: text, mediaType: mediaType, toGroup: group)
+                } else if let recipient {
+                    try await sendFile(file, caption: text, mediaType: mediaType, to: recipient)
+                }
                 return
             }
             let payload: Payload, type: MessageType

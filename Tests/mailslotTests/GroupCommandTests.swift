@@ -208,6 +208,30 @@ import Testing
         }
     }
 
+    /// `send --group --file`: one upload, the file message to every member; each saves the file
+    /// (the same bytes) and sees it under the group's name with its caption.
+    @Test func aFileGoesToEveryMember() async throws {
+        try await withTestRelay { relay in
+            try await logIn(["alice", "bob", "carol"], relay)
+            let group = try await run("alice", ["group", "create", "Trip", "bob", "carol"], relay).trimmingCharacters(in: .newlines)
+            for uid in ["bob", "carol"] { try await run(uid, ["receive"], relay) }
+            let path = relay.folder + "/route.bin"
+            let bytes = Data(randomBytes(70_000))
+            try bytes.write(to: URL(fileURLWithPath: path))
+            let sent = lines(try await run("alice", ["send", "--group", "Trip", "--file", path, "the route", "--json"], relay))
+            #expect(sent.first?["state"] as? String == "sent" && (sent.first?["group"] as? [String: Any])?["id"] as? String == group, "\(sent)")
+            let id = try #require(sent.first?["id"] as? String)
+            for uid in ["bob", "carol"] {
+                let folder = relay.folder + "/saved-\(uid)"
+                let received = lines(try await run(uid, ["receive", "--json", "--save-to", folder], relay))
+                let message = try #require(received.first { $0["id"] as? String == id }, "\(uid): \(received)")
+                #expect((message["group"] as? [String: Any])?["name"] as? String == "Trip" && message["text"] as? String == "the route")
+                let saved = try #require((message["attachments"] as? [[String: Any]])?.first?["path"] as? String, "\(message)")
+                #expect(FileManager.default.contents(atPath: saved) == bytes, "\(uid) saved the same bytes")
+            }
+        }
+    }
+
     /// Admins promote, rename and leave; a junior admin cannot demote the creator (65); the last
     /// admin to leave hands the group to the remaining member with the smallest uid, and says so.
     @Test func adminsPromoteRenameAndLeave() async throws {
