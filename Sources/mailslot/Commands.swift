@@ -291,7 +291,8 @@ struct Rejected: AsyncParsableCommand {
 
             --json prints one object per message: direction ("in": received and rejected, "out": sent and refused), id, from \
             (the author the relay named, for "in") or to (the recipient, for "out"), reason (an error code), group {id, name} \
-            (for a group message: name empty when this profile does not know the group), at (when: received, or written for \
+            (for a group message: name empty when this profile does not know the group; an "out" one also has copies [{to, \
+            state, reason}]), at (when: received, or written for \
             "out"; RFC 3339 UTC).
             """)
     @OptionGroup var options: GlobalOptions
@@ -311,9 +312,23 @@ struct Rejected: AsyncParsableCommand {
                 }
                 return (rejected.receivedAt, fields, "← \(group)\(rejected.author) \(rejected.id) rejected: \(rejected.reason)")
             }
-            let outgoing = try await client.outgoing().filter { $0.state == .refused }.map { refused in
-                (refused.createdAt, ["direction": "out", "id": refused.id, "to": refused.recipient, "reason": refused.reason?.description ?? "refused"] as [String: Any],
-                 "→ \(refused.recipient) \(refused.id) refused: \(refused.reason?.description ?? "refused")")
+            var outgoing: [(Date, [String: Any], String)] = []
+            for refused in try await client.outgoing() where refused.state == .refused {
+                var reason = refused.reason?.description ?? "refused"
+                var fields: [String: Any] = ["direction": "out", "id": refused.id, "to": refused.recipient]
+                var to = refused.recipient
+                if let id = refused.message?.group?.id {
+                    // A group send the relay refused for every member: named by its group, with
+                    // each copy's refusal (one reason when they all share it).
+                    fields["group"] = ["id": id.rawValue, "name": names[id] ?? ""]
+                    to = "[\(names[id] ?? id.rawValue)]"
+                    let copies = GroupFields.copyFields(try await client.copies(of: refused.id))
+                    fields["copies"] = copies
+                    let reasons = Set(copies.compactMap { $0["reason"] as? String })
+                    if reasons.count == 1, let only = reasons.first { reason = only }
+                }
+                fields["reason"] = reason
+                outgoing.append((refused.createdAt, fields, "→ \(to) \(refused.id) refused: \(reason)"))
             }
             for (at, fields, text) in (incoming + outgoing).sorted(by: { $0.0 < $1.0 }) {
                 let when = Timestamp.format(Int64(at.timeIntervalSince1970.rounded(.down)))

@@ -173,6 +173,16 @@ import Testing
             #expect((stale?["group"] as? [String: Any])?["name"] as? String == "Trip")
             let rejectedText = try await run("carol", ["rejected"], relay)
             #expect(rejectedText.contains("← [Trip] bob ") && rejectedText.contains("rejected: group_left"), "\(rejectedText)")
+
+            // A copy the relay refuses (bob blocked alice): 69, said per member, and in alice's `rejected` by its group.
+            let duo = try await run("alice", ["group", "create", "Duo", "bob"], relay).trimmingCharacters(in: .newlines)
+            try await run("bob", ["receive"], relay)
+            try await run("bob", ["block", "alice"], relay)
+            let blocked = try await relay.run(["--profile", "alice", "send", "--group", "Duo", "anyone there?"])
+            #expect(blocked.status == 69 && blocked.stdout.contains("refused by the relay for bob (blocked)"), "\(blocked.status) \(blocked.stdout)")
+            let refusals = lines(try await run("alice", ["rejected", "--json"], relay))
+            #expect(refusals.contains { $0["direction"] as? String == "out" && ($0["group"] as? [String: Any])?["id"] as? String == duo
+                && $0["reason"] as? String == "blocked" }, "\(refusals)")
         }
     }
 
