@@ -21,7 +21,7 @@ extension Send {
     ]) { old, _ in old }
 
     /// Sends `path` with `caption`; prints the message id, or exits 75 (queued) or 65 (refused).
-    func sendFile(_ path: String, caption: String?, mediaType: String?) async throws {
+    func sendFile(_ path: String, caption: String?, mediaType: String?, to uid: String) async throws {
         let url = URL(fileURLWithPath: path)
         let type = mediaType ?? Self.mediaTypes[url.pathExtension.lowercased()] ?? "application/octet-stream"
         let client = try Profile(options).client()
@@ -32,34 +32,82 @@ extension Send {
         } catch ClientError.keyChanged(let recipient) where recipient == uid {
             try output.held(try await client.outgoing().last { $0.recipient == uid && $0.state == .held }?.id, to: uid)
         }
-        let bar = isatty(STDERR_FILENO) != 0 && !options.json ? ProgressBar(label: url.lastPathComponent) : nil
+        let outcome: MailslotClient.SendOutcome
+        do { outcome = try await watch(transfer, label: url.lastPathComponent, interrupted: ["to": uid]) } catch ClientError.keyChanged(let recipient) where recipient == uid {
+            try output.held(transfer.messageID, to: uid)
+        }
+        if case .queued = outcome {
+            try output.outcome(outcome, to: uid, queuedMessage: "queued: `mailslot flush` finishes it")
+        } else {
+            try output.outcome(outcome, to: uid)
+        }
+    }
+
+    /// Sends `path` with `caption` to every member of `group`: one upload (one blob, the members
+    /// its recipients), then the file message to each member as `send --group` sends a text.
+    /// Prints the message id and the members whose copy was not sent (exit 65 held, 69 refused,
+    /// 75 queued — also while the upload is not finished: `mailslot flush` finishes it).
+    func sendFile(_ path: String, caption: String?, mediaType: String?, toGroup text: String) async throws {
+        let url = URL(fileURLWithPath: path)
+        let type = mediaType ?? Self.mediaTypes[url.pathExtension.lowercased()] ?? "application/octet-stream"
+        let client = try Profile(options).client()
+        let output = Output(json: options.json)
+        let id = try await GroupFields.resolve(text, client: client)
+        let group = try await client.group(id)
+        let named: [String: Any] = ["id": group.id.rawValue, "name": group.name]
+        let transfer = try await client.send(file: OutgoingFile(url: url, mediaType: type), caption: caption, toGroup: id)
+        let outcome = try await watch(transfer, label: url.lastPathComponent, interrupted: ["group": named])
+        let copies = try await client.copies(of: transfer.messageID)
+        guard !copies.copies.isEmpty else {
+            // No copy yet: the upload itself did not finish (or was refused), so nothing went to anyone.
+            switch outcome {
+            case .queued(_, let reason):
+                output.emit(["id": transfer.messageID, "group": named, "state": "queued", "reason": reason.description], text: transfer.messageID)
+                throw CLIError.queued("queued: `mailslot flush` finishes it (\(reason))")
+            case .refused(_, let reason):
+                output.emit(["id": transfer.messageID, "group": named, "state": "refused", "reason": reason.description], text: transfer.messageID)
+                throw CLIError.unavailable("the relay refused the file: \(reason)")
+            case .sent, .held:
+                output.emit(["id": transfer.messageID, "group": named, "state": "sent", "copies": [[String: Any]]()], text: transfer.messageID)
+                return
+            }
+        }
+        output.emit(["id": transfer.messageID, "group": named, "state": copies.allSent ? "sent" : "partial", "copies": GroupFields.copyFields(copies)],
+                    text: transfer.messageID)
+        try GroupFields.reportCopies(copies, output: output, json: options.json)
+    }
+
+    /// Waits for `transfer`'s outcome with a progress bar on a terminal (not with --json). Ctrl-C
+    /// or SIGTERM stop the upload before its next part: the send stays in the outbox, and `flush`
+    /// sends only what the relay does not have. The part in flight gets two seconds; then the
+    /// process ends all the same (75), as a kill would leave it, printing `interrupted` (the
+    /// send's `to` or `group`) with the id.
+    private func watch(_ transfer: FileSend, label: String, interrupted: [String: Any]) async throws -> MailslotClient.SendOutcome {
+        let bar = isatty(STDERR_FILENO) != 0 && !options.json ? ProgressBar(label: label) : nil
         let watcher = Task {
             for await progress in transfer.progress { bar?.show(progress) }
             bar?.finish()
         }
-        // Ctrl-C or SIGTERM stop the upload before its next part: the send stays in the outbox,
-        // and `flush` sends only what the relay does not have. The part in flight gets two
-        // seconds; then the process ends all the same (75), as a kill would leave it.
-        let json = options.json, id = transfer.messageID, recipient = uid
+        let json = options.json, id = transfer.messageID
+        let fields = interrupted.merging(["id": id, "state": "queued", "reason": "interrupted"]) { $1 }
+        let line = String(decoding: (try? JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data(), as: UTF8.self)
         let interrupt = Interrupts {
             transfer.cancel()
             DispatchQueue.global().asyncAfter(deadline: .now() + 2) {
-                Output(json: json).emit(["id": id, "to": recipient, "state": "queued", "reason": "interrupted"], text: id)
+                print(json ? line : id)
+                fflush(nil)
                 FileHandle.standardError.write(Data("\nmailslot: queued: `mailslot flush` finishes it (interrupted)\n".utf8))
                 Glibc.exit(75)
             }
         }
         defer { interrupt.stop() }
-        let outcome: MailslotClient.SendOutcome
-        do { outcome = try await transfer.outcome() } catch ClientError.keyChanged(let recipient) where recipient == uid {
+        do {
+            let outcome = try await transfer.outcome()
             await watcher.value
-            try output.held(transfer.messageID, to: uid)
-        }
-        await watcher.value
-        if case .queued = outcome {
-            try output.outcome(outcome, to: uid, queuedMessage: "queued: `mailslot flush` finishes it")
-        } else {
-            try output.outcome(outcome, to: uid)
+            return outcome
+        } catch {
+            await watcher.value
+            throw error
         }
     }
 }
