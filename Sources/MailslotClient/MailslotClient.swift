@@ -31,6 +31,9 @@ public actor MailslotClient {
     var runningDownloads: Set<AttachmentID> = []
     /// ``maxUnhandled``; smaller in tests, to see the back-pressure without hundreds of messages.
     var unhandledLimit = MailslotClient.maxUnhandled
+    /// The size of multi-recipient create this relay takes, lowered when it refuses one as too
+    /// large (``deliverBatched(_:)``): later sends start at a size that worked.
+    var batchLimit = BatchLimit()
 
     /// A client of the relay at `relay`, keeping its state in the SQLite file at `databasePath`
     /// (and, beside it, the outbox spool of files being sent and, by default, the `files/`

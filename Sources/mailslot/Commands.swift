@@ -40,11 +40,20 @@ struct Send: AsyncParsableCommand {
             reached the message is queued (exit 75): `mailslot flush` sends it later. With --no-wake the message wakes none \
             of the recipient's devices (`mailslot push`): it waits until they connect.
 
-            --json prints one object: \(Output.outcomeFieldsHelp)
+            With --group GROUP (the group's id, or its name when no other group of this profile has it: `mailslot group \
+            list`) instead of a uid, the message goes to every member, each copy sealed in the pairwise session, under one \
+            id. It prints the id, then the members whose copy was not sent, with why: held (their identity key changed: \
+            compare `mailslot fingerprint UID`, then `mailslot trust UID --safety-number DIGITS` sends it; exit 65), refused \
+            by the relay (exit 69), queued (exit 75). A group you are no longer in is refused (exit 65).
+
+            --json prints one object: \(Output.outcomeFieldsHelp) With --group: id, group {id, name}, state (sent, or \
+            partial), copies [{to, state (queued, refused, held), reason}] for the members whose copy was not sent.
             """)
     @OptionGroup var options: GlobalOptions
-    @Argument(help: "The recipient's uid.") var uid: String
+    @Argument(help: "The recipient's uid (not with --group: then the text comes first).") var uid: String?
     @Argument(help: "The text to send (with --file: its caption).") var text: String?
+    @Option(help: ArgumentHelp("Send to every member of this group (its id or name) instead of to one uid.", valueName: "GROUP"))
+    var group: String?
     @Option(help: "Send this file (any kind, any size the relay takes).") var file: String?
     @Option(name: .customLong("media-type"), help: ArgumentHelp("The file's media type (default: from its extension).", valueName: "TYPE"))
     var mediaType: String?
@@ -54,10 +63,15 @@ struct Send: AsyncParsableCommand {
 
     func run() async throws {
         try await reporting {
-            guard Identifier.isValidUID(uid) else { throw ValidationError("'\(uid)' is not a valid uid") }
+            if group != nil, text != nil { throw CLIError.usage("with --group, give the text only (no uid): `mailslot send --group GROUP TEXT`") }
+            // With --group, the one argument is the text (or the caption).
+            let recipient = group == nil ? uid : nil, text = group == nil ? self.text : uid
+            guard group != nil || recipient != nil else { throw CLIError.usage("name the recipient's uid, or --group GROUP") }
+            if let recipient, !Identifier.isValidUID(recipient) { throw ValidationError("'\(recipient)' is not a valid uid") }
             if let file {
                 if noWake { throw CLIError.usage("--no-wake is for text and location messages, not with --file") }
-                try await sendFile(file, caption: text, mediaType: mediaType)
+                guard let recipient else { throw CLIError.usage("--file with --group is not supported by this build yet: send the text, or the file to each member") }
+                try await sendFile(file, caption: text, mediaType: mediaType, to: recipient)
                 return
             }
             let payload: Payload, type: MessageType
@@ -79,7 +93,11 @@ struct Send: AsyncParsableCommand {
                 payload = Payload(text: body)
                 type = .text
             }
-            try await send(payload, type: type)
+            if let group {
+                try await sendToGroup(group, payload, type: type)
+            } else {
+                try await send(payload, type: type)
+            }
         }
     }
 
@@ -88,7 +106,23 @@ struct Send: AsyncParsableCommand {
     private func send(_ payload: Payload, type: MessageType) async throws {
         let client = try Profile(options).client()
         // A held message (the recipient's key changed) is an outcome: said, with exit 65.
+        let uid = self.uid ?? ""
         try Output(json: options.json).outcome(try await client.send(payload, type: type, to: uid, wake: noWake ? false : nil), to: uid)
+    }
+
+    /// Sends to every member of the group `text` names: the message id, then each member whose
+    /// copy was not sent, with why (exit 65 held, 69 refused, 75 queued).
+    private func sendToGroup(_ text: String, _ payload: Payload, type: MessageType) async throws {
+        if noWake { throw CLIError.usage("--no-wake is for messages to one uid, not with --group") }
+        let client = try Profile(options).client()
+        let id = try await GroupFields.resolve(text, client: client)
+        let outcome = try await client.send(payload, type: type, toGroup: id)
+        let group = try await client.group(id)
+        let output = Output(json: options.json)
+        output.emit(["id": outcome.messageID, "group": ["id": group.id.rawValue, "name": group.name],
+                     "state": outcome.allSent ? "sent" : "partial", "copies": GroupFields.copyFields(outcome)],
+                    text: outcome.messageID)
+        try GroupFields.reportCopies(outcome, output: output, json: options.json)
     }
 }
 
@@ -197,6 +231,7 @@ struct History: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Print received and sent messages, oldest first (in the order this profile stored them); only those with UID when given.",
         discussion: """
+            With --group GROUP, only the messages sent to that group (with UID too: only those UID sent to it). \
             Sent messages show where they stand: sent, queued, held (the recipient's key changed: compare `mailslot fingerprint UID` \
             with them, then `mailslot trust UID --safety-number DIGITS` sends it), undelivered (their device could not open it: \
             `mailslot resend ID`) or refused. The order is when this profile stored each message (received, or written), by this \
@@ -206,19 +241,33 @@ struct History: AsyncParsableCommand {
             """)
     @OptionGroup var options: GlobalOptions
     @Argument(help: "Only messages from or to this uid.") var uid: String?
+    @Option(help: ArgumentHelp("Only messages sent to this group (its id or name), by anyone.", valueName: "GROUP")) var group: String?
 
     func run() async throws {
         try await reporting {
             let client = try Profile(options).client()
             let output = Output(json: options.json)
-            for entry in try await client.timeline(with: uid) {
+            var only: GroupID?
+            if let group { only = try await GroupFields.resolve(group, client: client) }
+            let names = Dictionary(try await client.groups().map { ($0.id, $0.name) }) { first, _ in first }
+            for entry in try await client.timeline(with: only == nil ? uid : nil) {
                 switch entry {
-                case .received(let message, _): output.message(message)
-                case .sent(let message): output.sent(message)
+                case .received(let message, _):
+                    guard only == nil || message.group?.id == only, uid == nil || only == nil || message.sender == uid else { continue }
+                    output.message(message)
+                case .sent(let message):
+                    // A group's own bookkeeping (changes, asks for them, their answers) is not a message.
+                    let chat = message.message
+                    if let chat, chat.group != nil, Self.control.contains(chat.type) { continue }
+                    if only != nil, chat?.group?.id != only || uid != nil { continue }
+                    output.sent(message, groupName: chat?.group.flatMap { names[$0.id] })
                 }
             }
         }
     }
+
+    /// The types a group sends for its own bookkeeping, not shown as messages.
+    static let control: Set<MessageType> = [.groupChange, .groupSync, .groupHistory]
 }
 
 /// `mailslot rejected`: what was not accepted, and why.
@@ -232,9 +281,14 @@ struct Rejected: AsyncParsableCommand {
             --safety-number DIGITS`; messages after that open). A sent message is refused when the relay will not store it \
             (blocked, invalid, …).
 
+            A group message is rejected by the group rules with a group_ code: group_not_member (its sender is not a member \
+            as this profile knows the group), group_left (you are out of the group), group_state_unknown or group_unknown \
+            (it named a state of the group that never came), or a change that does not verify (group_bad_signature, …).
+
             --json prints one object per message: direction ("in": received and rejected, "out": sent and refused), id, from \
-            (the author the relay named, for "in") or to (the recipient, for "out"), reason (an error code), at (when: received, \
-            or written for "out"; RFC 3339 UTC).
+            (the author the relay named, for "in") or to (the recipient, for "out"), reason (an error code), group {id, name} \
+            (for a group message: name empty when this profile does not know the group), at (when: received, or written for \
+            "out"; RFC 3339 UTC).
             """)
     @OptionGroup var options: GlobalOptions
 
@@ -242,9 +296,16 @@ struct Rejected: AsyncParsableCommand {
         try await reporting {
             let client = try Profile(options).client()
             let output = Output(json: options.json)
+            let names = Dictionary(try await client.groups().map { ($0.id, $0.name) }) { first, _ in first }
             let incoming = try await client.rejected().map { rejected in
-                (rejected.receivedAt, ["direction": "in", "id": rejected.id, "from": rejected.author, "reason": rejected.reason.code] as [String: Any],
-                 "← \(rejected.author) \(rejected.id) rejected: \(rejected.reason)")
+                var fields: [String: Any] = ["direction": "in", "id": rejected.id, "from": rejected.author, "reason": rejected.reason.code]
+                var group = ""
+                if let id = rejected.group {
+                    // A group refusal names its group (the name only when this profile knows it).
+                    fields["group"] = ["id": id.rawValue, "name": names[id] ?? ""]
+                    group = "[\(names[id] ?? id.rawValue)] "
+                }
+                return (rejected.receivedAt, fields, "← \(group)\(rejected.author) \(rejected.id) rejected: \(rejected.reason)")
             }
             let outgoing = try await client.outgoing().filter { $0.state == .refused }.map { refused in
                 (refused.createdAt, ["direction": "out", "id": refused.id, "to": refused.recipient, "reason": refused.reason?.description ?? "refused"] as [String: Any],

@@ -21,7 +21,7 @@ extension Send {
     ]) { old, _ in old }
 
     /// Sends `path` with `caption`; prints the message id, or exits 75 (queued) or 65 (refused).
-    func sendFile(_ path: String, caption: String?, mediaType: String?) async throws {
+    func sendFile(_ path: String, caption: String?, mediaType: String?, to uid: String) async throws {
         let url = URL(fileURLWithPath: path)
         let type = mediaType ?? Self.mediaTypes[url.pathExtension.lowercased()] ?? "application/octet-stream"
         let client = try Profile(options).client()

@@ -16,7 +16,7 @@ struct MailslotCommand: AsyncParsableCommand {
             or the session cannot be renewed (log in again).
             """,
         subcommands: [Login.self, Send.self, Receive.self, Listen.self, History.self, Rejected.self, Contacts.self, Fingerprint.self,
-                      Trust.self, Resend.self, RotateKey.self, Unsend.self, Block.self, Unblock.self, Flush.self, Push.self, Logout.self]
+                      Trust.self, Resend.self, RotateKey.self, Unsend.self, Block.self, Unblock.self, Flush.self, GroupCommand.self, Push.self, Logout.self]
     )
 
     /// Runs the command line, with the global options (`--profile`, `--json`) accepted before

@@ -57,6 +57,12 @@ enum CLIError: Error, CustomStringConvertible {
                 again and compare it with \(uid); if it differs from what \(uid) reads out, someone may be substituting keys: do not trust them
                 """)
         case ClientError.cannotSeal(let code): self = .refused("the message cannot be sealed (\(code))")
+        case ClientError.unknownGroup(let id): self = .usage("this profile knows no group \(id) (`mailslot group list --all`)")
+        case ClientError.notGroupMember(let id): self = .refused("you are not a member of group \(id) (removed, or left): nothing was sent")
+        case ClientError.notGroupAdmin(let id): self = .refused("only an admin of group \(id) changes it: you are not one (`mailslot group show \(id)`)")
+        case ClientError.groupChangeNotAllowed(let reason): self = .refused("the group's rules refuse this change: \(reason); nothing was changed")
+        case ClientError.groupTooLarge: self = .refused("the group would be too large (over 1,000 members, or 48 KiB of state with long uids); nothing was changed")
+        case ClientError.invalidGroup(let code): self = .usage("the group's name or members are not valid (\(code)): a name is 1 to 128 bytes, no control characters")
         case ClientError.unreadableFile(let path): self = .usage("cannot read \(path) (it must be a readable regular file)")
         case ClientError.invalidUID(let uid): self = .usage("'\(uid)' is not a uid (1 to 128 of A-Z a-z 0-9 . _ -)")
         case ClientError.profileMismatch(let owner, let requested):
@@ -75,14 +81,15 @@ struct Output {
     static let receivedFieldsHelp = """
         id, from (the verified sender's uid), type (text, picture, location, receipt, typing, or another kind), timestamp \
         (the sender's clock, milliseconds since the epoch), and as the message carries them: text, location {latitude, \
-        longitude}, receipt {kind, message_ids}, attachments [{media_type, bytes, name, path (where it was saved), state \
+        longitude}, receipt {kind, message_ids}, group {id, name} (for a message sent to a group), attachments [{media_type, bytes, name, path (where it was saved), state \
         (for one not saved: available, gone — the relay no longer has it —, or corrupt — it failed its checks), reason}].
         """
 
     /// The JSON fields of a sent message (``sent(_:)``), for `--help` texts.
     static let sentFieldsHelp = """
-        id, to, state (sent, queued, uploading — a file send not finished, held, undelivered, refused), reason (the last \
-        problem, unless sent), and type, \
+        id, to (empty for a group message), group {id, name} (for a group message; its state sums up its copies: queued \
+        while one is, then held while one is), state (sent, queued, uploading — a file send not finished, held, \
+        undelivered, refused), reason (the last problem, unless sent), and type, \
         timestamp, text, location, receipt, attachments as for a received message.
         """
 
@@ -114,7 +121,13 @@ struct Output {
     /// A received message.
     func message(_ received: ReceivedMessage) {
         var fields: [String: Any] = ["id": received.id, "from": received.sender]
-        var text = "[\(Timestamp.format(received.message.timestamp / 1000))] \(received.sender)"
+        var text = "[\(Timestamp.format(received.message.timestamp / 1000))] "
+        if let group = received.group {
+            // The group beside the sender: `[Trip] alice: see you at 8`.
+            fields["group"] = ["id": group.id.rawValue, "name": group.name]
+            text += "[\(group.name)] "
+        }
+        text += received.sender
         if let name = received.message.sender.name { text += " (\(name))" }
         describe(received.message, into: &fields, text: &text)
         if !received.attachments.isEmpty {
@@ -152,14 +165,22 @@ struct Output {
     }
 
     /// A message this profile sent, with where it stands (`sent`, `queued`, `held`, `undelivered`, `refused`).
-    func sent(_ outgoing: OutgoingMessage) {
+    func sent(_ outgoing: OutgoingMessage, groupName: String? = nil) {
         var fields: [String: Any] = ["id": outgoing.id, "to": outgoing.recipient, "state": outgoing.state.rawValue]
-        var text = "[\(outgoing.message.map { Timestamp.format($0.timestamp / 1000) } ?? "?")] → \(outgoing.recipient) [\(outgoing.state.rawValue)]"
+        var to = outgoing.recipient
+        if let group = outgoing.message?.group {
+            // A group send: one row for every copy, to the group rather than to one uid.
+            fields["group"] = ["id": group.id.rawValue, "name": groupName ?? ""]
+            to = "[\(groupName ?? group.id.rawValue)]"
+        }
+        var text = "[\(outgoing.message.map { Timestamp.format($0.timestamp / 1000) } ?? "?")] → \(to) [\(outgoing.state.rawValue)]"
         if let reason = outgoing.reason, outgoing.state != .sent { fields["reason"] = reason.description }
         if let message = outgoing.message { describe(message, into: &fields, text: &text) }
         switch outgoing.state {
         case .undelivered: text += "  (not readable on their device: `mailslot resend \(outgoing.id)` once their key is trusted)"
         case .uploading: text += "  (file upload not finished\(outgoing.reason.map { ": \($0)" } ?? ""); `mailslot flush` finishes it)"
+        case .held where outgoing.message?.group != nil:
+            text += "  (a member's key changed: compare `mailslot fingerprint UID` with them; `mailslot trust UID --safety-number DIGITS` sends their copy)"
         case .held: text += "  (their key changed: compare `mailslot fingerprint \(outgoing.recipient)` with them; `mailslot trust \(outgoing.recipient) --safety-number DIGITS` sends it)"
         default: break
         }

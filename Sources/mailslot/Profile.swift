@@ -42,7 +42,7 @@ struct GlobalOptions: ParsableArguments {
     }
 
     /// Commands whose subcommands, not themselves, take the global options.
-    static let groups: Set<String> = ["push", "push add"]
+    static let groups: Set<String> = ["push", "push add", "group"]
 }
 
 /// A profile's folder: `client.sqlite` (keys, contacts, messages) and `profile.json` (relay URL, uid).

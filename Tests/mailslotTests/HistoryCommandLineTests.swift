@@ -83,15 +83,19 @@ import Testing
     /// Every command that prints says, in its `--help`, which fields its `--json` lines have.
     @Test func everyCommandDocumentsItsJSONFields() async throws {
         try await withTestRelay { relay in
+            let group = ["id", "name", "members", "admins", "version", "status", "by"]
             let fields = [
-                "login": ["uid", "fingerprint", "profile"], "send": ["id", "to", "state", "reason"], "receive": ["id", "from", "type", "timestamp"],
+                "login": ["uid", "fingerprint", "profile"], "send": ["id", "to", "state", "reason", "group", "copies"], "receive": ["id", "from", "type", "timestamp"],
                 "listen": ["from", "state", "queued", "seconds"], "history": ["from", "to", "state", "reason"],
-                "rejected": ["direction", "id", "from", "to", "reason", "at"], "contacts": ["uid", "trust"],
+                "rejected": ["direction", "id", "from", "to", "reason", "group", "at"], "contacts": ["uid", "trust"],
                 "fingerprint": ["safety_number", "key_changed", "previous_safety_number", "fingerprint", "key_id", "trust"],
                 "trust": ["uid", "trust", "key_id"], "resend": ["id", "to", "state"], "rotate-key": ["state"], "unsend": ["id", "state"],
                 "block": ["uid", "state"], "unblock": ["uid", "state"], "flush": ["queued"], "logout": ["profile", "state"],
                 "push add": ["id", "provider", "tag", "created_at", "updated_at", "endpoint", "token", "sandbox", "mode"],
                 "push list": ["id", "provider", "tag", "created_at", "updated_at", "woken_at", "endpoint", "token"],
+                "group create": group, "group show": group, "group list": group, "group add": group + ["copies"],
+                "group remove": group + ["copies"], "group promote": group + ["copies"], "group demote": group + ["copies"],
+                "group rename": group + ["copies"], "group leave": group + ["copies", "successor"],
                 "push remove": ["id", "state"], "push info": ["providers", "vapid_public_key", "wake_interval_seconds", "max_registrations"],
             ]
             // The README's table says the same: a row naming each command, with each field in backticks.

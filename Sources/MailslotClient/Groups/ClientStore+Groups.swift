@@ -206,9 +206,14 @@ extension ClientStore {
             SELECT * FROM (SELECT *, row_number() OVER (ORDER BY received_at DESC, message_id DESC) AS rank
                            FROM group_held WHERE NOT \(knownGroups)) WHERE rank > ?
             """, arguments: [maxHeldUnknown]), known: false)
-        add(try Row.fetchAll(db, sql: """
-            SELECT * FROM (SELECT *, row_number() OVER (ORDER BY received_at DESC, message_id DESC) AS rank FROM group_held) WHERE rank > ?
-            """, arguments: [maxHeld]), known: true)
+        // The total bound takes messages of both kinds: each is refused with its own kind's code
+        // (spec/groups.md §4.3), `group_unknown` for a group this device never learned.
+        for known in [true, false] {
+            add(try Row.fetchAll(db, sql: """
+                SELECT * FROM (SELECT *, row_number() OVER (ORDER BY received_at DESC, message_id DESC) AS rank FROM group_held)
+                WHERE rank > ? AND \(known ? "" : "NOT ")\(knownGroups)
+                """, arguments: [maxHeld]), known: known)
+        }
         return over
     }
 

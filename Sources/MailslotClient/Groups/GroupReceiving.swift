@@ -114,6 +114,14 @@ extension MailslotClient {
                 try ClientStore.unhold(id, db)
                 if let missing { decisions.asks.append((group, sender, missing)) }
                 try noteStateHash(reference, from: sender, into: &decisions, db)
+                // Shown as events ("alice added dave"), in the inbox like any message: handed to
+                // the app at least once, in order with the conversation.
+                var shown = message
+                let events = try ClientStore.groupEvents(of: message.message, db)
+                shown.events = events
+                shown.group = try events.first?.group ?? ClientStore.groupContext(of: message.message, db)
+                try ClientStore.storeGroupMessage(shown, db)
+                decisions.shown.append(shown)
             }
         case .groupSync:
             try ClientStore.unhold(id, db)

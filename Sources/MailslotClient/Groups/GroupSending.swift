@@ -64,30 +64,32 @@ extension MailslotClient {
     }
 
     /// Hands `copies` (of one message) to the relay in multi-recipient creates (`POST
-    /// /v1/messages`): at most ``maxBatchEntries`` entries and about ``maxBatchBytes`` of envelopes
-    /// a request. Each entry's result decides its copy as a single create's answer would; a whole
-    /// request that fails leaves its copies queued with backoff. A relay without the route
-    /// (404, 405) is sent one create per copy.
+    /// /v1/messages`), sized by ``batchLimit``. Each entry's result decides its copy as a single
+    /// create's answer would; a whole request that fails leaves its copies queued with backoff. A
+    /// create the relay refuses as too large (a relay configured under the defaults) is chunked
+    /// again at half the size, down to single creates, and the size is remembered (``BatchLimit``).
+    /// A relay without the route (404, 405) is sent one create per copy.
     func deliverBatched(_ copies: [ClientStore.QueuedCopy]) async {
-        var chunks: [[ClientStore.QueuedCopy]] = [], current: [ClientStore.QueuedCopy] = [], bytes = 0
-        for copy in copies {
-            let size = copy.sealed.envelope.count * 4 / 3 + 200
-            if !current.isEmpty, current.count == Self.maxBatchEntries || bytes + size > Self.maxBatchBytes {
-                chunks.append(current)
-                current = []
-                bytes = 0
-            }
-            current.append(copy)
-            bytes += size
-        }
-        if !current.isEmpty { chunks.append(current) }
-        for chunk in chunks {
+        var work = batchLimit.chunks(copies) { $0.sealed.envelope.count }
+        while !work.isEmpty {
+            let chunk = work.removeFirst()
             let entries = chunk.map { BatchEntry(to: $0.recipient, id: $0.messageID, envelope: $0.sealed.envelope, keyID: $0.sealed.keyID) }
             let results: [BatchResult]
             do {
                 results = try await authorized { try await api.sendMany(entries, wake: chunk[0].wake, session: $0) }
             } catch ClientError.relay(let problem) where [404, 405].contains(problem.code.status) {
                 for copy in chunk { await deliver(copy, reseals: 2) }
+                continue
+            } catch ClientError.relay(let problem) where BatchLimit.isTooLarge(problem) {
+                guard chunk.count > 1 else {
+                    await deliver(chunk[0], reseals: 2)  // as a single create: its own answer decides it
+                    continue
+                }
+                let size = chunk.reduce(0) { $0 + BatchLimit.cost(envelopeCount: $1.sealed.envelope.count) }
+                batchLimit.refused(problem, count: chunk.count, size: size)
+                logger.info("the relay refused a send to many as too large; sending smaller ones",
+                            metadata: ["entries": "\(chunk.count)", "code": "\(problem.code.rawValue)"])
+                work.insert(contentsOf: batchLimit.chunks(chunk) { $0.sealed.envelope.count }, at: 0)
                 continue
             } catch {
                 for copy in chunk {
@@ -103,12 +105,6 @@ extension MailslotClient {
             }
         }
     }
-
-    /// The most entries of one multi-recipient create (the relay's default `--max-batch-entries`).
-    static let maxBatchEntries = Defaults.maxBatchEntries
-    /// About the most bytes of one multi-recipient create's body (under the relay's default
-    /// `--max-batch-bytes`, with an eighth left for the JSON around the envelopes).
-    static let maxBatchBytes = Defaults.maxBatchBytes / 8 * 7
 
     /// Removal holds (§3.2 step 6): copies of `id` to someone not in the group as folded now are dropped.
     private func dropCopiesToNonMembers(of id: String, me: String) async throws {
@@ -226,23 +222,43 @@ extension MailslotClient {
 }
 
 extension ClientStore {
-    /// Seals `message` under `id` in the active ratchet with each of `established` and stores the
-    /// group send with every copy — sealed, `pending` (a ratchet to start first: stored held with
-    /// `sealing`), or `held` (key changed) — in one transaction (docs/design/groups.md §7.4). A
-    /// ratchet found unable to send (its counter at its end) leaves its copy pending.
+    /// Seals `message` (encoded as `body`) under `id` in the active ratchet with each of
+    /// `established` and stores the group send with every copy — sealed, `pending` (a ratchet to
+    /// start first: stored held with `sealing`), or `held` (key changed) — in one transaction
+    /// (docs/design/groups.md §7.4). The ratchets are read in one read and the copies sealed on
+    /// several threads (``GroupSealing``), outside the transaction; the transaction stores each
+    /// advanced ratchet with its envelope (spec/ratchet.md §6.2 item 6: nothing leaves before
+    /// the commit) — unless the ratchet changed since the read (a 1:1 send or a receipt in
+    /// between), when that copy is sealed again there from the stored state. A ratchet found
+    /// unable to send (its counter at its end) leaves its copy pending.
     func storeGroupSend(id: String, group: GroupID, message: ChatMessage, body: [UInt8], established: [Contact], pending: [String],
                         held: [String], wake: Bool?, as me: Identity, now: Double = Date().timeIntervalSince1970) async throws {
+        let states: [GroupSealing.Input] = try await pool.read { db in
+            try established.compactMap { contact in
+                guard let state = try Data.fetchOne(db, sql: "SELECT state FROM sessions WHERE contact = ? AND peer_identity = ? AND active = 1",
+                                                    arguments: [contact.uid, Data(contact.identityKey.bytes)]) else { return nil }
+                return GroupSealing.Input(contact: contact, state: state)
+            }
+        }
+        let sealedOutside = try await GroupSealing.seal(body: body, id: id, from: me, states)
         try await pool.write { db in
             var copies: [(recipient: String, sealed: Sealed?)] = []
             var pendingUIDs = pending
+            let sealedByUID = Dictionary(sealedOutside.map { ($0.contact.uid, $0) }, uniquingKeysWith: { first, _ in first })
             for contact in established {
-                guard let row = try Row.fetchOne(db, sql: "SELECT state FROM sessions WHERE contact = ? AND peer_identity = ? AND active = 1",
-                                                 arguments: [contact.uid, Data(contact.identityKey.bytes)]),
-                      var ratchet = Self.ratchet(row["state"]), ratchet.canSend else {
+                let current = try Data.fetchOne(db, sql: "SELECT state FROM sessions WHERE contact = ? AND peer_identity = ? AND active = 1",
+                                                arguments: [contact.uid, Data(contact.identityKey.bytes)])
+                if let sealed = sealedByUID[contact.uid], let current, current == sealed.readState {
+                    try Self.save(sealed.ratchet, contact: contact.uid, db, now: now)
+                    copies.append((contact.uid, Sealed(envelope: sealed.envelope, keyID: contact.keyID)))
+                    continue
+                }
+                // Changed since the read (or not sealable then): sealed here from the stored state.
+                guard var ratchet = Self.ratchet(current), ratchet.canSend else {
                     pendingUIDs.append(contact.uid)
                     continue
                 }
-                let envelope = try Envelope.seal(message, id: id, from: me.uid, identity: me.signing, to: contact.uid,
+                let envelope = try Envelope.seal(body: body, id: id, from: me.uid, identity: me.signing, to: contact.uid,
                                                  mailboxKey: contact.mailboxKey, ratchet: &ratchet)
                 try Self.save(ratchet, contact: contact.uid, db, now: now)
                 copies.append((contact.uid, Sealed(envelope: envelope, keyID: contact.keyID)))

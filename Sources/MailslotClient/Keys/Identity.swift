@@ -98,6 +98,7 @@ extension ClientStore {
     /// in the WAL file either.
     func checkpoint() async throws {
         try await pool.writeWithoutTransaction { db in _ = try db.checkpoint(.truncate) }
+        counters.checkpointed()
     }
 
     /// Whether the relay was given `identity`'s current mailbox key.

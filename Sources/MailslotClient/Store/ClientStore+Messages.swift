@@ -18,6 +18,12 @@ public struct ReceivedMessage: Sendable, Equatable {
     public internal(set) var attachments: [ReceivedAttachment] = []
     /// The group it was sent to, as this device knows it; nil for a 1:1 message.
     public internal(set) var group: GroupContext?
+    /// For a group change (type `group_change`): what it did — "alice added dave" — as of when
+    /// it was returned (``GroupEvent``); empty for every other message. Group changes come in
+    /// the same sequence as messages, so that an app shows them in order with the conversation
+    /// and handles them at least once like any message; ``MailslotClient/changes(of:)`` gives a
+    /// group's whole history.
+    public internal(set) var events: [GroupEvent] = []
 }
 
 /// A message this client sent or is still sending.
@@ -229,7 +235,8 @@ extension ClientStore {
                     continue
                 }
                 messages.append(ReceivedMessage(id: id, sender: row["sender"], message: message, body: Array(body),
-                                                group: try Self.groupContext(of: message, db)))
+                                                group: try Self.groupContext(of: message, db),
+                                                events: try Self.groupEvents(of: message, db)))
             }
             return messages
         }

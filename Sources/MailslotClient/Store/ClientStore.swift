@@ -7,6 +7,8 @@ import MailslotWire
 /// database file is created readable by its owner only.
 final class ClientStore: Sendable {
     let pool: DatabasePool
+    /// How many transactions and checkpoints this store has made (tests check a group send's cost).
+    let counters = StoreCounters()
 
     init(path: String) throws {
         let folder = (path as NSString).deletingLastPathComponent
@@ -21,6 +23,7 @@ final class ClientStore: Sendable {
         configuration.busyMode = .timeout(5)
         pool = try DatabasePool(path: path, configuration: configuration)
         try Self.migrator.migrate(pool)
+        pool.add(transactionObserver: counters, extent: .databaseLifetime)
         for suffix in ["-wal", "-shm"] { chmod(path + suffix, 0o600) }
     }
 

@@ -14,6 +14,9 @@ public struct RejectedMessage: Sendable, Equatable {
     public let reason: Reason
     /// When this client received it, by this device's clock.
     public let receivedAt: Date
+    /// The group it named, for a group message or change refused by the group rules (and one that
+    /// opened but failed a group check); nil for a 1:1 message, or one that did not open.
+    public var group: GroupID? = nil
 
     /// Why a received message was not accepted.
     public enum Reason: Sendable, Hashable, CustomStringConvertible {
@@ -110,7 +113,8 @@ extension ClientStore {
                 let body: Data = row["body"]
                 guard let message = try? ChatMessage.decode(Array(body)) else { return nil }
                 return (ReceivedMessage(id: row["id"], sender: row["sender"], message: message, body: Array(body),
-                                        group: try Self.groupContext(of: message, db)),
+                                        group: try Self.groupContext(of: message, db),
+                                        events: try Self.groupEvents(of: message, db)),
                         Date(timeIntervalSince1970: row["received_at"]))
             }
         }
@@ -120,7 +124,8 @@ extension ClientStore {
     func rejected() async throws -> [RejectedMessage] {
         try await pool.read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM rejected ORDER BY received_at, id").map {
-                RejectedMessage(id: $0["id"], author: $0["author"], reason: RejectedMessage.Reason(code: $0["reason"]), receivedAt: Date(timeIntervalSince1970: $0["received_at"]))
+                RejectedMessage(id: $0["id"], author: $0["author"], reason: RejectedMessage.Reason(code: $0["reason"]), receivedAt: Date(timeIntervalSince1970: $0["received_at"]),
+                                group: ($0["group_id"] as String?).flatMap(GroupID.init(rawValue:)))
             }
         }
     }

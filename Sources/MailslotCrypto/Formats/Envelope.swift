@@ -199,9 +199,10 @@ public enum Envelope {
                         mailboxKey: mailboxKey, ratchet: &ratchet)
     }
 
-    /// Seals raw body bytes in a ratchet. Internal: tests use it, and the vectors with a
-    /// deterministic `outerSeal` in place of `crypto_box_seal`'s random ephemeral key.
-    static func seal(body: [UInt8], id: String, from sender: String, identity: IdentityKeyPair, to recipient: String,
+    /// Seals raw body bytes in a ratchet: tests use it, and the vectors with a deterministic
+    /// `outerSeal` in place of `crypto_box_seal`'s random ephemeral key; the client's group send,
+    /// one body (validated and encoded once) for every member's copy. `package`, as above.
+    package static func seal(body: [UInt8], id: String, from sender: String, identity: IdentityKeyPair, to recipient: String,
                      mailboxKey: MailboxPublicKey, ratchet: inout Ratchet,
                      outerSeal: (([UInt8]) -> [UInt8]?)? = nil) throws(EnvelopeError) -> [UInt8] {
         try checkSealable(sender: sender, recipient: recipient, id: id)
