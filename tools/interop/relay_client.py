@@ -46,6 +46,11 @@ temporary data folder, and then, as clients:
     verified, acknowledged, and then nothing left: no record, no file under the relay's blobs/;
     and files both ways with the Swift CLI: a Python-sealed file saved byte for byte by
     `receive --save-to`, and a `send --file` downloaded here by ranges, opened and acknowledged;
+  * the send to many (§4.25, batch_story.py): per-entry results in entry order, the requests
+    refused whole, the rate in entries, the WebSocket `send_many`;
+  * a group with CLI members (spec/groups.md, group_story.py): a CLI admin's genesis, add and
+    removal verified and folded here, a group message sent as one batch to the CLI members,
+    and no copy on the relay for the removed Python member;
   * erasure (§6): erased ciphertext is in neither database file shortly after;
   * `serve` refusing unusable settings (§11).
 
