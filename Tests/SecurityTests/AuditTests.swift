@@ -51,16 +51,6 @@ import Testing
         #expect(notClean == ["blob.limit.unfinished-uploads", "blob.limit.author-quota"], "not clean: \(notClean.sorted())")
     }
 
-    /// The send to many's bound can fail too: a relay that decides a batch of more entries than
-    /// any `--max-batch-entries` allows is caught by the check made for it, and only by that one.
-    @Test func aRelayWithoutItsBatchBoundFailsTheBatchLimitCheck() async throws {
-        let outcomes = try await withSecurityRelay(configure: {
-            $0.maxBatchEntries = 2 * BatchChecks.entriesBeyondAnySetting
-        }) { relay in await relay.audit([.limits]) }
-        let failed = Set(outcomes.filter { !$0.passed }.map(\.name))
-        #expect(failed == ["limit.batch.entries-beyond-any-setting"], "failed: \(failed.sorted())")
-    }
-
     /// A relay started with one extra grant in its rules table, and the checks that must notice.
     struct Hole: Sendable, CustomTestStringConvertible {
         let operation: AccessOperation
