@@ -313,3 +313,56 @@ enum GroupFields {
         throw CLIError.queued(summary)
     }
 }
+
+extension Output {
+    /// The JSON fields of a group event (``groupEvents(_:)``), for `--help` texts.
+    static let eventFieldsHelp = """
+        A group change prints one object per thing it did: event (created, added, removed, removed_you, promoted, demoted, \
+        renamed, left), group {id, name}, by (the admin, or the member who left), members (for created, added, removed, \
+        promoted, demoted), name (for created and renamed), version, standing (applied; late: it came after later changes, \
+        the group was folded again; void: the group's rules did not apply it; waiting: an earlier change has not come yet), \
+        id (the change's message id), timestamp.
+        """
+
+    /// A received group change, as the events it made (glib's ``GroupEvent``): one line each,
+    /// `[Trip] · alice added dave`, or one JSON object each (``eventFieldsHelp``).
+    func groupEvents(_ received: ReceivedMessage) {
+        let when = Timestamp.format(received.message.timestamp / 1000)
+        for event in received.events {
+            var fields: [String: Any] = ["id": received.id, "by": event.author, "version": event.version, "timestamp": received.message.timestamp,
+                                         "group": ["id": event.group.id.rawValue, "name": event.group.name], "standing": Self.standing(event.standing)]
+            let did: String
+            switch event.kind {
+            case .created(let name, let members):
+                fields["event"] = "created"; fields["name"] = name; fields["members"] = members
+                did = "created the group with \(members.filter { $0 != event.author }.joined(separator: ", "))"
+            case .added(let members): fields["event"] = "added"; fields["members"] = members; did = "added \(members.joined(separator: ", "))"
+            case .removed(let members): fields["event"] = "removed"; fields["members"] = members; did = "removed \(members.joined(separator: ", "))"
+            case .removedMe: fields["event"] = "removed_you"; did = "removed you"
+            case .promoted(let members):
+                fields["event"] = "promoted"; fields["members"] = members; did = "made \(members.joined(separator: ", ")) admin"
+            case .demoted(let members):
+                fields["event"] = "demoted"; fields["members"] = members; did = "made \(members.joined(separator: ", ")) a member (no longer admin)"
+            case .renamed(let name): fields["event"] = "renamed"; fields["name"] = name; did = "renamed the group to \(name)"
+            case .left: fields["event"] = "left"; did = "left"
+            }
+            let note = switch event.standing {
+            case .applied: ""
+            case .late: " (late: it came after later changes)"
+            case .void: " (void: the group's rules did not apply it)"
+            case .waiting: " (waiting for an earlier change)"
+            }
+            emit(fields, text: "[\(when)] [\(event.group.name)] · \(event.author) \(did)\(note)")
+        }
+    }
+
+    /// A standing's JSON name.
+    private static func standing(_ standing: GroupEvent.Standing) -> String {
+        switch standing {
+        case .applied: "applied"
+        case .late: "late"
+        case .void: "void"
+        case .waiting: "waiting"
+        }
+    }
+}

@@ -82,7 +82,8 @@ struct Output {
         id, from (the verified sender's uid), type (text, picture, location, receipt, typing, or another kind), timestamp \
         (the sender's clock, milliseconds since the epoch), and as the message carries them: text, location {latitude, \
         longitude}, receipt {kind, message_ids}, group {id, name} (for a message sent to a group), attachments [{media_type, bytes, name, path (where it was saved), state \
-        (for one not saved: available, gone — the relay no longer has it —, or corrupt — it failed its checks), reason}].
+        (for one not saved: available, gone — the relay no longer has it —, or corrupt — it failed its checks), reason}]. \
+        \(eventFieldsHelp)
         """
 
     /// The JSON fields of a sent message (``sent(_:)``), for `--help` texts.
@@ -120,6 +121,8 @@ struct Output {
 
     /// A received message.
     func message(_ received: ReceivedMessage) {
+        // A group change is not a message to read but what happened: `[Trip] · alice added dave`.
+        guard received.message.type != .groupChange else { return groupEvents(received) }
         var fields: [String: Any] = ["id": received.id, "from": received.sender]
         var text = "[\(Timestamp.format(received.message.timestamp / 1000))] "
         if let group = received.group {

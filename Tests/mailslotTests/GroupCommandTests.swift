@@ -35,14 +35,21 @@ import Testing
         return try #require(sent.first?["id"] as? String)
     }
 
-    /// The texts `uid`'s `receive --json` prints, by sender, each checked to be under `group`.
+    /// What `uid`'s `receive --json` prints, each line checked to be under `group`: a message as
+    /// `from: text`, a group event as `by event members`.
     func receive(_ uid: String, group: String, _ relay: TestRelay, sourceLocation: SourceLocation = #_sourceLocation) async throws -> [String] {
         let received = lines(try await run(uid, ["receive", "--json"], relay, sourceLocation: sourceLocation))
         for message in received {
             let named = message["group"] as? [String: Any]
             #expect(named?["name"] as? String == "Trip" && named?["id"] as? String == group, "\(message)", sourceLocation: sourceLocation)
         }
-        return received.compactMap { message in (message["text"] as? String).map { "\(message["from"] ?? ""): \($0)" } }
+        return received.compactMap { message in
+            if let event = message["event"] as? String {
+                let members = (message["members"] as? [String])?.joined(separator: ",") ?? ""
+                return "\(message["by"] ?? "") \(event)" + (members.isEmpty ? "" : " \(members)")
+            }
+            return (message["text"] as? String).map { "\(message["from"] ?? ""): \($0)" }
+        }
     }
 
     /// A group id's form (spec/groups.md §1.2): 22 characters of base64url.
@@ -67,11 +74,9 @@ import Testing
             let created = lines(try await run("alice", ["group", "create", "Trip", "bob", "carol", "--json"], relay))
             let group = try #require(created.first?["id"] as? String)
             #expect(Self.isGroupID(group), "\(created)")
-            #expect(try await run("alice", ["group", "create", "Other", "bob"], relay).trimmingCharacters(in: .newlines).count == 22,
-                    "text output: the id alone")
-            // The genesis arrives as group bookkeeping: nothing printed, the group known.
-            #expect(try await receive("bob", group: group, relay).isEmpty)
-            #expect(try await receive("carol", group: group, relay).isEmpty)
+            // The genesis arrives as an event.
+            #expect(try await receive("bob", group: group, relay) == ["alice created alice,bob,carol"])
+            #expect(try await receive("carol", group: group, relay) == ["alice created alice,bob,carol"])
             let carolsView = lines(try await run("carol", ["group", "show", "Trip", "--json"], relay)).first
             #expect(carolsView?["members"] as? [String] == ["alice", "bob", "carol"], "\(carolsView ?? [:])")
 
@@ -87,9 +92,10 @@ import Testing
             // dave is added: he sees what is sent after, not before.
             let added = try await run("alice", ["group", "add", "Trip", "dave"], relay)
             #expect(added.contains("group Trip: version 2"), "\(added)")
-            for uid in ["bob", "carol"] { #expect(try await receive(uid, group: group, relay).isEmpty) }
+            #expect(try await run("bob", ["receive"], relay).contains("[Trip] · alice added dave"))
+            #expect(try await receive("carol", group: group, relay) == ["alice added dave"])
             _ = try await send("alice", "welcome dave", to: "Trip", relay)
-            #expect(try await receive("dave", group: group, relay) == ["alice: welcome dave"])
+            #expect(try await receive("dave", group: group, relay) == ["alice added dave", "alice: welcome dave"], "the change first")
             #expect(try await receive("bob", group: group, relay) == ["alice: welcome dave"])
             #expect(try await receive("carol", group: group, relay) == ["alice: welcome dave"])
             let davesHistory = lines(try await run("dave", ["history", "--group", "Trip", "--json"], relay))
@@ -97,7 +103,8 @@ import Testing
 
             // carol is removed; everyone still in learns it before writing again.
             #expect(try await run("alice", ["group", "remove", "Trip", "carol"], relay).contains("group Trip: version 3"))
-            for uid in ["bob", "dave", "carol"] { #expect(try await receive(uid, group: group, relay).isEmpty) }
+            for uid in ["bob", "dave"] { #expect(try await receive(uid, group: group, relay) == ["alice removed carol"]) }
+            #expect(try await receive("carol", group: group, relay) == ["alice removed_you"])
             let carolsGroups = lines(try await run("carol", ["group", "list", "--all", "--json"], relay))
             #expect(carolsGroups.first { $0["id"] as? String == group }?["status"] as? String == "removed", "\(carolsGroups)")
             #expect(try await run("carol", ["group", "list"], relay).contains("Trip") == false, "a removed group is listed with --all only")
@@ -144,6 +151,7 @@ import Testing
             #expect(try await relay.run(["--profile", "alice", "send", "--group", "Nowhere", "hi"]).status == 64)
             let first = try await run("alice", ["group", "create", "Twins", "bob"], relay).trimmingCharacters(in: .newlines)
             let second = try await run("alice", ["group", "create", "Twins", "carol"], relay).trimmingCharacters(in: .newlines)
+            #expect(Self.isGroupID(first) && Self.isGroupID(second), "text output: the id alone")
             let ambiguous = try await relay.run(["--profile", "alice", "group", "show", "Twins"])
             #expect(ambiguous.status == 64 && ambiguous.stderr.contains(first) && ambiguous.stderr.contains(second), "\(ambiguous.stderr)")
             #expect(try await relay.run(["--profile", "alice", "send", "--group", "Twins", "bob", "hi"]).status == 64, "a uid with --group")
@@ -165,6 +173,71 @@ import Testing
             #expect((stale?["group"] as? [String: Any])?["name"] as? String == "Trip")
             let rejectedText = try await run("carol", ["rejected"], relay)
             #expect(rejectedText.contains("← [Trip] bob ") && rejectedText.contains("rejected: group_left"), "\(rejectedText)")
+        }
+    }
+
+    /// A member whose identity key changed: their copy is held, the others go, and the send says
+    /// so per member with exit 65 (issue 30 item 5); `trust` then sends the held copy.
+    @Test func aMembersKeyChangeHoldsOnlyTheirCopy() async throws {
+        try await withTestRelay { relay in
+            try await logIn(["alice", "bob", "carol"], relay)
+            try await run("alice", ["group", "create", "Trip", "bob", "carol"], relay)
+            for uid in ["bob", "carol"] { try await run(uid, ["receive"], relay) }
+            let reinstall = try await relay.run(["login", "--profile", "carol-new", "--relay", relay.url(for: "carol").absoluteString,
+                                                 "--token", try relay.token("carol")])
+            #expect(reinstall.status == 0, "\(reinstall.stderr)")
+
+            let text = try await relay.run(["--profile", "alice", "send", "--group", "Trip", "after the reinstall"])
+            #expect(text.status == 65, "\(text.status) \(text.stderr)")
+            #expect(text.stdout.contains("sent to 1 of 2; held for carol (key changed"), "\(text.stdout)")
+            #expect(text.stderr.contains("mailslot trust carol --safety-number DIGITS"), "\(text.stderr)")
+            let json = try await relay.run(["--profile", "alice", "send", "--group", "Trip", "again", "--json"])
+            #expect(json.status == 65)
+            let outcome = try #require(lines(json.stdout).first)
+            #expect(outcome["state"] as? String == "partial", "\(outcome)")
+            let copies = outcome["copies"] as? [[String: Any]] ?? []
+            #expect(copies.count == 1 && copies.first?["to"] as? String == "carol" && copies.first?["state"] as? String == "held", "\(copies)")
+            #expect(try await receive("bob", group: (outcome["group"] as? [String: Any])?["id"] as? String ?? "", relay)
+                    == ["alice: after the reinstall", "alice: again"], "the other members' copies went")
+
+            // alice compares the new number with carol and trusts it: the held copies go.
+            let number = try #require(lines(try await run("carol-new", ["fingerprint", "alice", "--json"], relay)).first?["safety_number"] as? String)
+            try await run("alice", ["trust", "carol", "--safety-number", number], relay)
+            let history = lines(try await run("alice", ["history", "--group", "Trip", "--json"], relay))
+            #expect(history.filter { $0["text"] != nil }.allSatisfy { $0["state"] as? String == "sent" }, "\(history)")
+        }
+    }
+
+    /// Admins promote, rename and leave; a junior admin cannot demote the creator (65); the last
+    /// admin to leave hands the group to the remaining member with the smallest uid, and says so.
+    @Test func adminsPromoteRenameAndLeave() async throws {
+        try await withTestRelay { relay in
+            try await logIn(["alice", "bob", "carol"], relay)
+            let group = try await run("alice", ["group", "create", "Trip", "bob", "carol"], relay).trimmingCharacters(in: .newlines)
+            for uid in ["bob", "carol"] { try await run(uid, ["receive"], relay) }
+            #expect(try await run("alice", ["group", "promote", "Trip", "bob"], relay).contains("group Trip: version 2"))
+            #expect(try await run("bob", ["receive"], relay).contains("[Trip] · alice made bob admin"))
+            #expect(try await run("bob", ["group", "rename", "Trip", "Trip 2026"], relay).contains("group Trip 2026: version 3"))
+            #expect(try await run("alice", ["receive"], relay).contains("· bob renamed the group to Trip 2026"))
+            let demote = try await relay.run(["--profile", "bob", "group", "demote", "Trip 2026", "alice"])
+            #expect(demote.status == 65, "a junior admin demotes no senior: \(demote.status) \(demote.stderr)")
+
+            let left = try #require(lines(try await run("alice", ["group", "leave", "Trip 2026", "--json"], relay)).first)
+            #expect(left["status"] as? String == "left" && left["successor"] is NSNull, "bob is an admin already: \(left)")
+            #expect(try await run("alice", ["group", "list"], relay).isEmpty, "a left group is listed with --all only")
+            let all = lines(try await run("alice", ["group", "list", "--all", "--json"], relay))
+            #expect(all.count == 1 && all.first?["status"] as? String == "left", "\(all)")
+            #expect(try await run("bob", ["receive"], relay).contains("[Trip 2026] · alice left"))
+            let byBob = try #require(lines(try await run("bob", ["group", "show", group, "--json"], relay)).first)
+            #expect(byBob["admins"] as? [String] == ["bob"] && byBob["members"] as? [String] == ["bob", "carol"], "\(byBob)")
+
+            // bob is the last admin: leaving hands the group to carol, and says so.
+            let handed = try await run("bob", ["group", "leave", group], relay)
+            #expect(handed.contains("left group Trip 2026; carol is now an admin"), "\(handed)")
+            try await run("carol", ["receive"], relay)
+            let byCarol = try #require(lines(try await run("carol", ["group", "show", "Trip 2026", "--json"], relay)).first)
+            #expect(byCarol["admins"] as? [String] == ["carol"] && byCarol["members"] as? [String] == ["carol"], "\(byCarol)")
+            #expect(byCarol["name"] as? String == "Trip 2026" && byCarol["status"] as? String == "member")
         }
     }
 

@@ -36,6 +36,10 @@ extension ClientStore {
         let stage: UploadStage
         /// What the file is sealed with, stored before its first part goes up; nil until then.
         var cipher: UploadCipher? = nil
+        /// The group it is sent to (`recipient` is then ''): the blob's recipients are the
+        /// members but this user, and the message goes through the group send
+        /// (docs/design/groups.md §5).
+        var groupID: String? = nil
     }
 
     /// The key and stream header an upload's file is sealed with, and its source's stamp then: a
@@ -55,14 +59,14 @@ extension ClientStore {
             let now = Date().timeIntervalSince1970
             try db.execute(sql: """
                 INSERT INTO uploads (message_id, blob_id, recipient, source_path, spool_path, plain_size, size, media_type, name, preview,
-                                     caption, sender_name, stage, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                     caption, sender_name, stage, created_at, group_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, arguments: [upload.messageID, upload.blobID, upload.recipient, upload.source.path, upload.spool.path, upload.plainSize,
                                  upload.size, upload.mediaType, upload.name, previewJSON, upload.caption, upload.senderName,
-                                 UploadStage.created.rawValue, now])
+                                 UploadStage.created.rawValue, now, upload.groupID])
             try db.execute(sql: """
-                INSERT INTO sent (id, recipient, type, body, state, last_error, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+                INSERT INTO sent (id, recipient, type, body, state, last_error, created_at, group_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                 """, arguments: [upload.messageID, upload.recipient, MessageType.file.rawValue, Data(), OutgoingMessage.State.uploading.rawValue,
-                                 "not started", now])
+                                 "not started", now, upload.groupID])
         }
     }
 
@@ -75,7 +79,7 @@ extension ClientStore {
                               source: URL(fileURLWithPath: row["source_path"]), spool: URL(fileURLWithPath: row["spool_path"]),
                               plainSize: row["plain_size"], size: row["size"], mediaType: row["media_type"], name: row["name"],
                               preview: preview, caption: row["caption"], senderName: row["sender_name"],
-                              stage: UploadStage(rawValue: row["stage"]) ?? .created, cipher: Self.uploadCipher(row))
+                              stage: UploadStage(rawValue: row["stage"]) ?? .created, cipher: Self.uploadCipher(row), groupID: row["group_id"])
             }
         }
     }
@@ -171,6 +175,20 @@ extension ClientStore {
                 """, arguments: [sealed == nil ? OutgoingMessage.State.held.rawValue : OutgoingMessage.State.queued.rawValue,
                                  sealed.map { Data($0.envelope) }, sealed?.keyID, sealed == nil ? ClientError.keyChangedCode : nil, id])
         }
+    }
+
+    /// A group file's blob is complete and its message stored as a group send (its `sent` row
+    /// and copies): the upload rows go.
+    func closeGroupUpload(_ id: String) async throws {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM uploads WHERE message_id = ?", arguments: [id])
+            try db.execute(sql: "DELETE FROM upload_parts WHERE message_id = ?", arguments: [id])
+        }
+    }
+
+    /// Whether group message `id`'s copies are stored (its group send was made).
+    func hasCopies(_ id: String) async throws -> Bool {
+        try await pool.read { db in try Bool.fetchOne(db, sql: "SELECT 1 FROM group_copies WHERE message_id = ? LIMIT 1", arguments: [id]) ?? false }
     }
 
     /// The upload cannot finish (`reason`): it goes, and the send is refused with why.

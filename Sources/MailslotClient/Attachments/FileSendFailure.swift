@@ -14,4 +14,8 @@ public enum FileSendFailure: String, Error, Sendable, Equatable, CaseIterable {
     /// erased, the key and digests forgotten, and the file must be sent again, which seals it
     /// with a fresh key into a new blob.
     case resealedPartDiffers = "file_resealed_part_differs"
+    /// `group_left`: a file sent to a group whose sender is no longer a member of it (removed, or
+    /// left) before the message could go: nothing is sent to the group, and the blob is erased
+    /// (docs/design/groups.md §5).
+    case leftGroup = "group_left"
 }

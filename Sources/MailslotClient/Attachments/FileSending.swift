@@ -47,16 +47,8 @@ extension MailslotClient {
     public func send(file: OutgoingFile, caption: String? = nil, to recipient: String, name senderName: String? = nil) async throws -> FileSend {
         guard Identifier.isValidUID(recipient) else { throw ClientError.invalidUID(text: recipient) }
         let me = try await identity()
-        let name = file.name ?? file.url.lastPathComponent
-        let label: String? = name.isEmpty ? nil : name
-        let plainSize = try Self.regularFileSize(file.url)
-        guard let size = FileCipher.size(plainSize: plainSize) else { throw ClientError.cannotSeal(code: FileError.badLength.code) }
         // The reference's rules (media type, name, preview), checked now rather than after the upload.
-        do {
-            _ = try FileReference(blob: BlobLayout.newID(), sealed: SealedFile(key: FileKey(), digest: FileDigest(bytes: [UInt8](repeating: 0, count: 32))!,
-                                                                              size: size, plainSize: plainSize),
-                                  mediaType: file.mediaType, name: label, preview: file.preview)
-        } catch { throw ClientError.cannotSeal(code: error.code) }
+        let (label, plainSize, size) = try checkedFile(file)
         do { _ = try await contact(recipient) } catch ClientError.keyChanged {
             // Sent all the same: the message is held for the user's trust once the file is up.
         } catch ClientError.unreachable {
@@ -67,13 +59,35 @@ extension MailslotClient {
            let outcome = try await sendInline(file, label: label, caption: caption, to: recipient, senderName: senderName) {
             return outcome
         }
+        _ = me
+        return try await startUpload(file, label: label, plainSize: plainSize, size: size, caption: caption, to: recipient, group: nil,
+                                     senderName: senderName)
+    }
 
+    /// Checks `file` against the reference's rules before anything is stored: its label, plain
+    /// and sealed sizes.
+    func checkedFile(_ file: OutgoingFile) throws -> (label: String?, plainSize: Int64, size: Int64) {
+        let name = file.name ?? file.url.lastPathComponent
+        let label: String? = name.isEmpty ? nil : name
+        let plainSize = try Self.regularFileSize(file.url)
+        guard let size = FileCipher.size(plainSize: plainSize) else { throw ClientError.cannotSeal(code: FileError.badLength.code) }
+        do {
+            _ = try FileReference(blob: BlobLayout.newID(), sealed: SealedFile(key: FileKey(), digest: FileDigest(bytes: [UInt8](repeating: 0, count: 32))!,
+                                                                              size: size, plainSize: plainSize),
+                                  mediaType: file.mediaType, name: label, preview: file.preview)
+        } catch { throw ClientError.cannotSeal(code: error.code) }
+        return (label, plainSize, size)
+    }
+
+    /// Stores a blob send (to `recipient`, or to `group` with `recipient` ''), asks the relay for
+    /// its blob, and runs the upload in the background.
+    func startUpload(_ file: OutgoingFile, label: String?, plainSize: Int64, size: Int64, caption: String?, to recipient: String,
+                     group: GroupID?, senderName: String?) async throws -> FileSend {
         let upload = ClientStore.Upload(messageID: MessageID.generate(), blobID: BlobLayout.newID(), recipient: recipient,
                                         source: file.url.standardizedFileURL, spool: spoolFolder.appendingPathComponent("\(UUID().uuidString).enc"),
                                         plainSize: plainSize, size: size, mediaType: file.mediaType, name: label, preview: file.preview,
-                                        caption: caption, senderName: senderName, stage: .created)
+                                        caption: caption, senderName: senderName, stage: .created, groupID: group?.rawValue)
         try await store.insertUpload(upload)
-        _ = me
         // The relay is asked for the blob before this returns, so that a file over its limit
         // is refused here, with nothing left behind.
         let created = await register(upload)
@@ -134,14 +148,16 @@ extension MailslotClient {
 
     /// Creates the blob on the relay and, once it holds it, moves the upload to `registered`.
     private func register(_ upload: ClientStore.Upload) async -> Registration {
-        let request = BlobCreateRequest(id: upload.blobID, size: upload.size, recipients: [upload.recipient])
         do {
+            let request = BlobCreateRequest(id: upload.blobID, size: upload.size, recipients: try await blobRecipients(of: upload))
             let record = try await authorized { try await api.createBlob(request, session: $0) }
             guard record.size == upload.size else { throw ClientError.invalidResponse(detail: "the relay created blob \(record.id) with another size") }
             try await store.setUploadStage(upload.messageID, .registered)
             return .created
         } catch ClientError.relay(let problem) where Self.isFinal(problem) {
             return .refused(ClientError.relay(problem: problem))
+        } catch let failure as FileSendFailure {
+            return .refused(failure)
         } catch {
             let reason = Self.describe(error)
             try? await store.noteUploadProblem(upload.messageID, reason)
@@ -245,7 +261,7 @@ extension MailslotClient {
         let fresh = ClientStore.Upload(messageID: upload.messageID, blobID: BlobLayout.newID(), recipient: upload.recipient, source: upload.source,
                                        spool: spoolFolder.appendingPathComponent("\(UUID().uuidString).enc"), plainSize: upload.plainSize,
                                        size: upload.size, mediaType: upload.mediaType, name: upload.name, preview: upload.preview,
-                                       caption: upload.caption, senderName: upload.senderName, stage: .created)
+                                       caption: upload.caption, senderName: upload.senderName, stage: .created, groupID: upload.groupID)
         try await store.restartUpload(upload.messageID, blobID: fresh.blobID, spool: fresh.spool, reason: reason)
         try? FileManager.default.removeItem(at: upload.spool)
         _ = try? await authorized { try await api.deleteBlob(upload.blobID, session: $0) }
@@ -374,11 +390,15 @@ extension MailslotClient {
             throw FileError.sourceChanged
         }
         let me = try await identity()
+        // A group file's message names the group's state (again when it goes: finishGroupFile).
+        var group: GroupReference?
+        if let id = upload.groupID.flatMap(GroupID.init(rawValue:)) { group = GroupReference(try await groupFileState(id, me: me.uid)) }
         let message: ChatMessage, body: [UInt8]
         do {
             let reference = try FileReference(blob: upload.blobID, sealed: sealed, mediaType: upload.mediaType, name: upload.name, preview: upload.preview)
             message = ChatMessage(type: .file, sender: Sender(id: me.uid, name: upload.senderName),
-                                  payload: Payload(text: upload.caption, files: [reference]), timestamp: Int64(Date().timeIntervalSince1970 * 1000))
+                                  payload: Payload(text: upload.caption, files: [reference]), timestamp: Int64(Date().timeIntervalSince1970 * 1000),
+                                  group: group)
             try message.validate()
             body = try message.encoded()
         } catch { throw ClientError.cannotSeal(code: error.code) }
@@ -421,6 +441,11 @@ extension MailslotClient {
         progress.report(.sending, 0, 1, force: true)
         guard let stored = try await store.outgoingBody(upload.messageID) else { throw ClientError.notResendable(id: upload.messageID) }
         let message = try decodeStored(stored.body)
+        if let group = upload.groupID.flatMap(GroupID.init(rawValue:)) {
+            let outcome = try await finishGroupFile(upload, message: message, group: group)
+            progress.report(.sending, 1, 1, force: true)
+            return outcome
+        }
         let sealed: ClientStore.Sealed?
         do {
             sealed = try await seal(message, id: upload.messageID, as: try await identity(), to: try await contact(upload.recipient))
@@ -465,7 +490,7 @@ extension ClientStore.Upload {
     init(_ upload: ClientStore.Upload, stage: ClientStore.UploadStage) {
         self.init(messageID: upload.messageID, blobID: upload.blobID, recipient: upload.recipient, source: upload.source, spool: upload.spool,
                   plainSize: upload.plainSize, size: upload.size, mediaType: upload.mediaType, name: upload.name, preview: upload.preview,
-                  caption: upload.caption, senderName: upload.senderName, stage: stage, cipher: upload.cipher)
+                  caption: upload.caption, senderName: upload.senderName, stage: stage, cipher: upload.cipher, groupID: upload.groupID)
     }
 }
 

@@ -239,12 +239,15 @@ extension ClientStore {
     // MARK: Copies
 
     /// Stores a group send: the `sent` row (recipient '', its state summarising the copies) and one
-    /// copy per recipient, sealed (queued) or held (nil: the member's identity key changed).
+    /// copy per recipient, sealed (queued) or held (nil: the member's identity key changed). A
+    /// file sent to a group has its `sent` row already (state `uploading`): it becomes the send's.
     static func enqueueGroupSend(id: String, groupID: String, message: ChatMessage, body: [UInt8],
                                  copies: [(recipient: String, sealed: Sealed?)], wake: Bool?, _ db: Database,
                                  now: Double = Date().timeIntervalSince1970) throws {
         try db.execute(sql: """
             INSERT INTO sent (id, recipient, type, body, envelope, key_id, state, created_at, wake, group_id) VALUES (?, '', ?, ?, NULL, NULL, 'queued', ?, ?, ?)
+            ON CONFLICT (id) DO UPDATE SET type = excluded.type, body = excluded.body, state = 'queued', last_error = NULL,
+                wake = excluded.wake, group_id = excluded.group_id
             """, arguments: [id, message.type.rawValue, Data(body), now, wake, groupID])
         for copy in copies {
             try db.execute(sql: "INSERT INTO group_copies (message_id, recipient, envelope, key_id, state) VALUES (?, ?, ?, ?, ?)",

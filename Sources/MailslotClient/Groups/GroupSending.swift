@@ -13,14 +13,16 @@ import MailslotWire
 // time or on a retry — copies to someone the group no longer has are dropped (removal holds).
 extension MailslotClient {
     /// Seals `message` for each of `recipients` under one new id and stores the group send and
-    /// its copies; then hands the copies to the relay. `message.group` must be set.
-    func fanOut(_ message: ChatMessage, to recipients: [String], group: GroupID, wake: Bool? = nil, as me: Identity) async throws -> GroupSendOutcome {
+    /// its copies; then hands the copies to the relay. `message.group` must be set. `id` is the
+    /// message id when it was chosen before (a file's upload, GroupFiles.swift).
+    func fanOut(_ message: ChatMessage, to recipients: [String], group: GroupID, id chosenID: String? = nil, wake: Bool? = nil,
+                as me: Identity) async throws -> GroupSendOutcome {
         let body: [UInt8]
         do {
             try message.validate()
             body = try message.encoded()
         } catch { throw ClientError.cannotSeal(code: error.code) }
-        let id = MessageID.generate()
+        let id = chosenID ?? MessageID.generate()
         var established: [Contact] = [], others: [String] = [], held: [String] = []
         for uid in Set(recipients).sorted() where uid != me.uid {
             do {

@@ -125,15 +125,105 @@ extension MailslotClient {
     ///
     /// - Returns: Each member's copy's outcome (``GroupSendOutcome``). A member whose identity
     ///   key changed gets its copy once trusted; the others go at once.
+    /// Two kinds go to fewer members, by themselves (spec/groups.md §4.4):
+    /// - a **receipt** (type `receipt`) goes to the authors of the messages it names only, never
+    ///   to the group: one receipt per author, naming only that author's messages, each with the
+    ///   group set so that the author knows which conversation it is about. The outcome's copies
+    ///   are by author (its `messageID` the first author's receipt's, in uid order);
+    /// - a **typing** indicator (type `typing`) goes only to groups of at most 32 members.
+    ///
     /// - Throws: Only when nothing was stored: ``ClientError/unknownGroup(_:)``,
-    ///   ``ClientError/notGroupMember(_:)`` (removed, or left), ``ClientError/cannotSeal(code:)``.
+    ///   ``ClientError/notGroupMember(_:)`` (removed, or left), ``ClientError/cannotSeal(code:)``,
+    ///   ``ClientError/groupTooLargeForTyping(members:)``, ``ClientError/unknownGroupMessage(id:)``
+    ///   (a receipt naming a message not received in this group).
     @discardableResult
     public func send(_ payload: Payload, type: MessageType = .text, toGroup group: GroupID, name: String? = nil) async throws -> GroupSendOutcome {
         let me = try await identity()
         let state = try await memberState(group, me: me.uid)
-        let message = ChatMessage(type: type, sender: Sender(id: me.uid, name: name), payload: payload,
-                                  timestamp: Int64(Date().timeIntervalSince1970 * 1000), group: GroupReference(state))
+        let reference = GroupReference(state)
+        let timestamp = Int64(Date().timeIntervalSince1970 * 1000)
+        if type == .typing, state.members.count > Self.maxTypingGroupMembers {
+            throw ClientError.groupTooLargeForTyping(members: state.members.count)
+        }
+        if type == .receipt, let receipt = payload.receipt {
+            return try await sendReceipt(receipt, payload: payload, group: group, reference: reference, timestamp: timestamp, name: name, as: me)
+        }
+        let message = ChatMessage(type: type, sender: Sender(id: me.uid, name: name), payload: payload, timestamp: timestamp, group: reference)
         return try await fanOut(message, to: state.members, group: group, as: me)
+    }
+
+    /// The most members of a group typing indicators go to (spec/groups.md §4.4).
+    public static let maxTypingGroupMembers = 32
+
+    /// A receipt for group messages: to each author, naming that author's messages only.
+    private func sendReceipt(_ receipt: Receipt, payload: Payload, group: GroupID, reference: GroupReference, timestamp: Int64,
+                             name: String?, as me: Identity) async throws -> GroupSendOutcome {
+        var byAuthor: [String: [String]] = [:]
+        for id in receipt.messageIDs {
+            let author = try await store.pool.read { db in
+                try String.fetchOne(db, sql: "SELECT sender FROM inbox WHERE id = ? AND group_id = ?", arguments: [id, group.rawValue])
+            }
+            guard let author else { throw ClientError.unknownGroupMessage(id: id) }
+            byAuthor[author, default: []].append(id)
+        }
+        var outcome: GroupSendOutcome?
+        var copies: [String: SendOutcome] = [:]
+        for (author, ids) in byAuthor.sorted(by: { $0.key < $1.key }) where author != me.uid {
+            var own = payload
+            own.receipt = Receipt(kind: receipt.kind, messageIDs: ids)
+            let message = ChatMessage(type: .receipt, sender: Sender(id: me.uid, name: name), payload: own, timestamp: timestamp, group: reference)
+            let sent = try await fanOut(message, to: [author], group: group, as: me)
+            outcome = outcome ?? sent
+            copies.merge(sent.copies) { $1 }
+        }
+        return GroupSendOutcome(messageID: outcome?.messageID ?? "", copies: copies)
+    }
+
+    /// Unsends group message `id`: each copy the relay stored and its member has not received
+    /// yet is erased (one `DELETE` per copy, best effort: docs/design/groups.md §7.1), copies not
+    /// yet handed to the relay (queued or held) are dropped, and the blobs of its files are
+    /// erased. A member that received its copy keeps it.
+    ///
+    /// ```swift
+    /// let sent = try await client.send(text: "wrong group", toGroup: trip.id)
+    /// let erased = try await client.unsend(sent.messageID, toGroup: trip.id)   // members who never got it
+    /// ```
+    ///
+    /// - Returns: The members whose copy was erased before they received it, sorted.
+    /// - Throws: ``ClientError/notResendable(id:)`` when `id` is no message this device sent to
+    ///   `group`; otherwise only a failure to read or write the store (a copy the relay could not be
+    ///   asked about is left as it is, and not in the result).
+    @discardableResult
+    public func unsend(_ id: String, toGroup group: GroupID) async throws -> [String] {
+        let sentTo = try await store.pool.read { db in
+            try String.fetchOne(db, sql: "SELECT group_id FROM sent WHERE id = ?", arguments: [id])
+        }
+        guard sentTo == group.rawValue else { throw ClientError.notResendable(id: id) }
+        let copies = try await store.copies(of: id)
+        var erased: [String] = []
+        for copy in copies where copy.state == "sent" || copy.state == "undelivered" {
+            do {
+                try await authorized { try await api.delete(owner: copy.recipient, id: id, session: $0) }
+                erased.append(copy.recipient)
+            } catch ClientError.relay(let problem) where problem.code == .forbidden || problem.code == .notFound {
+                continue  // to its author, gone: received (acknowledged) or expired (spec/protocol.md §4.11)
+            } catch {
+                logger.info("could not unsend a group copy", metadata: ["id": "\(id)", "recipient": "\(copy.recipient)", "error": "\(Self.describe(error))"])
+            }
+        }
+        try await store.pool.write { db in
+            try db.execute(sql: """
+                UPDATE group_copies SET state = 'dropped', envelope = NULL, key_id = NULL, last_error = 'unsent'
+                WHERE message_id = ? AND state IN ('queued', 'held')
+                """, arguments: [id])
+            try ClientStore.summarise(id, db)
+        }
+        if let stored = try await store.outgoingBody(id), let message = try? ChatMessage.decode(stored.body) {
+            for file in message.payload.files ?? [] {
+                _ = try? await authorized { try await api.deleteBlob(file.blob, session: $0) }
+            }
+        }
+        return erased.sorted()
     }
 
     /// Sends a text to every member of `group`: ``send(_:type:toGroup:name:)`` with a text payload.
@@ -148,7 +238,7 @@ extension MailslotClient {
     // MARK: Changes
 
     /// The folded state of `group` when this user is a member of it.
-    private func memberState(_ group: GroupID, me: String) async throws -> GroupState {
+    func memberState(_ group: GroupID, me: String) async throws -> GroupState {
         guard let stored = try await store.group(group.rawValue), let state = try? GroupState.decode(stored.state) else {
             throw ClientError.unknownGroup(group)
         }

@@ -67,6 +67,13 @@ public enum ClientError: Error, Equatable, Sendable {
     /// A group name or member list the format refuses (`code`, spec/groups.md §2.3: a name over
     /// 128 bytes or with control characters, an invalid uid). Nothing was stored or sent.
     case invalidGroup(code: String)
+    /// A typing indicator to a group of more than 32 members (spec/groups.md §4.4): one keystroke
+    /// would be a message to each of the `members` − 1 others. Nothing was sent.
+    case groupTooLargeForTyping(members: Int)
+    /// A receipt to a group naming message `id`, which this device did not receive in that group:
+    /// a group receipt goes to the authors of the messages it names (spec/groups.md §4.4), and
+    /// this one has none. Nothing was sent.
+    case unknownGroupMessage(id: String)
 
     /// The reason stored with a message held because its recipient's identity key changed.
     static let keyChangedCode = "key_changed"
