@@ -46,6 +46,11 @@ temporary data folder, and then, as clients:
     verified, acknowledged, and then nothing left: no record, no file under the relay's blobs/;
     and files both ways with the Swift CLI: a Python-sealed file saved byte for byte by
     `receive --save-to`, and a `send --file` downloaded here by ranges, opened and acknowledged;
+  * the send to many (§4.25, batch_story.py): per-entry results in entry order, the requests
+    refused whole, the rate in entries, the WebSocket `send_many`;
+  * a group with CLI members (spec/groups.md, group_story.py): a CLI admin's genesis, add and
+    removal verified and folded here, a group message sent as one batch to the CLI members,
+    and no copy on the relay for the removed Python member;
   * erasure (§6): erased ciphertext is in neither database file shortly after;
   * `serve` refusing unusable settings (§11).
 
@@ -60,6 +65,8 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check as fmt  # noqa: E402  (check.py: tokens.md / envelope.md formats)
 import push_story  # noqa: E402  (issue 29's wake-up story with the CLI)
+import batch_story  # noqa: E402  (the send to many, protocol.md §4.25)
+import group_story  # noqa: E402  (issue 30's group with CLI members)
 
 import nacl.public, nacl.signing  # noqa: E402
 import pyseto  # noqa: E402
@@ -2296,9 +2303,11 @@ SCENARIOS = [("start", scenario_start, None), ("sign in", scenario_sign_in, None
              ("leases", scenario_leases, "sign in"), ("expiry", scenario_expiry, "sign in"),
              ("mailbox full", scenario_mailbox_full, "sign in"), ("window", scenario_window, "sign in"),
              ("rate", scenario_rate, "sign in"),
+             ("send to many", lambda c: batch_story.scenario_batch(c, sys.modules[__name__]), "sign in"),
              ("socket sessions", scenario_socket_sessions, "sign in"), ("prekeys", scenario_prekeys, None),
              ("sessions with the Swift CLI", scenario_sessions_with_swift, None), ("blobs", scenario_blobs, "keys"),
              ("files with the Swift CLI", scenario_files_with_swift, None),
+             ("a group with the Swift CLI", lambda c: group_story.scenario_groups_with_cli(c, sys.modules[__name__]), None),
              ("wake-ups with the Swift CLI", lambda c: push_story.scenario_wakeups_with_cli(
                  c, ok, NOTES.append, Relay, Cli, User, request, sign_in, WS, rand_envelope, new_id), None),
              ("erasure", scenario_erasure, None)]
@@ -2308,6 +2317,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--relay-binary", required=True)
     ap.add_argument("--cli-binary", help="the `mailslot` CLI (default: `mailslot` beside the relay binary)")
+    ap.add_argument("--only", metavar="REGEX", help="run only the scenarios whose name matches (start and sign-in always run)")
     args = ap.parse_args()
     if not os.access(args.relay_binary, os.X_OK):
         ok("relay binary present", False, args.relay_binary)
@@ -2332,6 +2342,8 @@ def main():
             return 1
         ok(f"relay starts on 127.0.0.1:{c.relay.port} and answers /healthz", True)
         for name, fn, needs in SCENARIOS:
+            if args.only and name not in ("start", "sign in") and not re.search(args.only, name):
+                continue
             if needs in c.broken:
                 ok(f"scenario {name}", False, f"skipped: {needs} did not complete")
                 c.broken.add(name)

@@ -7,6 +7,7 @@ enum LimitChecks {
     @Sendable static func run(_ context: AuditContext) async {
         let bob = context.bob!, alice = context.alice!
         let http = context.http
+        await BatchChecks.limits(context)
 
         await context.check("limit.huge-body") {
             let body = Data(#"{"envelope":""#.utf8) + Data(repeating: 0x41, count: 4 << 20) + Data(#""}"#.utf8)

@@ -3,7 +3,7 @@ import MailslotWire
 
 /// Every cell of the access-rule table (spec/protocol.md §2), from outside: the owner, the
 /// author, another signed-in user and no session at all, on every resource and operation (the
-/// blob rows in ``BlobChecks/rules(_:)``).
+/// blob rows in ``BlobChecks/rules(_:)``, the send to many's in ``BatchChecks/rules(_:)``).
 enum RuleChecks {
     @Sendable static func run(_ context: AuditContext) async {
         let http = context.http
@@ -77,6 +77,7 @@ enum RuleChecks {
         await prekeys(context)
         await push(context)
         await BlobChecks.rules(context)
+        await BatchChecks.rules(context)
     }
 
     /// Push registrations and the push service (spec/protocol.md §4.22–§4.24): the owner's
