@@ -115,6 +115,52 @@ import Testing
         }
     }
 
+    /// Two group sends at once on one store read the same ratchets and seal outside the
+    /// transaction: the second to store finds them changed and seals its copies again from the
+    /// stored states, so each ratchet advances twice — exactly as two sends one after the other
+    /// leave it (a symmetric step is deterministic) — and no message key is used twice.
+    @Test func twoSendsAtOnceAdvanceEachRatchetTwice() async throws {
+        let me = Identity(uid: "alice", signing: IdentityKeyPair(), mailbox: MailboxKeyPair())
+        var members: [(Contact, Ratchet)] = []
+        for index in 0..<64 {
+            let identity = IdentityKeyPair(), prekey = PublishedPrekey(id: 1, key: MailboxKeyPair().publicKey)
+            let contact = Contact(uid: String(format: "m%04d", index), identityKey: identity.publicKey, mailboxKey: MailboxKeyPair().publicKey,
+                                  trust: .pinned, signedPrekey: prekey)
+            members.append((contact, try Ratchet.initiate(identity: me.signing, peerIdentity: identity.publicKey, signedPrekey: prekey, oneTimePrekey: nil)))
+        }
+        let contacts = members.map(\.0)
+        let message = ChatMessage(type: .text, sender: Sender(id: "alice"), payload: Payload(text: "twice"), timestamp: 1_800_000_000_000,
+                                  group: GroupReference(id: Self.group, version: 1, stateHash: [UInt8](repeating: 1, count: 32)))
+        let body = try message.encoded()
+        func states(_ store: ClientStore) async throws -> [String: Data] {
+            try await store.pool.read { db in
+                Dictionary(uniqueKeysWithValues: try Row.fetchAll(db, sql: "SELECT contact, state FROM sessions").map { ($0["contact"], $0["state"]) })
+            }
+        }
+        let oneAfterTheOther = try await withStore { store in
+            for (contact, ratchet) in members { try await store.startRatchet(ratchet, with: contact) }
+            for _ in 0..<2 {
+                try await store.storeGroupSend(id: MessageID.generate(), group: Self.group, message: message, body: body, established: contacts,
+                                               pending: [], held: [], wake: nil, as: me)
+            }
+            return try await states(store)
+        }
+        let atOnce = try await withStore { store in
+            for (contact, ratchet) in members { try await store.startRatchet(ratchet, with: contact) }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for _ in 0..<2 {
+                    group.addTask {
+                        try await store.storeGroupSend(id: MessageID.generate(), group: Self.group, message: message, body: body,
+                                                       established: contacts, pending: [], held: [], wake: nil, as: me)
+                    }
+                }
+                try await group.waitForAll()
+            }
+            return try await states(store)
+        }
+        #expect(atOnce.count == 64 && atOnce == oneAfterTheOther)
+    }
+
     /// docs/design/groups.md §7.4: a group send of 1,000 copies, every member's ratchet
     /// established, seals every copy (on several threads) and stores them, the advanced ratchets
     /// and the `sent` row in ONE transaction; the send's checkpoint after it is the only one.

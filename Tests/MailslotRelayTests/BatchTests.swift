@@ -108,6 +108,22 @@ import Testing
         }
     }
 
+    /// The default bound (`--max-batch-entries` 1,000): 1,001 entries are `invalid_entries` and
+    /// nothing of them is stored; 1,000 go in one request.
+    @Test(arguments: stores) func aThousandAndOneEntriesAreRefusedAThousandGo(store: TestStore) async throws {
+        try await withTestRelay(store: store) { relay in
+            let alice = try await relay.signIn("alice").session
+            let id = messageID(1)
+            let entries = (0..<1_001).map { Self.entry("u\($0)", id) }
+            let over = try await Self.post(relay, alice, entries)
+            #expect(over.status == 400 && over.problem == .invalidEntries)
+            // The same entries again, but 1,000: all created (none an identical retry), so the
+            // refused request stored nothing.
+            let results = try Self.results(try await Self.post(relay, alice, Array(entries.prefix(1_000))))
+            #expect(results.count == 1_000 && results.allSatisfy { $0.created == true }, "\(Set(results.compactMap { $0.problem?.code.rawValue }))")
+        }
+    }
+
     @Test(arguments: stores) func aBodyOverTheBatchLimitIs413(store: TestStore) async throws {
         try await withTestRelay(store: store, configure: { $0.maxBatchBytes = RelayConfiguration.minBatchBytes }) { relay in
             let alice = try await relay.signIn("alice").session
