@@ -63,9 +63,10 @@ import Testing
         try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 9))
         let limiter = ReadLimiter(limit: 4)
         let ledger = Ledger()
-        // About 1 MiB of JSON, 16 chunks. The read is moved into the producer, so that only the
-        // answer being written holds it, as in the relay.
-        let page = [String](repeating: String(repeating: "x", count: 1024), count: 1024)
+        // About 260 KiB of JSON, 5 chunks: few turns of the loop, each of which needs both this
+        // test and the writer scheduled (slow when the parallel suites fill the cores). The read is
+        // moved into the producer, so that only the answer being written holds it, as in the relay.
+        let page = [String](repeating: String(repeating: "x", count: 1024), count: 256)
         let read = Mutex<MailboxService.Read<[String]>?>(MailboxService.Read(value: page, permit: try limiter.start("bob").get()))
         let writer = LoopQueuedWriter(channel: channel, ledger: ledger, limiter: limiter)
         let producer = Task {
@@ -80,7 +81,7 @@ import Testing
         #expect(limiter.count("bob") == 1, "the read ended while its answer had not reached the channel")
 
         // The loop runs, and the client takes whatever the channel holds, until the answer is written.
-        try await eventually("the whole answer is written") {
+        try await eventually(within: .seconds(60), "the whole answer is written") {
             await channel.testingEventLoop.run()
             ledger.drain()
             channel.isWritable = true
