@@ -1,4 +1,5 @@
 import HTTPTypes
+import Dispatch
 import Hummingbird
 import MailslotTestSupport
 import NIOCore
@@ -69,18 +70,27 @@ import Testing
         let page = [String](repeating: String(repeating: "x", count: 1024), count: 256)
         let read = Mutex<MailboxService.Read<[String]>?>(MailboxService.Read(value: page, permit: try limiter.start("bob").get()))
         let writer = LoopQueuedWriter(channel: channel, ledger: ledger, limiter: limiter)
+        // The loop is busy until `gate` opens: a task of its own holds it (the testing loop runs
+        // its tasks on a Dispatch queue, one at a time), as a relay's loop is under load.
+        let gate = DispatchSemaphore(value: 0)
+        defer { gate.signal() }  // never left holding a Dispatch thread, however the test ends
+        channel.eventLoop.execute { gate.wait() }
         let producer = Task {
             defer { ledger.producerDone() }
             guard let taken = read.withLock({ $0.take() }) else { return }
             try await JSONBody.response(taken, on: channel).body.write(writer)
         }
-        // The loop is busy (this test does not run it): nothing written reaches the channel, so the
-        // read must hold. What is checked is that nothing happens, hence a pause, not a condition:
-        // long enough for the writer to queue the whole page when nothing stops it.
-        try await Task.sleep(for: .milliseconds(500))
+        // The loop is busy: nothing written reaches the channel, so the writer must wait after its
+        // first chunk, and the read hold. What is checked is that nothing more happens, hence a
+        // pause once the writer has started, not a condition: long enough for a writer that does
+        // not wait to queue the rest of the page and end.
+        try await eventually(within: .seconds(60), "the writer queues its first chunk") { ledger.snapshot.queued > 0 }
+        try await Task.sleep(for: .seconds(2))
+        #expect(ledger.snapshot.queued == JSONBody.chunkBytes, "the writer went on while the loop had not run its writes")
         #expect(limiter.count("bob") == 1, "the read ended while its answer had not reached the channel")
 
         // The loop runs, and the client takes whatever the channel holds, until the answer is written.
+        gate.signal()
         try await eventually(within: .seconds(60), "the whole answer is written") {
             await channel.testingEventLoop.run()
             ledger.drain()
