@@ -85,7 +85,8 @@ import Testing
         // pause once the writer has started, not a condition: long enough for a writer that does
         // not wait to queue the rest of the page and end.
         try await eventually(within: .seconds(60), "the writer queues its first chunk") { ledger.snapshot.queued > 0 }
-        try await Task.sleep(for: .seconds(2))
+        // Short: the gate holds a Dispatch thread meanwhile, which the parallel suites need too.
+        try await Task.sleep(for: .milliseconds(500))
         #expect(ledger.snapshot.queued == JSONBody.chunkBytes, "the writer went on while the loop had not run its writes")
         #expect(limiter.count("bob") == 1, "the read ended while its answer had not reached the channel")
 
