@@ -38,12 +38,21 @@ enum JSONBody {
                         })
     }
 
-    /// Waits while `channel` has more queued than its high watermark. An async writer learns of
-    /// NIO's back-pressure only once the event loop has run its writes: a fast producer would
-    /// queue a whole page in memory first, and a client that never reads would hold it there.
+    /// Waits until the writes made so far are the channel's, then while `channel` has more queued
+    /// than its high watermark. An async writer learns of NIO's back-pressure only once the event
+    /// loop has run its writes: a fast producer would queue a whole page in memory first, and a
+    /// client that never reads would hold it there.
+    ///
+    /// A write through Hummingbird's writer returns once it is queued for the event loop, not once
+    /// the channel has it, and the channel's writability counts it only from then on. So first a
+    /// task on the channel's loop, which runs after the writes queued before it; then writability.
+    /// Without that turn, a producer that ran while the loop was busy (two cores, many relays)
+    /// queued a whole page, saw the channel still writable, and ended its read with nothing sent:
+    /// a client that never reads then held a page without a read, and another read started.
     /// Writability is an atomic flag of the channel, so a short poll, only while it is full,
     /// costs nothing in the common case.
     static func untilWritable(_ channel: any Channel) async throws {
+        try await channel.eventLoop.submit {}.get()
         while !channel.isWritable {
             guard channel.isActive else { throw ChannelError.ioOnClosedChannel }
             try await Task.sleep(for: .milliseconds(2))
