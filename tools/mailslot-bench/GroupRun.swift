@@ -17,7 +17,8 @@ struct GroupRun {
     private struct Sent {
         /// Which sender (index into the members).
         let sender: Int
-        /// Wall time of sealing the M − 1 copies (ratchet steps, envelopes, base64url), nanoseconds.
+        /// Wall time of sealing the M − 1 copies (ratchet steps and envelopes on the sealing threads,
+        /// then base64url), nanoseconds.
         let sealNanoseconds: UInt64
         /// When the request was started (``Monotonic``).
         let written: UInt64
@@ -91,25 +92,15 @@ struct GroupRun {
             var body = "{\"entries\":["
             body.reserveCapacity(s.members * 1600)
             let sealStart = Monotonic.now()
+            let sealedCopies = try GroupRun.seal(message, id: id, author: author, sender: sender, members: s.members,
+                                                 uids: uids, bundles: bundles, ratchets: ratchets[sender])
             var first = true
-            for member in 0..<s.members where member != sender {
-                let uid = uids[member]
-                guard let bundle = bundles[uid], let prekey = bundle.signedPrekey else {
-                    throw BenchFailure.failed("no version 2 key bundle for \(uid)")
-                }
-                do {
-                    var ratchet = try ratchets[sender][member]
-                        ?? Ratchet.initiate(identity: author.identity, peerIdentity: bundle.identityKey, signedPrekey: prekey, oneTimePrekey: nil)
-                    let envelope = try Envelope.seal(message, id: id, from: author.uid, identity: author.identity, to: uid,
-                                                     mailboxKey: bundle.mailboxKey, ratchet: &ratchet)
-                    ratchets[sender][member] = ratchet
-                    if !first { body += "," }
-                    first = false
-                    // Values are uids, ids and base64url: nothing to escape.
-                    body += "{\"to\":\"\(uid)\",\"id\":\"\(id)\",\"envelope\":\"\(Base64URL.encode(envelope))\",\"key_id\":\"\(bundle.keyID)\"}"
-                } catch {
-                    throw BenchFailure.failed("sealing a copy for \(uid) failed: \(error)")
-                }
+            for copy in sealedCopies {
+                ratchets[sender][copy.member] = copy.ratchet
+                if !first { body += "," }
+                first = false
+                // Values are uids, ids and base64url: nothing to escape.
+                body += "{\"to\":\"\(copy.uid)\",\"id\":\"\(id)\",\"envelope\":\"\(Base64URL.encode(copy.envelope))\",\"key_id\":\"\(copy.keyID)\"}"
             }
             let sealed = Monotonic.now()
             body += "]}"
@@ -285,7 +276,7 @@ struct GroupRun {
         lines.append(String(format: "  set-up: %.2f s (sign-ins, key bundles published and fetched)", setupSeconds))
         lines.append("  ms                       p50       p99     p99.9       max")
         lines.append(commitSummary.row("relay commit"))
-        lines.append(sealSummary.row("seal \(copiesPerMessage) copies"))
+        lines.append(sealSummary.row("seal \(copiesPerMessage) copies (\(GroupRun.sealThreads(copies: copiesPerMessage)) thr)"))
         lines.append(answerSummary.row("send → answer"))
         lines.append(deliverySummary.row("commit → online"))
         lines.append(sendDeliverySummary.row("send → online"))
@@ -305,7 +296,8 @@ struct GroupRun {
             ("size", .int(s.size)), ("rate_offered", .number(s.rate)), ("messages", .int(measured)), ("send_s", .number(sendSeconds)),
             ("rate_achieved", .number(achieved)), ("late", .int(late)),
             ("copies_per_message", .int(copiesPerMessage)), ("setup_s", .number(setupSeconds)),
-            ("commit_ms", commitSummary.json), ("seal_ms", sealSummary.json), ("send_to_answer_ms", answerSummary.json),
+            ("commit_ms", commitSummary.json), ("seal_ms", sealSummary.json),
+            ("seal_threads", .int(GroupRun.sealThreads(copies: copiesPerMessage))), ("send_to_answer_ms", answerSummary.json),
             ("commit_to_online_delivery_ms", deliverySummary.json), ("send_to_online_delivery_ms", sendDeliverySummary.json),
             ("first_send", .object([("commit_ms", firstCommitSummary.json), ("seal_ms", firstSealSummary.json),
                                     ("send_to_answer_ms", firstAnswerSummary.json)])),
@@ -371,4 +363,67 @@ struct GroupRun {
         let opened: Int
         let failed: [String]
     }
+}
+
+extension GroupRun {
+    /// One copy sealed for `member`.
+    struct SealedCopy: Sendable {
+        let member: Int
+        let uid: String
+        let keyID: String
+        let envelope: [UInt8]
+        let ratchet: Ratchet
+    }
+
+    /// The sealing threads of one send, as the client library's group send chooses them
+    /// (`GroupSealing`: as many as cores, at most 8, none for fewer than 32 copies).
+    static func sealThreads(copies: Int) -> Int {
+        max(1, min(ProcessInfo.processInfo.activeProcessorCount, 8, copies / 32))
+    }
+
+    /// Seals `message` for every member but `sender`, the body encoded once and the copies split
+    /// into runs sealed on threads of their own, as the client's group send does
+    /// (docs/design/groups.md §7.4): the figure is the client's, not one thread's.
+    static func seal(_ message: ChatMessage, id: String, author: BenchUser, sender: Int, members: Int, uids: [String],
+                     bundles: [String: KeyBundle], ratchets: [Ratchet?]) throws -> [SealedCopy] {
+        try message.validate()
+        let body = try message.encoded()
+        let others = (0..<members).filter { $0 != sender }
+        let threads = sealThreads(copies: others.count)
+        let runLength = (others.count + threads - 1) / threads
+        let runs = stride(from: 0, to: others.count, by: runLength).map { Array(others[$0..<min(others.count, $0 + runLength)]) }
+        let results = SealResults(count: runs.count)
+        DispatchQueue.concurrentPerform(iterations: runs.count) { index in
+            results.set(index, Result {
+                try runs[index].map { member in
+                    let uid = uids[member]
+                    guard let bundle = bundles[uid], let prekey = bundle.signedPrekey else {
+                        throw BenchFailure.failed("no version 2 key bundle for \(uid)")
+                    }
+                    do {
+                        var ratchet = try ratchets[member]
+                            ?? Ratchet.initiate(identity: author.identity, peerIdentity: bundle.identityKey, signedPrekey: prekey, oneTimePrekey: nil)
+                        let envelope = try Envelope.seal(body: body, id: id, from: author.uid, identity: author.identity, to: uid,
+                                                         mailboxKey: bundle.mailboxKey, ratchet: &ratchet)
+                        return SealedCopy(member: member, uid: uid, keyID: bundle.keyID, envelope: envelope, ratchet: ratchet)
+                    } catch let failure as BenchFailure {
+                        throw failure
+                    } catch {
+                        throw BenchFailure.failed("sealing a copy for \(uid) failed: \(error)")
+                    }
+                }
+            })
+        }
+        return try results.all()
+    }
+}
+
+/// The runs' results, each written by its own `concurrentPerform` iteration and read after all
+/// have returned.
+private final class SealResults: @unchecked Sendable {
+    private var results: [Result<[GroupRun.SealedCopy], any Error>?]
+    private let lock = NSLock()
+    init(count: Int) { results = Array(repeating: nil, count: count) }
+    func set(_ index: Int, _ result: Result<[GroupRun.SealedCopy], any Error>) { lock.withLock { results[index] = result } }
+    func all() throws -> [GroupRun.SealedCopy] { try lock.withLock { results }.flatMap { try $0!.get() } }
 }
