@@ -276,7 +276,7 @@ struct GroupRun {
         lines.append(String(format: "  set-up: %.2f s (sign-ins, key bundles published and fetched)", setupSeconds))
         lines.append("  ms                       p50       p99     p99.9       max")
         lines.append(commitSummary.row("relay commit"))
-        lines.append(sealSummary.row("seal \(copiesPerMessage) copies (\(GroupRun.sealThreads(copies: copiesPerMessage)) thr)"))
+        lines.append(sealSummary.row("seal, \(GroupRun.sealThreads(copies: copiesPerMessage)) threads"))
         lines.append(answerSummary.row("send → answer"))
         lines.append(deliverySummary.row("commit → online"))
         lines.append(sendDeliverySummary.row("send → online"))
