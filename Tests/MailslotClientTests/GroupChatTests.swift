@@ -14,19 +14,9 @@ import Testing
         return try page.decoded(MessagePage.self).messages.map(\.id)
     }
 
-    private func clients(_ relay: TestRelay, _ uids: [String]) async throws -> [MailslotClient] {
-        var clients: [MailslotClient] = []
-        for uid in uids {
-            let client = try relay.client(uid)
-            try await client.signIn()
-            clients.append(client)
-        }
-        return clients
-    }
-
     @Test func membersTalkAndARemovedMemberGetsNoCopyAfterTheRemoval() async throws {
         try await withTestRelay { relay in
-            let users = try await clients(relay, ["alice", "bob", "carol", "dave"])
+            let users = try await relay.signedInClients(["alice", "bob", "carol", "dave"])
             let alice = users[0], bob = users[1], carol = users[2], dave = users[3]
 
             let singleCreates = { relay.sum("mailslot_http_requests_total", labelsContaining: ["PUT", "route=\"/v1/users/{uid}/messages/{id}\""]) }
@@ -104,7 +94,7 @@ import Testing
 
     @Test func aMessageFromANonMemberIsRefusedAndKeptAsRejected() async throws {
         try await withTestRelay { relay in
-            let users = try await clients(relay, ["alice", "bob", "eve"])
+            let users = try await relay.signedInClients(["alice", "bob", "eve"])
             let alice = users[0], bob = users[1], eve = users[2]
             let group = try await alice.createGroup(name: "Club", members: ["bob"])
             _ = try await bob.receive()
@@ -126,7 +116,7 @@ import Testing
 
     @Test func twoAdminsChangingAtOnceEndWithTheSameGroupEverywhere() async throws {
         try await withTestRelay { relay in
-            let users = try await clients(relay, ["alice", "bob", "carol", "dave"])
+            let users = try await relay.signedInClients(["alice", "bob", "carol", "dave"])
             let alice = users[0], bob = users[1], carol = users[2], dave = users[3]
             let group = try await alice.createGroup(name: "Ops", members: ["bob", "carol"])
             _ = try await bob.receive()
@@ -166,7 +156,7 @@ import Testing
     @Test func aRelayTakingSmallerBatchesGetsEveryCopy() async throws {
         try await withTestRelay(configure: { $0.maxBatchEntries = 5 }) { relay in
             let others = (1...11).map { String(format: "m%02d", $0) }
-            let users = try await clients(relay, ["alice"] + others)
+            let users = try await relay.signedInClients(["alice"] + others)
             let alice = users[0]
             let batches = { (status: String) in
                 relay.sum("mailslot_http_requests_total", labelsContaining: ["POST", "route=\"/v1/messages\"", "status=\"\(status)\""])
@@ -193,7 +183,7 @@ import Testing
     /// holds the message, asks, gets the history and then shows it.
     @Test func aMembersKeyChangeHoldsOnlyItsCopyUntilTrusted() async throws {
         try await withTestRelay { relay in
-            let users = try await clients(relay, ["alice", "bob", "carol"])
+            let users = try await relay.signedInClients(["alice", "bob", "carol"])
             let alice = users[0], bob = users[1], carol = users[2]
             let group = try await alice.createGroup(name: "Band", members: ["bob", "carol"])
             _ = try await bob.receive()

@@ -8,19 +8,9 @@ import Testing
 /// comes to the others as events on its message ("alice added dave"), and a group's history
 /// (`changes(of:)`) says which changes applied and which the fold found void.
 @Suite struct GroupEventTests {
-    private func clients(_ relay: TestRelay, _ uids: [String]) async throws -> [MailslotClient] {
-        var clients: [MailslotClient] = []
-        for uid in uids {
-            let client = try relay.client(uid)
-            try await client.signIn()
-            clients.append(client)
-        }
-        return clients
-    }
-
     @Test func membersSeeWhoChangedWhatAndAVoidChangeShowsAsVoid() async throws {
         try await withTestRelay { relay in
-            let users = try await clients(relay, ["alice", "bob", "carol", "dave"])
+            let users = try await relay.signedInClients(["alice", "bob", "carol", "dave"])
             let alice = users[0], bob = users[1], carol = users[2]
             let group = try await alice.createGroup(name: "Ops", members: ["bob", "carol"])
             let created = try await bob.receive()

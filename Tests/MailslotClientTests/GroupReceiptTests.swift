@@ -8,16 +8,6 @@ import Testing
 /// receipt to the author only, typing only to small groups; and unsending a group message
 /// erases every copy not yet received (docs/design/groups.md §7.1).
 @Suite struct GroupReceiptTests {
-    private func clients(_ relay: TestRelay, _ uids: [String]) async throws -> [MailslotClient] {
-        var clients: [MailslotClient] = []
-        for uid in uids {
-            let client = try relay.client(uid)
-            try await client.signIn()
-            clients.append(client)
-        }
-        return clients
-    }
-
     /// The ids of the messages waiting in `uid`'s mailbox on the relay, asked as its owner.
     private func mailbox(_ uid: String, _ relay: TestRelay) async throws -> [String] {
         let page = try await relay.call("GET", "/v1/users/\(uid)/messages", session: try await relay.signIn(uid).session)
@@ -26,7 +16,7 @@ import Testing
 
     @Test func aReadReceiptGoesToTheAuthorOnly() async throws {
         try await withTestRelay { relay in
-            let users = try await clients(relay, ["alice", "bob", "carol"])
+            let users = try await relay.signedInClients(["alice", "bob", "carol"])
             let alice = users[0], bob = users[1], carol = users[2]
             let group = try await alice.createGroup(name: "Crew", members: ["bob", "carol"])
             for member in [bob, carol] { _ = try await member.receive() }
@@ -60,7 +50,7 @@ import Testing
 
     @Test func typingGoesOnlyToGroupsOfAtMost32() async throws {
         try await withTestRelay { relay in
-            let users = try await clients(relay, ["alice", "bob"])
+            let users = try await relay.signedInClients(["alice", "bob"])
             let alice = users[0]
             let small = try await alice.createGroup(name: "Two", members: ["bob"])
             let typing = try await alice.send(Payload(typing: Typing(active: true)), type: .typing, toGroup: small.id)
@@ -81,7 +71,7 @@ import Testing
 
     @Test func unsendingAGroupMessageErasesEveryCopyNotReceivedYet() async throws {
         try await withTestRelay { relay in
-            let users = try await clients(relay, ["alice", "bob", "carol", "dave"])
+            let users = try await relay.signedInClients(["alice", "bob", "carol", "dave"])
             let alice = users[0], bob = users[1]
             let group = try await alice.createGroup(name: "Crew", members: ["bob", "carol", "dave"])
             for member in users.dropFirst() { _ = try await member.receive() }

@@ -16,6 +16,17 @@ extension TestRelay {
         }
     }
 
+    /// A signed-in client for each of `uids`, in order (``client(_:profile:url:attachments:)``).
+    func signedInClients(_ uids: [String]) async throws -> [MailslotClient] {
+        var clients: [MailslotClient] = []
+        for uid in uids {
+            let client = try client(uid)
+            try await client.signIn()
+            clients.append(client)
+        }
+        return clients
+    }
+
     /// How many messages wait in `uid`'s mailbox, asked as its owner.
     func pending(_ uid: String) async throws -> Int {
         let page = try await call("GET", "/v1/users/\(uid)/messages", session: try await signIn(uid).session)
