@@ -119,7 +119,7 @@ func fuzzSeeds(root: String) -> [(name: String, bytes: [UInt8])] {
             try GroupChange.decode(Array(text.utf8)).verify(group: group, authorKey: key)
             outcome = "ok"
         } catch {
-            outcome = (error as? GroupError)?.code ?? "\(error)"
+            outcome = error.code
         }
         if outcome != expect { fatalError("change vector \(vector["name"]!): \(outcome), expected \(expect)") }
         seeds.append(("change-\(vector["name"]!)", [0] + Array(text.utf8)))
