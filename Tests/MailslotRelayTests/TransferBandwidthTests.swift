@@ -93,6 +93,31 @@ final class SteppedTransferClock: Sendable {
         }
     }
 
+    /// An upload's body is charged in runs of ``TransferBandwidth/chargeBytes``, not per buffer
+    /// (each wait is a timer and a wake-up the message path pays for); the rest is charged when
+    /// the body ends; and the body is asked for more only once the run before is paid.
+    @Test func aPacedBodyWaitsOncePerRunAndPaysTheRestAtItsEnd() async throws {
+        let time = SteppedTransferClock()
+        let rate: Int64 = 1_000_000
+        let bandwidth = TransferBandwidth(rate: rate, clock: time.clock)
+        let piece = 64 << 10, perRun = TransferBandwidth.chargeBytes / piece
+        // Two whole runs and a little more: three charges, three waits.
+        let length = 2 * TransferBandwidth.chargeBytes + piece + 1000
+        let asked = Mutex<[(given: Int, at: Int64)]>([])
+        let body = PatternBody(length: length, piece: piece) { given in asked.withLock { $0.append((given, time.now)) } }
+        var received = 0
+        for try await buffer in PacedBody(base: body, bandwidth: bandwidth) { received += buffer.readableBytes }
+        #expect(received == length)
+        #expect(time.waits.count == 3, "\(time.waits)")
+        // Every byte paid at 1 µs a byte, but the first burst's.
+        #expect(time.slept == Int64(length) * (1_000_000_000 / rate) - TransferBandwidth.burstMilliseconds * 1_000_000)
+        // The first run's pieces are asked for at once; the next piece only once that run is paid.
+        let pulls = asked.withLock { $0 }
+        let firstRunPaid = Int64(TransferBandwidth.chargeBytes) * (1_000_000_000 / rate) - TransferBandwidth.burstMilliseconds * 1_000_000
+        #expect(pulls[perRun - 1].at == pulls[0].at)
+        #expect(pulls[perRun].at == pulls[0].at + firstRunPaid)
+    }
+
     /// A capped relay: a blob's parts uploaded through `PUT`, then downloaded, wait exactly the
     /// time the cap gives their bytes (the upload after its first burst; the download, right after
     /// it, all of it) — counted on the stepped clock, so no time is measured.

@@ -1,9 +1,11 @@
 import NIOCore
 
-/// A part upload's body read at the pace of the relay's ``TransferBandwidth``: each buffer is
-/// charged as it arrives and handed on at once; the next is asked for only once the bucket has
-/// paid for it. While it waits, nothing more is read: the HTTP body's back-pressure stops reading
-/// the socket, so the cap never holds more than the chunk in hand (``PartStream``'s bound stands).
+/// A part upload's body read at the pace of the relay's ``TransferBandwidth``: buffers are handed
+/// on at once and charged in runs of ``TransferBandwidth/chargeBytes``; once a run is charged, the
+/// next buffer is asked for only when the bucket has paid for it (and the part ends only when its
+/// last bytes are paid). While it waits, nothing more is read: the HTTP body's back-pressure stops
+/// reading the socket, so the cap never holds more than the chunk in hand (``PartStream``'s bound
+/// stands).
 struct PacedBody<Base: AsyncSequence & Sendable>: AsyncSequence, Sendable where Base.Element == ByteBuffer {
     typealias Element = ByteBuffer
 
@@ -13,16 +15,24 @@ struct PacedBody<Base: AsyncSequence & Sendable>: AsyncSequence, Sendable where 
     struct AsyncIterator: AsyncIteratorProtocol {
         var base: Base.AsyncIterator
         let bandwidth: TransferBandwidth
-        /// When the bytes handed on so far are paid for: the next read waits for it.
-        var resume: Int64?
+        /// Bytes handed on and not yet charged: fewer than ``TransferBandwidth/chargeBytes``.
+        var owed = 0
 
         mutating func next() async throws -> ByteBuffer? {
-            if let deadline = resume {
-                resume = nil
-                try await bandwidth.wait(until: deadline)
+            guard let buffer = try await base.next() else {
+                // The rest is paid before the part is answered, so the next part's bytes queue behind it.
+                let rest = owed
+                owed = 0
+                try await bandwidth.pace(rest)
+                return nil
             }
-            guard let buffer = try await base.next() else { return nil }
-            resume = bandwidth.reserve(buffer.readableBytes)
+            owed += buffer.readableBytes
+            if owed >= TransferBandwidth.chargeBytes {
+                let charged = owed
+                owed = 0
+                // Paid before this buffer is handed on: the wait comes before the socket is read again.
+                try await bandwidth.pace(charged)
+            }
             return buffer
         }
     }

@@ -33,10 +33,14 @@ final class TransferBandwidth: Sendable {
     /// never sees transfers burst for long.
     static let burstMilliseconds: Int64 = 50
 
-    /// The most bytes a download sends between two waits under a cap: with N transfers sharing
-    /// the cap, each waits about N × this ÷ rate between its slices, so it must stay small for
-    /// clients' silence timeouts (an upload's chunks are the HTTP decoder's reads, smaller still).
-    static let sliceBytes = 64 << 10
+    /// The bytes a transfer moves between two charges (and so between two waits): a download's
+    /// slice, an upload's run of body buffers. Each wait is a timer and a thread woken on the
+    /// relay, work that ordinary messages wait behind on a busy machine: charged per 64 KiB body
+    /// buffer, four uploads and four downloads under a 200 MB/s cap made ~6,000 wake-ups a second
+    /// (docs/performance.md, "Files"). Small enough still for clients' silence timeouts: with N
+    /// transfers sharing the cap, each waits about N × this ÷ rate between two of its runs (8
+    /// transfers at the smallest rate, 1 MB/s: ~4 s).
+    static let chargeBytes = 512 << 10
 
     /// The largest rate: 1 TB/s, far above any disk, so that no product here overflows.
     static let maxRate: Int64 = 1_000_000_000_000
