@@ -98,24 +98,38 @@ final class SteppedTransferClock: Sendable {
     /// the body ends; and the body is asked for more only once the run before is paid.
     @Test func aPacedBodyWaitsOncePerRunAndPaysTheRestAtItsEnd() async throws {
         let time = SteppedTransferClock()
-        let rate: Int64 = 1_000_000
+        let rate: Int64 = 200_000_000
         let bandwidth = TransferBandwidth(rate: rate, clock: time.clock)
-        let piece = 64 << 10, perRun = TransferBandwidth.chargeBytes / piece
+        #expect(bandwidth.chargeBytes == 500_000)
+        // Spend the burst first (it passes without a wait), so that every byte of the body waits
+        // its time (5 ns a byte).
+        try await bandwidth.pace(Int(bandwidth.burst))
+        let before = time.slept
+        let piece = 64 << 10
+        let perRun = (bandwidth.chargeBytes + piece - 1) / piece
         // Two whole runs and a little more: three charges, three waits.
-        let length = 2 * TransferBandwidth.chargeBytes + piece + 1000
-        let asked = Mutex<[(given: Int, at: Int64)]>([])
-        let body = PatternBody(length: length, piece: piece) { given in asked.withLock { $0.append((given, time.now)) } }
+        let length = 2 * perRun * piece + piece + 1000
+        let asked = Mutex<[Int64]>([])
+        let body = PatternBody(length: length, piece: piece) { _ in asked.withLock { $0.append(time.now) } }
         var received = 0
         for try await buffer in PacedBody(base: body, bandwidth: bandwidth) { received += buffer.readableBytes }
         #expect(received == length)
         #expect(time.waits.count == 3, "\(time.waits)")
-        // Every byte paid at 1 µs a byte, but the first burst's.
-        #expect(time.slept == Int64(length) * (1_000_000_000 / rate) - TransferBandwidth.burstMilliseconds * 1_000_000)
+        #expect(time.slept - before == Int64(length) * 5)
         // The first run's pieces are asked for at once; the next piece only once that run is paid.
         let pulls = asked.withLock { $0 }
-        let firstRunPaid = Int64(TransferBandwidth.chargeBytes) * (1_000_000_000 / rate) - TransferBandwidth.burstMilliseconds * 1_000_000
-        #expect(pulls[perRun - 1].at == pulls[0].at)
-        #expect(pulls[perRun].at == pulls[0].at + firstRunPaid)
+        #expect(pulls[perRun - 1] == pulls[0])
+        #expect(pulls[perRun] == pulls[0] + Int64(perRun * piece) * 5)
+    }
+
+    /// The run between two charges is 2.5 ms of the rate, within 64 KiB and 512 KiB: few wake-ups
+    /// at high rates, short silences at low ones.
+    @Test func theRunBetweenChargesFollowsTheRate() {
+        let runs: [Int64: Int] = [1_000_000: 64 << 10, 26_000_000: 65_536, 100_000_000: 250_000, 200_000_000: 500_000,
+                                  1_000_000_000: 512 << 10, TransferBandwidth.maxRate: 512 << 10]
+        for (rate, run) in runs {
+            #expect(TransferBandwidth(rate: rate).chargeBytes == run, "\(rate)")
+        }
     }
 
     /// A capped relay: a blob's parts uploaded through `PUT`, then downloaded, wait exactly the

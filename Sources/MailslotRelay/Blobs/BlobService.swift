@@ -342,7 +342,7 @@ struct BlobService: Sendable {
             // written, so that a download's silences between slices stay short however many
             // transfers share the cap (a client times out a silent connection, not a slow one).
             var rest = buffer
-            while let slice = rest.readSlice(length: min(rest.readableBytes, TransferBandwidth.chargeBytes)), slice.readableBytes > 0 {
+            while let slice = rest.readSlice(length: min(rest.readableBytes, bandwidth.chargeBytes)), slice.readableBytes > 0 {
                 try await write(slice)
                 metrics.blobBytesSent.increment(by: slice.readableBytes)
                 try await bandwidth.pace(slice.readableBytes)

@@ -27,7 +27,7 @@ struct PacedBody<Base: AsyncSequence & Sendable>: AsyncSequence, Sendable where 
                 return nil
             }
             owed += buffer.readableBytes
-            if owed >= TransferBandwidth.chargeBytes {
+            if owed >= bandwidth.chargeBytes {
                 let charged = owed
                 owed = 0
                 // Paid before this buffer is handed on: the wait comes before the socket is read again.

@@ -34,13 +34,19 @@ final class TransferBandwidth: Sendable {
     static let burstMilliseconds: Int64 = 50
 
     /// The bytes a transfer moves between two charges (and so between two waits): a download's
-    /// slice, an upload's run of body buffers. Each wait is a timer and a thread woken on the
-    /// relay, work that ordinary messages wait behind on a busy machine: charged per 64 KiB body
-    /// buffer, four uploads and four downloads under a 200 MB/s cap made ~6,000 wake-ups a second
-    /// (docs/performance.md, "Files"). Small enough still for clients' silence timeouts: with N
-    /// transfers sharing the cap, each waits about N × this ÷ rate between two of its runs (8
-    /// transfers at the smallest rate, 1 MB/s: ~4 s).
-    static let chargeBytes = 512 << 10
+    /// slice, an upload's run of body buffers. 2.5 ms of the rate, between 64 KiB and 512 KiB.
+    ///
+    /// Why not smaller: each wait is a timer and a thread woken on the relay, work that ordinary
+    /// messages wait behind on a busy machine. Charged per 64 KiB, four uploads and four downloads
+    /// under a 200 MB/s cap made ~6,000 wake-ups a second and cost the relay 15 % more CPU per MiB
+    /// up and 35 % more down (docs/performance.md, "Files"); here a cap makes at most ~400 charges a
+    /// second below 210 MB/s. Why not larger: with N transfers sharing the cap, each is silent about
+    /// N × this ÷ rate between two of its runs, and clients time out a silent connection — at low
+    /// rates the runs stay as small as before (64 KiB at 26 MB/s and below).
+    let chargeBytes: Int
+
+    /// The bounds of ``chargeBytes``.
+    static let chargeBytesRange = (64 << 10)...(512 << 10)
 
     /// The largest rate: 1 TB/s, far above any disk, so that no product here overflows.
     static let maxRate: Int64 = 1_000_000_000_000
@@ -52,6 +58,7 @@ final class TransferBandwidth: Sendable {
         self.clock = clock
         burstNanoseconds = Self.burstMilliseconds * 1_000_000
         burst = rate * Self.burstMilliseconds / 1000
+        chargeBytes = Int(min(max(rate / 400, Int64(Self.chargeBytesRange.lowerBound)), Int64(Self.chargeBytesRange.upperBound)))
         // Full: due is a whole burst in the past.
         state = Mutex((clock.now() - burstNanoseconds, 0))
     }
