@@ -38,9 +38,9 @@ final class TransferBandwidth: Sendable {
     ///
     /// Why not smaller: each wait is a timer and a thread woken on the relay, work that ordinary
     /// messages wait behind on a busy machine. Charged per 64 KiB, four uploads and four downloads
-    /// under a 200 MB/s cap made ~6,000 wake-ups a second and cost the relay 15 % more CPU per MiB
-    /// up and 35 % more down (docs/performance.md, "Files"); here a cap makes at most ~400 charges a
-    /// second below 210 MB/s. Why not larger: with N transfers sharing the cap, each is silent about
+    /// under a 200 MB/s cap made ~6,000 wake-ups a second, and the relay's CPU per MiB was 10–20 %
+    /// higher up and 40–70 % higher down than with these runs (docs/performance.md, "Files"); here a
+    /// cap makes at most ~400 charges a second below 210 MB/s. Why not larger: with N transfers sharing the cap, each is silent about
     /// N × this ÷ rate between two of its runs, and clients time out a silent connection — at low
     /// rates the runs stay as small as before (64 KiB at 26 MB/s and below).
     let chargeBytes: Int
