@@ -331,11 +331,15 @@ struct BlobService: Sendable {
 
     /// Hands the download's bytes to `write`, chunk by chunk, each written before the next is
     /// read — and, under a transfer bandwidth cap, read only once the bucket has paid for the last.
+    ///
+    /// `mailslot_blob_bytes_sent_total` counts each chunk as it is handed to the connection, before
+    /// the write returns: a client may have the bytes before the writing task runs again, and a
+    /// counter read once the client has them must already include them.
     func read(_ download: Download, into write: (ByteBuffer) async throws -> Void) async throws {
         try await storage.read(key: download.blob.storageKey, range: download.range) { buffer in
             guard let bandwidth else {
-                try await write(buffer)
                 metrics.blobBytesSent.increment(by: buffer.readableBytes)
+                try await write(buffer)
                 return
             }
             // Capped: in slices (views of the chunk, not copies), each paid before the next is
@@ -343,8 +347,8 @@ struct BlobService: Sendable {
             // transfers share the cap (a client times out a silent connection, not a slow one).
             var rest = buffer
             while let slice = rest.readSlice(length: min(rest.readableBytes, bandwidth.chargeBytes)), slice.readableBytes > 0 {
-                try await write(slice)
                 metrics.blobBytesSent.increment(by: slice.readableBytes)
+                try await write(slice)
                 try await bandwidth.pace(slice.readableBytes)
             }
         }
