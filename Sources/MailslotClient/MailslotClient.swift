@@ -34,6 +34,10 @@ public actor MailslotClient {
     /// The size of multi-recipient create this relay takes, lowered when it refuses one as too
     /// large (``deliverBatched(_:)``): later sends start at a size that worked.
     var batchLimit = BatchLimit()
+    /// The `active: true` typing indicators sent to each group lately (spec/groups.md §4.5).
+    var typingRate = TypingRate()
+    /// The clock ``typingRate`` is measured on; tests move it instead of sleeping.
+    var typingClock: @Sendable () -> ContinuousClock.Instant = { ContinuousClock.now }
 
     /// A client of the relay at `relay`, keeping its state in the SQLite file at `databasePath`
     /// (and, beside it, the outbox spool of files being sent and, by default, the `files/`

@@ -447,18 +447,73 @@ struct Trust: AsyncParsableCommand {
     }
 }
 
-/// `mailslot unsend`: delete a message the recipient has not received yet.
+/// `mailslot unsend`: delete a message its recipients have not received yet.
 struct Unsend: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Take back a message UID has not received yet.", discussion: "--json prints one object: id, state (unsent).")
+    static let configuration = CommandConfiguration(
+        abstract: "Take back a message UID has not received yet; with --group GROUP, from every member who has not received it.",
+        discussion: """
+            `mailslot unsend UID ID` erases the message `send` printed from UID's mailbox on the relay, unless UID received \
+            it already.
+
+            `mailslot unsend --group GROUP ID` (GROUP: the group's id, or its name when no other group of this profile has \
+            it) erases each member's copy the relay still holds, one request per copy, and drops the copies not yet handed \
+            to the relay (queued, or held for a changed key); a member who received their copy keeps it. It prints \
+            `unsent ID from N of M members` (M: the members a copy was sent to or waited for). An id this profile did not \
+            send to that group, an unknown or ambiguous GROUP, and a UID with --group are refused (exit 64).
+
+            --json prints one object: id, state (unsent); with --group also group {id, name}, erased (the uids whose copy \
+            the relay erased before they received it), dropped (the uids whose copy had not gone to the relay yet).
+            """)
     @OptionGroup var options: GlobalOptions
-    @Argument(help: "The recipient's uid.") var uid: String
-    @Argument(help: "The message id `send` printed.") var id: String
+    @Argument(help: "The recipient's uid (not with --group: then the id comes alone).") var uid: String?
+    @Argument(help: "The message id `send` printed.") var id: String?
+    @Option(help: ArgumentHelp("Take the message back from every member of this group (its id or name) who has not received it.",
+                               valueName: "GROUP"))
+    var group: String?
 
     func run() async throws {
         try await reporting {
+            if let group {
+                // With --group, the one argument is the message id.
+                guard id == nil else { throw CLIError.usage("with --group, give the message id only (no uid): `mailslot unsend --group GROUP ID`") }
+                guard let id = uid else { throw CLIError.usage("name the message id: `mailslot unsend --group GROUP ID`") }
+                return try await unsend(id, fromGroup: group)
+            }
+            guard let uid, let id else { throw CLIError.usage("name the recipient's uid and the message id (`mailslot unsend UID ID`), or --group GROUP ID") }
             try await Profile(options).client().unsend(id, to: uid)
             Output(json: options.json).emit(["id": id, "state": "unsent"], text: "unsent \(id)")
         }
+    }
+
+    /// Takes group message `id` back from the members of the group `text` names who have not
+    /// received it, and says from how many.
+    private func unsend(_ id: String, fromGroup text: String) async throws {
+        let client = try Profile(options).client()
+        let groupID = try await GroupFields.resolve(text, client: client)
+        let group = try await client.group(groupID)
+        // Read before: unsending drops the copies not handed to the relay yet, and they leave the list.
+        let before = try await client.copies(of: id).copies
+        let erased: [String]
+        do {
+            erased = try await client.unsend(id, toGroup: groupID)
+        } catch ClientError.notResendable {
+            throw CLIError.usage("no message \(id) sent to group \(group.name) from this profile (see `mailslot history --group \(groupID)`)")
+        }
+        // A refused copy never reached its member: neither taken back nor kept.
+        let tried = before.filter { if case .refused = $0.value { false } else { true } }
+        let dropped = tried.compactMap { member, copy -> String? in
+            switch copy {
+            case .queued, .held: member
+            case .sent, .refused: nil
+            }
+        }.sorted()
+        let takenBack = erased.count + dropped.count
+        var text = "unsent \(id) from \(takenBack) of \(tried.count) members"
+        if takenBack < tried.count {
+            text += " (\(tried.count - takenBack) had received it already, or the relay could not be asked)"
+        }
+        Output(json: options.json).emit(["id": id, "state": "unsent", "group": ["id": groupID.rawValue, "name": group.name],
+                                         "erased": erased, "dropped": dropped], text: text)
     }
 }
 

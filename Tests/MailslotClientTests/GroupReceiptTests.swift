@@ -4,8 +4,9 @@ import MailslotTestSupport
 import MailslotWire
 import Testing
 
-/// What goes to fewer than all members of a group (issue 30 item 2; spec/groups.md §4.4): a read
-/// receipt to the author only, typing only to small groups; and unsending a group message
+/// What goes to fewer than all members of a group (issue 30 item 2; spec/groups.md §4.5): a read
+/// receipt to the author only, typing only to small groups and at most one `active: true` per 5 s
+/// per group; and unsending a group message
 /// erases every copy not yet received (docs/design/groups.md §7.1).
 @Suite struct GroupReceiptTests {
     /// The ids of the messages waiting in `uid`'s mailbox on the relay, asked as its owner.
@@ -69,6 +70,53 @@ import Testing
         }
     }
 
+    /// spec/groups.md §4.5's typing rate, on the client's typing clock (moved by the test, no
+    /// sleeps): an `active: true` within 5 s of the last one sent to the group is not sent, one 5 s
+    /// after goes; `active: false` always goes; the rate is per group. Counted on the relay's rows
+    /// and in what bob receives.
+    @Test func typingToAGroupIsAtMostOneActivePer5Seconds() async throws {
+        try await withTestRelay { relay in
+            let users = try await relay.signedInClients(["alice", "bob"])
+            let alice = users[0], bob = users[1]
+            let group = try await alice.createGroup(name: "Two", members: ["bob"])
+            let other = try await alice.createGroup(name: "Other", members: ["bob"])
+            _ = try await bob.receive()
+            let start = ContinuousClock.now
+            func typing(_ active: Bool, at seconds: Double, to id: GroupID) async throws -> GroupSendOutcome {
+                await alice.setTypingClock(start + .seconds(seconds))
+                return try await alice.send(Payload(typing: Typing(active: active)), type: .typing, toGroup: id)
+            }
+            var sent: [String] = []
+            let first = try await typing(true, at: 0, to: group.id)
+            #expect(first.copies.keys.sorted() == ["bob"])
+            sent.append(first.messageID)
+            let soon = try await typing(true, at: 1, to: group.id)
+            #expect(soon.copies.isEmpty && soon.messageID.isEmpty, "1 s after the last one: not sent")
+            let stopped = try await typing(false, at: 1, to: group.id)
+            #expect(stopped.copies.keys.sorted() == ["bob"], "active: false always goes")
+            sent.append(stopped.messageID)
+            let elsewhere = try await typing(true, at: 1, to: other.id)
+            #expect(elsewhere.copies.keys.sorted() == ["bob"], "the rate is per group")
+            sent.append(elsewhere.messageID)
+            #expect(try await typing(true, at: 4.9, to: group.id).copies.isEmpty, "4.9 s after the last one sent")
+            let again = try await typing(true, at: 5, to: group.id)
+            #expect(again.copies.keys.sorted() == ["bob"], "5 s after the last one sent")
+            sent.append(again.messageID)
+            #expect(try await typing(true, at: 9, to: group.id).copies.isEmpty, "counted from the last one sent, not the first")
+            #expect(try await typing(false, at: 9, to: group.id).copies.keys.sorted() == ["bob"])
+            #expect(try await typing(false, at: 9, to: group.id).copies.keys.sorted() == ["bob"], "every active: false")
+
+            // The relay holds exactly the indicators sent, and bob gets exactly those.
+            #expect(Set(sent).count == 4)
+            let onRelay = try await mailbox("bob", relay)
+            #expect(onRelay.count == 6 && Set(onRelay).isSuperset(of: sent), "\(onRelay)")
+            let got = try await bob.receive()
+            #expect(got.allSatisfy { $0.message.type == .typing } && got.count == 6, "\(got.map(\.message.type))")
+            #expect(got.map { $0.message.payload.typing?.active } == [true, false, true, true, false, false])
+            #expect(got.map(\.group?.id) == [group.id, group.id, other.id, group.id, group.id, group.id])
+        }
+    }
+
     @Test func unsendingAGroupMessageErasesEveryCopyNotReceivedYet() async throws {
         try await withTestRelay { relay in
             let users = try await relay.signedInClients(["alice", "bob", "carol", "dave"])
@@ -86,4 +134,9 @@ import Testing
             await #expect(throws: ClientError.notResendable(id: "nope")) { try await alice.unsend("nope", toGroup: group.id) }
         }
     }
+}
+
+extension MailslotClient {
+    /// Stops the clock the typing rate reads at `instant` (until set again).
+    fileprivate func setTypingClock(_ instant: ContinuousClock.Instant) { typingClock = { instant } }
 }

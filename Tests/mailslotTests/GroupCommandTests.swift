@@ -275,6 +275,53 @@ import Testing
         }
     }
 
+    /// `unsend --group` (issue 30, left over): a message the other members have not received is
+    /// taken back from them — the relay's rows hold no copy afterwards, their `receive` prints
+    /// nothing — while the member who received it keeps it; `--json` names the erased members.
+    /// An id this profile did not send to that group, an unknown group and a uid with --group exit 64.
+    @Test func unsendTakesAGroupMessageBackFromMembersWhoHaveNotReceivedIt() async throws {
+        try await withTestRelay { relay in
+            try await logIn(["alice", "bob", "carol", "dave"], relay)
+            let group = try await run("alice", ["group", "create", "Trip", "bob", "carol", "dave"], relay).trimmingCharacters(in: .newlines)
+            for uid in ["bob", "carol", "dave"] { try await run(uid, ["receive"], relay) }
+            let id = try await send("alice", "oops, wrong group", to: "Trip", relay)
+            for uid in ["bob", "carol", "dave"] { #expect(try await mailbox(uid, relay).contains(id), "\(uid)'s copy is on the relay") }
+            #expect(try await receive("bob", group: group, relay) == ["alice: oops, wrong group"], "bob has his copy already")
+
+            let unsent = lines(try await run("alice", ["unsend", "--group", "Trip", id, "--json"], relay))
+            let object = try #require(unsent.first, "\(unsent)")
+            #expect(unsent.count == 1 && object["id"] as? String == id && object["state"] as? String == "unsent", "\(object)")
+            let named = object["group"] as? [String: Any]
+            #expect(named?["id"] as? String == group && named?["name"] as? String == "Trip", "\(object)")
+            #expect(object["erased"] as? [String] == ["carol", "dave"] && object["dropped"] as? [String] == [], "\(object)")
+            // The relay's rows, before anyone receives: no copy left for carol or dave.
+            for uid in ["carol", "dave"] { #expect(try await mailbox(uid, relay).contains(id) == false, "the relay still holds \(uid)'s copy") }
+            for uid in ["carol", "dave"] { #expect(try await run(uid, ["receive"], relay).isEmpty, "\(uid)'s receive prints nothing") }
+
+            // Nobody has received the next one: taken back from all three, said in text.
+            let second = try await send("alice", "and this one", to: group, relay)
+            let text = try await run("alice", ["unsend", "--group", group, second], relay)
+            #expect(text == "unsent \(second) from 3 of 3 members\n", "\(text)")
+            for uid in ["bob", "carol", "dave"] { #expect(try await run(uid, ["receive"], relay).isEmpty, "\(uid)") }
+
+            // Not this profile's message to that group: 64, as `resend` of an unknown id.
+            let duo = try await run("alice", ["group", "create", "Duo", "bob"], relay).trimmingCharacters(in: .newlines)
+            let elsewhere = try await send("alice", "for Duo", to: duo, relay)
+            let fromBob = try await send("bob", "mine", to: "Trip", relay)
+            for wrong in [elsewhere, fromBob, "01HZZZZZZZZZZZZZZZZZZZZZZZ"] {
+                let refused = try await relay.run(["--profile", "alice", "unsend", "--group", "Trip", wrong])
+                #expect(refused.status == 64 && refused.stderr.contains("no message \(wrong) sent to group Trip"), "\(refused.status) \(refused.stderr)")
+            }
+            #expect(try await mailbox("bob", relay).contains(elsewhere), "a refused unsend erases nothing")
+            let unknown = try await relay.run(["--profile", "alice", "unsend", "--group", "Nowhere", id])
+            #expect(unknown.status == 64 && unknown.stderr.contains("no group 'Nowhere'"), "\(unknown.status) \(unknown.stderr)")
+            let withUID = try await relay.run(["--profile", "alice", "unsend", "--group", "Trip", "bob", id])
+            #expect(withUID.status == 64 && withUID.stderr.contains("no uid"), "\(withUID.status) \(withUID.stderr)")
+            let noID = try await relay.run(["--profile", "alice", "unsend", "bob"])
+            #expect(noID.status == 64, "\(noID.status) \(noID.stderr)")
+        }
+    }
+
     /// Every group command documents itself, and the top-level help lists `group`.
     @Test func helpDescribesTheGroupCommands() async throws {
         try await withTestRelay { relay in
@@ -285,6 +332,7 @@ import Testing
             }
             #expect(try await relay.run(["send", "--help"]).stdout.contains("--group"))
             #expect(try await relay.run(["history", "--help"]).stdout.contains("--group"))
+            #expect(try await relay.run(["unsend", "--help"]).stdout.contains("--group"))
             // The parser wraps help at the terminal's width: compared with single spaces.
             let receive = try await relay.run(["receive", "--help"]).stdout.split(whereSeparator: \.isWhitespace).joined(separator: " ")
             #expect(receive.contains("group {id, name}"), "\(receive)")

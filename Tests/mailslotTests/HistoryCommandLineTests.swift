@@ -89,7 +89,7 @@ import Testing
                 "listen": ["from", "state", "queued", "seconds"], "history": ["from", "to", "state", "reason"],
                 "rejected": ["direction", "id", "from", "to", "reason", "group", "at"], "contacts": ["uid", "trust"],
                 "fingerprint": ["safety_number", "key_changed", "previous_safety_number", "fingerprint", "key_id", "trust"],
-                "trust": ["uid", "trust", "key_id"], "resend": ["id", "to", "state"], "rotate-key": ["state"], "unsend": ["id", "state"],
+                "trust": ["uid", "trust", "key_id"], "resend": ["id", "to", "state"], "rotate-key": ["state"], "unsend": ["id", "state", "group", "erased", "dropped"],
                 "block": ["uid", "state"], "unblock": ["uid", "state"], "flush": ["queued"], "logout": ["profile", "state"],
                 "push add": ["id", "provider", "tag", "created_at", "updated_at", "endpoint", "token", "sandbox", "mode"],
                 "push list": ["id", "provider", "tag", "created_at", "updated_at", "woken_at", "endpoint", "token"],

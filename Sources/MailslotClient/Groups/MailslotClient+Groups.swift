@@ -125,12 +125,16 @@ extension MailslotClient {
     ///
     /// - Returns: Each member's copy's outcome (``GroupSendOutcome``). A member whose identity
     ///   key changed gets its copy once trusted; the others go at once.
-    /// Two kinds go to fewer members, by themselves (spec/groups.md §4.4):
+    /// Two kinds go to fewer members, by themselves (spec/groups.md §4.5):
     /// - a **receipt** (type `receipt`) goes to the authors of the messages it names only, never
     ///   to the group: one receipt per author, naming only that author's messages, each with the
     ///   group set so that the author knows which conversation it is about. The outcome's copies
     ///   are by author (its `messageID` the first author's receipt's, in uid order);
-    /// - a **typing** indicator (type `typing`) goes only to groups of at most 32 members.
+    /// - a **typing** indicator (type `typing`) goes only to groups of at most 32 members, and
+    ///   at most one `active: true` per 5 s per group (spec/groups.md §4.5): one within 5 s of the
+    ///   last this client sent to `group` is not sent, and the outcome has no copies and an empty
+    ///   `messageID` — no error, since the members still show the one sent before. An `active:
+    ///   false` always goes.
     ///
     /// - Throws: Only when nothing was stored: ``ClientError/unknownGroup(_:)``,
     ///   ``ClientError/notGroupMember(_:)`` (removed, or left), ``ClientError/cannotSeal(code:)``,
@@ -148,11 +152,24 @@ extension MailslotClient {
         if type == .receipt, let receipt = payload.receipt {
             return try await sendReceipt(receipt, payload: payload, group: group, reference: reference, timestamp: timestamp, name: name, as: me)
         }
+        // The typing rate: counted when admitted (no suspension between the check and the count,
+        // so two sends at once cannot both pass), given back when nothing could be stored.
+        var typingAdmitted: ContinuousClock.Instant?
+        if type == .typing, payload.typing?.active == true {
+            let now = typingClock()
+            guard typingRate.admit(group, at: now) else { return GroupSendOutcome(messageID: "", copies: [:]) }
+            typingAdmitted = now
+        }
         let message = ChatMessage(type: type, sender: Sender(id: me.uid, name: name), payload: payload, timestamp: timestamp, group: reference)
-        return try await fanOut(message, to: state.members, group: group, as: me)
+        do {
+            return try await fanOut(message, to: state.members, group: group, as: me)
+        } catch {
+            if let typingAdmitted { typingRate.revoke(group, admittedAt: typingAdmitted) }
+            throw error
+        }
     }
 
-    /// The most members of a group typing indicators go to (spec/groups.md §4.4).
+    /// The most members of a group typing indicators go to (spec/groups.md §4.5).
     public static let maxTypingGroupMembers = 32
 
     /// A receipt for group messages: to each author, naming that author's messages only.
