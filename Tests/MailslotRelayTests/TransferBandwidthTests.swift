@@ -55,9 +55,9 @@ final class SteppedTransferClock: Sendable {
         let rate: Int64 = 3_000_007
         let bandwidth = TransferBandwidth(rate: rate, clock: time.clock)
         var total: Int64 = 0
-        var generator = SplitMix(seed: 27)
-        for _ in 0..<2000 {
-            let chunk = Int(generator.next() % 70_000) + 1
+        // Uneven chunks, 1 to 70,000 bytes, the same every run (a step prime to the modulus visits them all).
+        for index in 0..<2000 {
+            let chunk = index * 7_919 % 70_000 + 1
             total += Int64(chunk)
             try await bandwidth.pace(chunk)
         }
@@ -162,18 +162,5 @@ final class SteppedTransferClock: Sendable {
             for _ in 0..<500 where time.slept < expected { try await Task.sleep(for: .milliseconds(10)) }
             #expect(time.slept == expected)
         }
-    }
-}
-
-/// A small deterministic generator (SplitMix64), so that the chunk sizes are the same every run.
-struct SplitMix {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -195,3 +195,20 @@ enum SenderAnswer {
         }
     }
 }
+
+/// A frame on a receiving socket that is neither a delivery nor an ack: the socket's `ready`, or
+/// what to note about anything else. Read once for both kinds of receiver (`run`'s recipients and
+/// `group`'s members), which then keep their own books.
+enum ReceiverOther {
+    /// The socket's `ready` frame.
+    case ready
+    /// Anything else: what to note about it.
+    case unexpected(String)
+
+    /// Reads `raw`, a frame ``FrameBytes`` classed as other.
+    static func read(_ raw: UnsafeRawBufferPointer) -> ReceiverOther {
+        guard let decoded = try? JSONDecoder().decode(RelayFrame.self, from: Data(raw)) else { return .unexpected("a frame that is not JSON") }
+        if case .ready = decoded { return .ready }
+        return .unexpected("a \(decoded.type) frame (\(decoded.problem?.code.rawValue ?? "-"))")
+    }
+}

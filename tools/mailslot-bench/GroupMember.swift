@@ -78,15 +78,9 @@ enum GroupMemberSocket {
                 ledger.withLock { $0.note("a sent frame on a group member's socket") }
                 return nil
             case .other:
-                guard let decoded = try? JSONDecoder().decode(RelayFrame.self, from: Data(raw)) else {
-                    ledger.withLock { $0.note("a frame that is not JSON") }
-                    return nil
-                }
-                if case .ready = decoded {
-                    ledger.withLock { $0.ready = true }
-                } else {
-                    let code = decoded.problem?.code.rawValue ?? "-"
-                    ledger.withLock { $0.note("a \(decoded.type) frame (\(code))") }
+                switch ReceiverOther.read(raw) {
+                case .ready: ledger.withLock { $0.ready = true }
+                case .unexpected(let what): ledger.withLock { $0.note(what) }
                 }
                 return nil
             }

@@ -198,15 +198,9 @@ enum BenchRecipient {
                 ledger.withLock { $0.note("a sent frame on a recipient's socket") }
                 return nil
             case .other:
-                guard let decoded = try? JSONDecoder().decode(RelayFrame.self, from: Data(raw)) else {
-                    ledger.withLock { $0.note("a frame that is not JSON") }
-                    return nil
-                }
-                if case .ready = decoded {
-                    counters.withLock { $0.ready += 1 }
-                } else {
-                    let code = decoded.problem?.code.rawValue ?? "-"
-                    ledger.withLock { $0.note("a \(decoded.type) frame (\(code))") }
+                switch ReceiverOther.read(raw) {
+                case .ready: counters.withLock { $0.ready += 1 }
+                case .unexpected(let what): ledger.withLock { $0.note(what) }
                 }
                 return nil
             }
