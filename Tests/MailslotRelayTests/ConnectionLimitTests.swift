@@ -18,10 +18,16 @@ import Testing
 
     @Test func connectionsBeyondTheLimitWaitUntilOneCloses() async throws {
         try await withTestRelay(configure: { $0.maxConnections = 3 }) { relay in
-            // Connected (each `RawConnection` returns once the kernel queued it) before the extra
-            // one: the listening socket's queue is first in, first out, so these three are the
-            // ones the relay accepts, whatever the timing.
+            // Three connections, each served once (so accepted, and kept open: HTTP/1.1 keeps it
+            // alive) before the extra one connects. Connected alone is not enough: each read of
+            // the listening socket accepts up to four queued connections (NIO's server channel;
+            // the limit stops the next read), so on a loaded machine a fourth queued in time was
+            // accepted with them (a CI run saw it served).
             var held = try (0..<3).map { _ in try RawConnection(port: relay.port) }
+            for connection in held {
+                connection.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                #expect(await connection.receive(attempts: 20)?.hasPrefix("HTTP/1.1 200") == true, "a held connection is served")
+            }
             let extra = try RawConnection(port: relay.port)
             extra.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
             #expect(await extra.receive() == nil, "not served while the limit is reached")
